@@ -195,8 +195,12 @@ class ScatterMap:
 
 
 # --- building from a rig ----------------------------------------------------------------------
-def frustum_points_ego(rig: Rig) -> np.ndarray:
-    """Ego-frame xyz of every frustum point, shape [N, D, H, W, 3], float64."""
+def frustum_rays(rig: Rig) -> tuple[np.ndarray, np.ndarray]:
+    """Camera origins [N, 3] and per-feature-cell rays [N, H, W, 3] in the ego frame.
+
+    A ray is scaled so that ``origin + d * ray`` lies at camera-z depth ``d`` (the depth bins
+    are camera-z depths, as in lift-splat).
+    """
     fh, fw = rig.feature_height, rig.feature_width
     if rig.frustum_sampling == "bevdet":
         us = np.linspace(0.0, rig.input_width - 1.0, fw)
@@ -206,17 +210,19 @@ def frustum_points_ego(rig: Rig) -> np.ndarray:
         us = (np.arange(fw) + 0.5) * s - 0.5
         vs = (np.arange(fh) + 0.5) * s - 0.5
     # undo crop, then resize: input pixel -> source pixel
-    us_src = (us + rig.crop_left) / rig.resize
-    vs_src = (vs + rig.crop_top) / rig.resize
-    depths = rig.depth_values
-    out = np.empty((rig.num_cameras, depths.size, fh, fw, 3))
-    u, v = np.meshgrid(us_src, vs_src)  # [H, W]
+    u, v = np.meshgrid((us + rig.crop_left) / rig.resize, (vs + rig.crop_top) / rig.resize)
     pix = np.stack([u, v, np.ones_like(u)], axis=-1)  # homogeneous [H, W, 3]
-    for n, cam in enumerate(rig.cameras):
-        rays = pix @ np.linalg.inv(np.asarray(cam.K)).T               # z = 1 rays, camera frame
-        pts_cam = depths[:, None, None, None] * rays[None]            # [D, H, W, 3]
-        out[n] = pts_cam @ np.asarray(cam.rotation).T + np.asarray(cam.translation)
-    return out
+    origins = np.array([cam.translation for cam in rig.cameras], dtype=np.float64)
+    rays = np.stack([pix @ (np.asarray(cam.rotation) @ np.linalg.inv(np.asarray(cam.K))).T
+                     for cam in rig.cameras])
+    return origins, rays
+
+
+def frustum_points_ego(rig: Rig) -> np.ndarray:
+    """Ego-frame xyz of every frustum point, shape [N, D, H, W, 3], float64."""
+    origins, rays = frustum_rays(rig)
+    d = rig.depth_values[None, :, None, None, None]
+    return origins[:, None, None, None, :] + d * rays[:, None]
 
 
 def build_scatter_map(rig: Rig) -> ScatterMap:
