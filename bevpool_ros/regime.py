@@ -33,7 +33,7 @@ KNOWN_GPUS = (
     Gpu("RTX A6000", "sm_86", 6 * MiB, False),
     Gpu("RTX 4090", "sm_89", 72 * MiB, True),
     Gpu("H200", "sm_90", 60 * MiB, True),  # as the device reports it
-    Gpu("DRIVE AGX Thor", "sm_110", 32 * MiB, True),
+    Gpu("DRIVE AGX Thor", "sm_110", 32 * MiB, True),  # 32 MiB as the driver reports on AGX Thor
     Gpu("RTX PRO 6000 Blackwell", "sm_120", 128 * MiB, True),
 )
 

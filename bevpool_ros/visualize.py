@@ -20,23 +20,33 @@ def _colormap(values01: np.ndarray) -> np.ndarray:
         return np.stack([g, g, g], axis=-1)
 
 
-def bev_to_rgb(bev: np.ndarray, x_lower: float, y_lower: float, x_step: float, y_step: float,
-               percentile: float = 99.5) -> np.ndarray:
-    """bev [Z, Y, X, C] -> uint8 [X, Y, 3] (see module doc for the orientation)."""
-    norm = np.linalg.norm(np.asarray(bev, dtype=np.float32), axis=-1).max(axis=0)  # [Y, X]
-    finite = norm[np.isfinite(norm)]
+def ego_cell(x_lower: float, y_lower: float, x_step: float, y_step: float) -> tuple[int, int]:
+    """(ix, iy) of the BEV cell holding the ego origin."""
+    return int(np.floor(-x_lower / x_step)), int(np.floor(-y_lower / y_step))
+
+
+def cells_to_rgb(values: np.ndarray, ego: tuple[int, int] | None = None,
+                 percentile: float = 99.5) -> np.ndarray:
+    """values [Y, X] (non-negative) -> uint8 [X, Y, 3] (see module doc for the orientation)."""
+    values = np.asarray(values, dtype=np.float64)
+    finite = values[np.isfinite(values)]
     scale = np.percentile(finite, percentile) if finite.size and finite.max() > 0 else 1.0
-    v = np.clip(np.nan_to_num(norm / (scale or 1.0)), 0.0, 1.0)
+    v = np.clip(np.nan_to_num(values / (scale or 1.0)), 0.0, 1.0)
     img = np.ascontiguousarray(_colormap(v.T[::-1, ::-1]))  # [X, Y, 3], x up, y left
     X, Y = img.shape[:2]
-    ix = int(np.floor((0.0 - x_lower) / x_step))
-    iy = int(np.floor((0.0 - y_lower) / y_step))
-    if 0 <= ix < X and 0 <= iy < Y:
-        r, c = X - 1 - ix, Y - 1 - iy
+    if ego is not None and 0 <= ego[0] < X and 0 <= ego[1] < Y:
+        r, c = X - 1 - ego[0], Y - 1 - ego[1]
         arm = max(2, min(X, Y) // 40)
         img[max(0, r - arm):r + arm + 1, c] = (0, 255, 128)  # ego: green cross
         img[r, max(0, c - arm):c + arm + 1] = (0, 255, 128)
     return img
+
+
+def bev_to_rgb(bev: np.ndarray, x_lower: float, y_lower: float, x_step: float, y_step: float,
+               percentile: float = 99.5) -> np.ndarray:
+    """bev [Z, Y, X, C] -> uint8 [X, Y, 3]: per-cell feature norm (max over Z)."""
+    norm = np.linalg.norm(np.asarray(bev, dtype=np.float32), axis=-1).max(axis=0)  # [Y, X]
+    return cells_to_rgb(norm, ego_cell(x_lower, y_lower, x_step, y_step), percentile)
 
 
 def save_png(path: str | Path, rgb: np.ndarray, upscale: int = 1) -> Path:

@@ -1,0 +1,111 @@
+"""bevpool-inspect WORKLOAD_OR_RIG_YAML: scatter-map statistics, working set, memory regime."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..regime import KNOWN_GPUS, MiB, classify, live_l2_bytes, regime_table, working_set_parts
+from ..rig import RigError, load_rig
+from ..scatter_map import ScatterMap, ScatterMapError, build_scatter_map
+from ..workloads import RIG_WORKLOADS, WORKLOADS, describe, get_workload, workload_rig
+
+DTYPES = ("float32", "float16", "float8_e4m3")
+
+
+def load_target(target: str):
+    """(scatter map, rig or None, description) for a workload name, rig YAML or saved .npz."""
+    if target in WORKLOADS:
+        rig = workload_rig(target) if target in RIG_WORKLOADS else None
+        return get_workload(target), rig, describe(target)
+    path = Path(target)
+    if not path.is_file():
+        raise FileNotFoundError(f"{target}: neither a workload ({', '.join(WORKLOADS)}) nor a file")
+    if path.suffix == ".npz":
+        return ScatterMap.load(path), None, f"saved map {path}"
+    rig = load_rig(path)
+    return build_scatter_map(rig), rig, f"rig {rig.name} from {path}"
+
+
+def report(smap: ScatterMap, description: str, build_s: float) -> dict:
+    stats = smap.stats()
+    stats["description"] = description
+    stats["build_ms"] = round(build_s * 1e3, 2)
+    stats["working_set_parts"] = {dt: working_set_parts(smap, dt) for dt in DTYPES}
+    stats["regimes"] = regime_table(smap, DTYPES)
+    l2 = live_l2_bytes()
+    stats["live_gpu"] = None if l2 is None else {
+        "l2_bytes": l2, **{dt: classify(stats["working_set_bytes"][dt], l2) for dt in DTYPES}}
+    return stats
+
+
+def print_text(s: dict) -> None:
+    il = s["interval_lengths"]
+    print(f"{s['description']}")
+    print(f"  points          {s['points']:>12,}  of {s['frustum_points']:,} frustum points "
+          f"({100 * s['kept_fraction']:.1f}% inside the grid)")
+    print(f"  intervals       {s['intervals']:>12,}  ({100 * s['occupied_cells_fraction']:.1f}% of cells)")
+    if il:
+        print(f"  interval length mean {il['mean']:.1f}  p50 {il['p50']:.0f}  p90 {il['p90']:.0f}  "
+              f"p99 {il['p99']:.0f}  max {il['max']} ({il['max'] / il['mean']:.0f}x mean)")
+    print(f"  depth {s['depth_shape']}  feat {s['feat_shape']}  bev {s['bev_shape']}  "
+          f"(map built in {s['build_ms']:.0f} ms)")
+    print("  working set      total        feat       depth     indices      output")
+    for dt, parts in s["working_set_parts"].items():
+        cols = "".join(f"{v / MiB:>10.2f}M" for v in parts.values())
+        print(f"    {dt:<12}{s['working_set_bytes'][dt] / MiB:>9.2f}M{cols}")
+    print("  regime (L2-resident when working set <= 75% of L2)")
+    for row in s["regimes"]:
+        print(f"    {row['gpu']:<24}{row['arch']:<8}L2 {row['l2_mib']:>6.0f} MiB   "
+              + "  ".join(f"{dt}: {row[dt]}" for dt in DTYPES))
+    if s["live_gpu"]:
+        print(f"  this GPU: L2 {s['live_gpu']['l2_bytes'] / MiB:.0f} MiB -> "
+              + ", ".join(f"{dt}: {s['live_gpu'][dt]}" for dt in DTYPES))
+
+
+def interval_length_image(smap: ScatterMap, rig=None) -> np.ndarray:
+    from ..visualize import cells_to_rgb, ego_cell
+
+    per_cell = np.zeros(smap.num_cells)
+    per_cell[smap.ranks_bev[smap.interval_starts]] = smap.interval_lengths
+    Z, Y, X = smap.grid_shape
+    per_yx = per_cell.reshape(Z, Y, X).max(axis=0)
+    ego = ego_cell(rig.x.lower, rig.y.lower, rig.x.step, rig.y.step) if rig else (X // 2, Y // 2)
+    return cells_to_rgb(per_yx, ego, percentile=100)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="bevpool-inspect", description=__doc__)
+    p.add_argument("target", help=f"workload ({', '.join(WORKLOADS)}), rig YAML or saved map .npz")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--png", metavar="FILE", help="render the per-cell interval length as a PNG")
+    p.add_argument("--save-map", metavar="FILE.npz", help="save the scatter map (.npz)")
+    args = p.parse_args(argv)
+    try:
+        t0 = time.perf_counter()
+        smap, rig, description = load_target(args.target)
+        build_s = time.perf_counter() - t0
+    except (RigError, ScatterMapError, FileNotFoundError) as e:
+        print(f"bevpool-inspect: {e}", file=sys.stderr)
+        return 2
+    stats = report(smap, description, build_s)
+    if args.save_map:
+        stats["saved_map"] = str(smap.save(args.save_map))
+    if args.png:
+        from ..visualize import save_png
+
+        stats["png"] = str(save_png(args.png, interval_length_image(smap, rig), upscale=4))
+    if args.json:
+        json.dump(stats, sys.stdout, indent=1)
+        print()
+    else:
+        print_text(stats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
