@@ -28,7 +28,7 @@ setup(
         *share("plugin", "**/*"),
     ],
     python_requires=">=3.10",
-    install_requires=["numpy", "pyyaml"],
+    install_requires=["numpy", "pyyaml", "scipy"],
     extras_require={
         "cuda": ["cuda-bindings", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime"],
         "viz": ["matplotlib"],
