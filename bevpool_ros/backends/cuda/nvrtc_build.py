@@ -1,0 +1,192 @@
+"""Run-time compilation of plugin/*.cu with NVRTC (cuda-python), cached on disk.
+
+Cache key = sha256(every plugin source + arch + NVRTC version + options). The cache lives in a
+private directory (0700, ours); a cached file that is world-writable or owned by someone else is
+refused and rebuilt, because loading it would run someone else's code on the GPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PLUGIN_DIR = Path(__file__).resolve().parents[3] / "plugin"
+MAIN_SOURCE = "bevpool_kernels.cu"
+# Every kernel must compile for these (CI test): Ampere desktop, Ada, Hopper, DRIVE Thor, Blackwell RTX.
+TARGET_ARCHS = ("sm_86", "sm_89", "sm_90", "sm_110", "sm_120")
+BASE_OPTIONS = ("-std=c++17", "-default-device")
+
+
+class CompileError(RuntimeError):
+    """NVRTC rejected the source; the message carries its log."""
+
+
+def plugin_dir() -> Path:
+    # installed via data_files (share/bevpool_ros/plugin) when not run from a checkout
+    if PLUGIN_DIR.is_dir():
+        return PLUGIN_DIR
+    import sys
+
+    alt = Path(sys.prefix) / "share" / "bevpool_ros" / "plugin"
+    return alt
+
+
+@lru_cache(maxsize=1)
+def cuda_include_dir() -> Path:
+    """cuda_fp16.h / cuda_fp8.h: the pinned nvidia-cuda-runtime wheel, else CUDA_HOME."""
+    candidates = []
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+
+        for root in nvidia.__path__:
+            candidates += [Path(root) / "cu13" / "include", Path(root) / "cuda_runtime" / "include"]
+    except ImportError:
+        pass
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env):
+            candidates.append(Path(os.environ[env]) / "include")
+    candidates.append(Path("/usr/local/cuda/include"))
+    for c in candidates:
+        if (c / "cuda_fp8.h").is_file():
+            return c
+    raise CompileError("no CUDA headers (cuda_fp8.h) found: pip install nvidia-cuda-runtime==13.0.*")
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cuda.bindings import nvrtc
+
+    err, major, minor = nvrtc.nvrtcVersion()
+    _check(err, "nvrtcVersion")
+    return int(major), int(minor)
+
+
+def _check(err, what: str, log_text: str = "") -> None:
+    from cuda.bindings import nvrtc
+
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"{what} failed: {err}\n{log_text}")
+
+
+def source_bundle() -> dict[str, bytes]:
+    d = plugin_dir()
+    files = sorted(list(d.glob("*.cu")) + list(d.glob("*.cuh")))
+    return {f.name: f.read_bytes() for f in files}
+
+
+def cache_key(arch: str, options: tuple[str, ...], sources: dict[str, bytes] | None = None) -> str:
+    sources = source_bundle() if sources is None else sources
+    h = hashlib.sha256()
+    for name, text in sorted(sources.items()):
+        h.update(name.encode() + b"\0" + hashlib.sha256(text).digest())
+    h.update(repr((arch, nvrtc_version(), tuple(options))).encode())
+    return h.hexdigest()[:32]
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("BEVPOOL_KERNEL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bevpool_ros", "kernels")
+    return Path(base)
+
+
+def _private_dir(path: Path) -> Path | None:
+    """Create/verify a 0700 directory we own; None (no caching) if it cannot be made private."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = path.stat()
+        if st.st_uid != os.getuid():
+            log.warning("kernel cache %s is owned by uid %d: not used", path, st.st_uid)
+            return None
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.chmod(path, 0o700)
+        return path
+    except OSError as e:
+        log.warning("kernel cache %s unusable (%s): compiling without cache", path, e)
+        return None
+
+
+def _trusted_file(path: Path) -> bool:
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+        log.warning("refusing cached kernel %s (foreign owner or group/world-writable): rebuilding", path)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def compile_source(arch: str, extra_options: tuple[str, ...] = (), sources: dict[str, bytes] | None = None,
+                   want: str = "cubin") -> tuple[bytes, str]:
+    """Compile the plugin TU for ``arch`` (e.g. 'sm_90'); returns (cubin or ptx, compile log)."""
+    from cuda.bindings import nvrtc
+
+    sources = source_bundle() if sources is None else sources
+    names = [n for n in sources if n != MAIN_SOURCE]
+    opts = [f"--gpu-architecture={arch}", *BASE_OPTIONS, f"-I{cuda_include_dir()}", *extra_options]
+    err, prog = nvrtc.nvrtcCreateProgram(sources[MAIN_SOURCE], MAIN_SOURCE.encode(), len(names),
+                                         [sources[n] for n in names], [n.encode() for n in names])
+    _check(err, "nvrtcCreateProgram")
+    try:
+        bopts = [o.encode() for o in opts]
+        (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
+        err, n = nvrtc.nvrtcGetProgramLogSize(prog)
+        buf = b" " * n
+        nvrtc.nvrtcGetProgramLog(prog, buf)
+        text = buf.decode(errors="replace").rstrip("\0 \n")
+        _check(cerr, f"NVRTC compile for {arch}", text)
+        if want == "cubin":
+            err, size = nvrtc.nvrtcGetCUBINSize(prog)
+            _check(err, "nvrtcGetCUBINSize")
+            out = b" " * size
+            (err,) = nvrtc.nvrtcGetCUBIN(prog, out)
+            _check(err, "nvrtcGetCUBIN")
+        else:
+            err, size = nvrtc.nvrtcGetPTXSize(prog)
+            _check(err, "nvrtcGetPTXSize")
+            out = b" " * size
+            (err,) = nvrtc.nvrtcGetPTX(prog, out)
+            _check(err, "nvrtcGetPTX")
+        return bytes(out), text
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def get_kernel_image(arch: str, extra_options: tuple[str, ...] = (), cache_dir: Path | None = None,
+                     want: str = "cubin") -> bytes:
+    """Cached compile: the CUBIN (default) for ``arch``; a cache miss compiles and stores it."""
+    sources = source_bundle()
+    options = (*BASE_OPTIONS, *extra_options, want)
+    key = cache_key(arch, options, sources)
+    directory = _private_dir(Path(cache_dir) if cache_dir else default_cache_dir())
+    path = directory / f"bevpool_{arch}_{key}.{want}" if directory else None
+    if path is not None and path.exists() and _trusted_file(path):
+        data = path.read_bytes()
+        if data:
+            log.debug("kernel cache hit %s", path)
+            return data
+    image, text = compile_source(arch, extra_options, sources, want)
+    if text:
+        log.debug("NVRTC log (%s): %s", arch, text)
+    if path is not None:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(image)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("could not store kernel cache %s: %s", path, e)
+            Path(tmp).unlink(missing_ok=True)
+    return image

@@ -1,0 +1,102 @@
+"""GPU-side state shared by the backend, the benchmark and the GPU tests.
+
+``KernelRuntime``: device + stream + the NVRTC-built module (one per process and device).
+``MapOnDevice``: one scatter map's per-calibration device arrays (the five arrays, the V3
+schedule, the V2+DO int3 records) and the launch plans over them.
+"""
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import numpy as np
+
+from ...regime import classify, working_set_bytes
+from ...scatter_map import ScatterMap
+from . import launch as L
+from .driver import DeviceArrays, DeviceBuffer, Device, Module, Stream, launch as launch_kernel
+from .nvrtc_build import get_kernel_image
+from .schedule import DEFAULT_BLOCK, DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
+
+log = logging.getLogger(__name__)
+
+INPUT_ITEMSIZE = {"fp16": 2, "fp8": 1}
+OUTPUT_ITEMSIZE = {"float32": 4, "float16": 2}
+
+
+class KernelRuntime:
+    def __init__(self, ordinal: int = 0):
+        self.device = Device(ordinal)
+        self.stream = Stream()
+        self.module = Module(get_kernel_image(self.device.arch))
+        log.info("cuda runtime: %s (%s, %d SMs, L2 %.0f MiB)", self.device.name, self.device.arch,
+                 self.device.sm_count, self.device.l2_bytes / 2**20)
+
+
+@lru_cache(maxsize=None)
+def get_runtime(ordinal: int = 0) -> KernelRuntime:
+    return KernelRuntime(ordinal)
+
+
+def regime_for(smap: ScatterMap, precision: str, l2_bytes: int) -> str:
+    dtype = L.PRECISION_INPUT[precision]
+    return classify(working_set_bytes(smap, dtype), l2_bytes)
+
+
+class MapOnDevice:
+    def __init__(self, rt: KernelRuntime, smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK):
+        smap.validate()  # a bad index never reaches a kernel
+        self.rt, self.smap = rt, smap
+        self.sched = build_v3_schedule(smap, k_min=k_min, block=block)
+        arrays = {k: getattr(smap, k) for k in ("ranks_depth", "ranks_feat", "ranks_bev",
+                                                 "interval_starts", "interval_lengths")}
+        arrays.update(intervals3=v2do_intervals(smap), slots=self.sched.slots, pidx=self.sched.pidx,
+                      empty_cells=self.sched.empty_cells)
+        self.arrays = DeviceArrays.upload(arrays, rt.stream)
+
+    def regime(self, precision: str) -> str:
+        return regime_for(self.smap, precision, self.rt.device.l2_bytes)
+
+    def plan(self, variant: str, precision: str = "fp16", *, acc: str = "half2", kernel: str | None = None,
+             out_scale: float = 1.0) -> L.LaunchPlan:
+        if variant == "v2":
+            return L.plan_v2(self.smap)
+        if variant == "v2do":
+            return L.plan_v2do(self.smap)
+        if variant != "v3":
+            raise ValueError(f"variant: expected one of {L.VARIANTS}, got {variant!r}")
+        info = L.V3_KERNELS[kernel] if kernel else L.choose_v3_kernel(
+            self.smap.channels, precision, self.regime(precision), acc)
+        return L.plan_v3(self.smap, self.sched, info, out_scale)
+
+    def io_buffers(self, precision: str, out_dtype: str) -> dict:
+        s = self.smap
+        n_in = INPUT_ITEMSIZE[precision]
+        return {"depth": DeviceBuffer(s.num_depth * n_in),
+                "feat": DeviceBuffer(s.num_feat_rows * s.channels * n_in),
+                "out": DeviceBuffer(s.num_cells * s.channels * OUTPUT_ITEMSIZE[out_dtype])}
+
+    def enqueue(self, plan: L.LaunchPlan, io: dict, stream: Stream | None = None) -> None:
+        """The per-frame device work of one variant: (companion memset +) the kernel."""
+        stream = stream or self.rt.stream
+        if plan.zero_output_first:
+            stream.memset8(io["out"], 0, io["out"].nbytes)
+        launch_kernel(self.rt.module, plan, {**self.arrays.buffers, **io}, stream)
+
+    def run(self, plan: L.LaunchPlan, depth: np.ndarray, feat: np.ndarray, poison: bool = True) -> np.ndarray:
+        """Upload, poison the output (NaN bytes), run once, download: for tests and checks."""
+        precision = "fp8" if depth.dtype == np.uint8 else "fp16"
+        io = self.io_buffers(precision, plan.out_dtype)
+        st = self.rt.stream
+        for name, arr in (("depth", depth), ("feat", feat)):
+            a = np.ascontiguousarray(arr)
+            st.h2d(io[name], a.ctypes.data, a.nbytes)
+        if poison:
+            st.memset8(io["out"], 0xFF, io["out"].nbytes)
+        self.enqueue(plan, io, st)
+        out = np.empty(self.smap.bev_shape, dtype=np.dtype(plan.out_dtype))
+        st.d2h(out.ctypes.data, io["out"], out.nbytes)
+        st.synchronize()
+        for b in io.values():
+            b.free()
+        return out
