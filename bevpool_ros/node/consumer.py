@@ -1,0 +1,85 @@
+"""A downstream consumer of bevpool_node: BEV tensors, visualisation images, diagnostics.
+
+Decodes with nothing but the message (shape, dtype, grid geometry), as any other node would.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+from rclpy.node import Node
+
+from .diagnostics import status_values
+from .outputs import image_to_rgb, stamp_to_ns
+from .qos import make_qos
+from .tensor_codec import decode_any
+
+
+@dataclass
+class ReceivedBev:
+    stamp_ns: int
+    bev: np.ndarray            # [Z, Y, X, C] as float32 or float16
+    msg: object
+    received: float            # perf_counter at arrival
+
+
+def cell_center(msg, z: int, y: int, x: int) -> tuple[float, float, float]:
+    """Ego-frame centre of a cell, from the message's geometry only."""
+    return (msg.origin.x + (x + 0.5) * msg.resolution_x, msg.origin.y + (y + 0.5) * msg.resolution_y,
+            msg.origin.z + (z + 0.5) * msg.resolution_z)
+
+
+class BevConsumer(Node):
+    def __init__(self, bev_topic: str = "bev/features", image_topic: str = "bev/image", keep: int = 64,
+                 node_name: str = "bevpool_consumer", subscribe_image: bool = True, **kw):
+        super().__init__(node_name, **kw)
+        from bevpool_msgs.msg import BevFeature
+        from diagnostic_msgs.msg import DiagnosticArray
+        from sensor_msgs.msg import Image
+
+        qos = make_qos("reliable", 10)
+        self.bevs: deque[ReceivedBev] = deque(maxlen=keep)
+        self.images: deque = deque(maxlen=4)
+        self.diagnostics: deque = deque(maxlen=16)
+        self.count = 0
+        self.on_bev = None
+        self._lock = threading.Lock()
+        self.bev_sub = self.create_subscription(BevFeature, bev_topic, self._on_bev, qos)
+        self.image_sub = (self.create_subscription(Image, image_topic, lambda m: self.images.append(m), qos)
+                          if subscribe_image else None)
+        self.diag_sub = self.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diagnostics.append(m), 10)
+
+    def _on_bev(self, msg) -> None:
+        now = time.perf_counter()
+        bev = decode_any(msg.tensor).reshape(msg.layers, msg.height, msg.width, msg.channels)
+        r = ReceivedBev(stamp_to_ns(msg.header.stamp), bev, msg, now)
+        with self._lock:
+            self.bevs.append(r)
+            self.count += 1
+        if self.on_bev:
+            self.on_bev(r)
+
+    def by_stamp(self) -> dict[int, ReceivedBev]:
+        with self._lock:
+            return {r.stamp_ns: r for r in self.bevs}
+
+    def latest_image_rgb(self) -> np.ndarray | None:
+        return image_to_rgb(self.images[-1]) if self.images else None
+
+    def latest_diagnostics(self, name_contains: str = "bev pooling") -> dict[str, str] | None:
+        for arr in reversed(self.diagnostics):
+            if arr.status and name_contains in arr.status[0].name:
+                return {"level": int.from_bytes(arr.status[0].level, "little") if isinstance(arr.status[0].level, bytes)
+                        else int(arr.status[0].level), "message": arr.status[0].message, **status_values(arr)}
+        return None
+
+    def wait_for_publishers(self, timeout: float = 15.0, spin=None) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.bev_sub.get_publisher_count() > 0:
+                return True
+            spin(0.05) if spin else time.sleep(0.05)
+        return False

@@ -1,0 +1,457 @@
+"""bevpool_node: camera topics -> synchronised set -> BEV pooling -> BevFeature (+ image, diagnostics).
+
+Thin glue: the parameters come from ``params.PARAMS``, messages are checked and converted by
+``tensor_codec``, sets are formed by ``sync.CameraSetSynchronizer`` (or message_filters when
+asked and installed), pooling runs in ``pooling.PoolingWorker``'s thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType,
+                                SetParametersResult)
+from rclpy.node import Node
+
+from ..backends import BackendUnavailable, create_backend
+from ..paths import config_dir
+from ..rig import RigError, load_rig
+from . import params as P
+from .calibration import LiveCalibration
+from .diagnostics import diagnostic_array
+from .latency import RollingStats
+from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
+from .pooling import PoolingWorker, PoolResult
+from .qos import camera_info_qos, make_qos
+from .sync import CameraSetSynchronizer
+from .tensor_codec import TensorError, inspect_header, to_float
+from .throttle import ThrottledLog
+
+DEFAULT_RIG = "rigs/nuscenes_bevdet_r50.yaml"
+_PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMETER_INTEGER,
+          "double": ParameterType.PARAMETER_DOUBLE, "string": ParameterType.PARAMETER_STRING,
+          "string_array": ParameterType.PARAMETER_STRING_ARRAY}
+# parameters the synchroniser reads (a change re-configures it in place)
+_SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_policy",
+                "sync.min_cameras", "sync.max_pending_sets")
+
+
+class StartupError(RuntimeError):
+    """Invalid configuration found at start-up; main() prints it and exits non-zero."""
+
+
+def descriptor(spec: P.Param) -> ParameterDescriptor:
+    d = ParameterDescriptor(type=_PTYPE[spec.type], description=spec.description, read_only=spec.read_only)
+    if spec.choices:
+        d.additional_constraints = "one of: " + ", ".join(map(str, spec.choices))
+    if spec.type == "double" and spec.low is not None:
+        d.floating_point_range = [FloatingPointRange(from_value=float(spec.low), to_value=float(spec.high), step=0.0)]
+    if spec.type == "integer" and spec.low is not None:
+        d.integer_range = [IntegerRange(from_value=int(spec.low), to_value=int(spec.high), step=1)]
+    return d
+
+
+class BevPoolNode(Node):
+    def __init__(self, node_name: str = "bevpool_node", **kwargs):
+        super().__init__(node_name, **kwargs)
+        self.counts: Counter[str] = Counter()
+        self._counts_lock = threading.Lock()
+        self.warn = ThrottledLog(self.get_logger().warning)
+        self.cfg = self._declare_and_validate()
+        self.warn.period = self.cfg["log_throttle_s"]
+        self.calibration = self._load_calibration()
+        self.cameras = self.calibration.camera_names
+        self._declare_extrinsics()
+        self.backend, self.backend_requested = self._create_backend()
+        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args())
+        self._sync_lock = threading.Lock()
+        self.latency = RollingStats(self.cfg["diagnostics.latency_window"])   # last input -> published
+        self.pool_time = RollingStats(self.cfg["diagnostics.latency_window"])
+        self.overhead = RollingStats(self.cfg["diagnostics.latency_window"])  # latency - pool
+        self._published = 0
+        self._last_diag_counts: Counter[str] = Counter()
+        self._camera_info_seen: dict[str, tuple] = {}
+        self._camera_frames: dict[str, str] = {}
+
+        self._make_publishers()
+        self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
+                                    self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild)
+        self.worker.start()
+        self._make_subscriptions()
+        self._poll_timer = self.create_timer(self._poll_period(), self._poll_sync)
+        self._diag_timer = self.create_timer(self.cfg["diagnostics.period_s"], self._publish_diagnostics)
+        self._setup_tf()
+        self.add_on_set_parameters_callback(self._validate_parameters)
+        self.add_post_set_parameters_callback(self._apply_parameters)
+        d = self.backend.describe()
+        self.get_logger().info(
+            f"ready: {len(self.cameras)} cameras {list(self.cameras)}, rig {self.calibration.rig.name}, "
+            f"backend {d.get('backend')} ({d.get('precision')}), grid {self.calibration.rig.grid_shape} "
+            f"x {self.calibration.rig.channels} ch, sync slop {self.cfg['sync.slop_s']} s, "
+            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}")
+
+    # start-up ---------------------------------------------------------------------------
+    def _declare_and_validate(self) -> dict:
+        values, errors = {}, []
+        for spec in P.PARAMS:
+            try:
+                values[spec.name] = self.declare_parameter(spec.name, spec.default, descriptor(spec)).value
+            except Exception as e:  # wrong type or out of range in the overrides: say which
+                errors.append(f"{spec.name}: {e}")
+        errors += P.check_all(values) if not errors else []
+        if errors:
+            raise StartupError("; ".join(errors))
+        return values
+
+    def _load_calibration(self) -> LiveCalibration:
+        path = self.cfg["rig_file"] or str(config_dir() / DEFAULT_RIG)
+        if not Path(path).is_file():
+            raise StartupError(f"rig_file: {path} does not exist")
+        try:
+            calib = LiveCalibration(load_rig(path), self.cfg["camera_names"])
+        except RigError as e:
+            raise StartupError(f"rig_file {path}: {e}") from None
+        if self.cfg["sync.min_cameras"] > len(calib.camera_names):
+            raise StartupError(f"sync.min_cameras: {self.cfg['sync.min_cameras']} > number of cameras "
+                               f"{len(calib.camera_names)}")
+        return calib
+
+    def _declare_extrinsics(self) -> None:
+        """``extrinsics.<camera>`` overrides: [tx, ty, tz, qw, qx, qy, qz] camera->ego, [] = rig YAML."""
+        for cam in self.cameras:
+            name = P.extrinsics_param(cam)
+            d = ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
+                                    description=f"camera->ego pose of {cam}: [tx, ty, tz, qw, qx, qy, qz]; "
+                                                "empty = rig YAML (TF overrides both when enabled)")
+            try:
+                value = list(self.declare_parameter(name, [], d).value or [])
+            except Exception as e:
+                raise StartupError(f"{name}: {e}") from None
+            if value:
+                err = self.calibration.check_only_extrinsics_vector(cam, value)
+                if err:
+                    raise StartupError(err)
+                self.calibration.update_extrinsics_vector(cam, value)
+
+    def _create_backend(self):
+        requested = self.cfg["backend"]
+        try:
+            backend = create_backend(requested, self.cfg["precision"], fallback=self.cfg["backend_fallback"])
+        except (BackendUnavailable, ValueError) as e:
+            raise StartupError(f"backend {requested!r}: {e}") from None
+        if requested not in ("best", backend.name):
+            # create_backend logged the reason through Python logging; say it once in ROS too
+            self.get_logger().warning(f"backend {requested!r} unavailable here; running {backend.name!r} "
+                                      f"(precision {backend.precision}) instead")
+        return backend, requested
+
+    def _sync_args(self):
+        c = self.cfg
+        return (c["sync.slop_s"], c["sync.camera_timeout_s"], c["sync.missing_camera_policy"],
+                c["sync.min_cameras"], c["sync.max_pending_sets"])
+
+    def _make_publishers(self) -> None:
+        from bevpool_msgs.msg import BevFeature
+        from diagnostic_msgs.msg import DiagnosticArray
+        from sensor_msgs.msg import Image
+
+        out_qos = make_qos(self.cfg["output.qos_reliability"], self.cfg["output.qos_depth"])
+        self.bev_pub = self.create_publisher(BevFeature, self.cfg["output.bev_topic"], out_qos)
+        self.image_pub = self.create_publisher(Image, self.cfg["output.image_topic"], out_qos)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+
+    def _make_subscriptions(self) -> None:
+        from bevpool_msgs.msg import Tensor
+        from sensor_msgs.msg import CameraInfo
+
+        in_qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])
+        events = self._event_callbacks()
+        self._subs = []
+        mf = self._message_filters() if self.cfg["sync.use_message_filters"] else None
+        for cam in self.cameras:
+            for stream in ("depth", "feat"):
+                topic = self.cfg[f"input.{stream}_topic"].format(camera=cam)
+                if mf is None:
+                    cb = (lambda m, c=cam, s=stream: self._on_tensor(m, c, s))
+                    self._subs.append(self.create_subscription(Tensor, topic, cb, in_qos, event_callbacks=events))
+                else:
+                    self._subs.append(mf.Subscriber(self, Tensor, topic, qos_profile=in_qos))
+            info_topic = self.cfg["input.camera_info_topic"].format(camera=cam)
+            self._subs.append(self.create_subscription(
+                CameraInfo, info_topic, lambda m, c=cam: self._on_camera_info(m, c), camera_info_qos()))
+        if mf is not None:
+            filters = [s for s in self._subs if isinstance(s, mf.Subscriber)]
+            self._mf_sync = mf.ApproximateTimeSynchronizer(
+                filters, queue_size=self.cfg["sync.max_pending_sets"] * 2, slop=self.cfg["sync.slop_s"])
+            self._mf_sync.registerCallback(self._on_message_filters_set)
+
+    def _message_filters(self):
+        try:
+            import message_filters
+        except ImportError:
+            self.get_logger().warning("sync.use_message_filters is set but message_filters is not installed; "
+                                      "using the built-in camera-set synchroniser")
+            return None
+        return message_filters
+
+    def _event_callbacks(self):
+        """Count samples the middleware reports lost (a flood beyond the queue depth)."""
+        try:
+            from rclpy.event_handler import SubscriptionEventCallbacks
+
+            return SubscriptionEventCallbacks(message_lost=lambda info: self._count(
+                "dds_message_lost", max(1, int(getattr(info, "total_count_change", 1)))))
+        except Exception:
+            return None
+
+    def _setup_tf(self) -> None:
+        self._tf_buffer = None
+        if not self.cfg["calibration.use_tf"]:
+            return
+        try:
+            from tf2_ros import Buffer, TransformListener
+        except ImportError:
+            self.get_logger().info("tf2_ros not installed: extrinsics from the rig YAML / extrinsics.* parameters")
+            return
+        self._tf_buffer = Buffer()
+        self._tf_listener = TransformListener(self._tf_buffer, self)
+        self._tf_timer = self.create_timer(self.cfg["calibration.tf_period_s"], self._update_from_tf)
+
+    # input callbacks --------------------------------------------------------------------
+    def _check_tensor(self, msg, camera: str, stream: str) -> np.ndarray:
+        header = inspect_header(msg, self.cfg["input.max_tensor_bytes"])
+        arr = to_float(msg, header, self.cfg["input.check_finite"])
+        rig = self.calibration.rig
+        N, D, H, W = rig.depth_shape
+        if stream == "depth":
+            want = (D, H, W)
+        else:
+            layout = header.layout or self.cfg["input.feature_layout"]
+            if layout not in ("HWC", "CHW"):
+                raise TensorError("bad_shape", f"feature layout {layout!r} (expected HWC or CHW)")
+            if layout == "CHW" and arr.ndim == 3:
+                arr = arr.transpose(1, 2, 0)  # a view; the one copy happens when the set is stacked
+            want = (H, W, rig.channels)
+        if arr.shape != want:
+            raise TensorError("bad_shape", f"{stream} shape {tuple(arr.shape)} != expected {want}")
+        return arr
+
+    def _on_tensor(self, msg, camera: str, stream: str) -> None:
+        now = time.perf_counter()
+        try:
+            arr = self._check_tensor(msg, camera, stream)
+        except TensorError as e:
+            self._drop(e.reason, f"{camera}/{stream}: {e.detail}")
+            return
+        with self._sync_lock:
+            sets = self.sync.add(camera, stream, stamp_to_ns(msg.header.stamp), arr, now)
+        for s in sets:
+            self.worker.submit(s)
+
+    def _on_message_filters_set(self, *msgs) -> None:
+        """All 2N tensors of one ApproximateTime set, in subscription order (camera, depth/feat)."""
+        now = time.perf_counter()
+        from .sync import CameraSet
+
+        frames = {}
+        for i, msg in enumerate(msgs):
+            cam, stream = self.cameras[i // 2], ("depth", "feat")[i % 2]
+            try:
+                arr = self._check_tensor(msg, cam, stream)
+            except TensorError as e:
+                self._drop(e.reason, f"{cam}/{stream}: {e.detail}")
+                return
+            frames.setdefault(cam, {})[stream] = (stamp_to_ns(msg.header.stamp), arr)
+        self.worker.submit(CameraSet(frames, self.cameras, (), now, now, True))
+
+    def _on_camera_info(self, msg, camera: str) -> None:
+        self._camera_frames[camera] = msg.header.frame_id
+        if not self.cfg["calibration.use_camera_info"]:
+            return
+        key = (tuple(msg.k), msg.width, msg.height)
+        if self._camera_info_seen.get(camera) == key:
+            return  # unchanged: the common case at camera rate
+        try:
+            changed = self.calibration.update_intrinsics(camera, msg.k, msg.width, msg.height)
+        except RigError as e:
+            self._camera_info_seen.pop(camera, None)
+            self._drop("camera_info_rejected", f"{camera}: CameraInfo inconsistent with the feature map: {e}")
+            return
+        self._camera_info_seen[camera] = key
+        if changed:
+            self._count("calibration_changes")
+            self.get_logger().info(f"{camera}: new intrinsics from CameraInfo; scatter map will be rebuilt")
+
+    def _update_from_tf(self) -> None:
+        from rclpy.time import Time
+
+        for cam, frame in list(self._camera_frames.items()):
+            if not frame:
+                continue
+            try:
+                tf = self._tf_buffer.lookup_transform(self.cfg["ego_frame"], frame, Time())
+            except Exception as e:
+                self.warn("tf_lookup", f"TF {self.cfg['ego_frame']} <- {frame} unavailable: {e}")
+                continue
+            t, q = tf.transform.translation, tf.transform.rotation
+            try:
+                if self.calibration.update_extrinsics_vector(cam, [t.x, t.y, t.z, q.w, q.x, q.y, q.z]):
+                    self._count("calibration_changes")
+            except RigError as e:
+                self._drop("tf_rejected", f"{cam}: {e}")
+
+    def _poll_sync(self) -> None:
+        with self._sync_lock:
+            sets = self.sync.poll(time.perf_counter())
+        for s in sets:
+            self.worker.submit(s)
+
+    def _poll_period(self) -> float:
+        return min(0.05, max(0.002, self.cfg["sync.camera_timeout_s"] / 4))
+
+    # results ----------------------------------------------------------------------------
+    def _publish_result(self, r: PoolResult) -> None:
+        """Runs in the pooling thread."""
+        s = r.camera_set
+        d = self.backend.describe()
+        msg = bev_feature_msg(
+            r.bev, r.rig, s.stamp_ns, self.cfg["ego_frame"], cameras=list(s.frames),
+            camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
+            backend=str(d.get("backend", self.backend.name)), precision=str(d.get("precision", "")),
+            dtype=self.cfg["output.bev_dtype"])
+        self.bev_pub.publish(msg)
+        done = time.perf_counter()
+        latency = done - s.last_arrival
+        self.latency.add(latency * 1e3)
+        self.pool_time.add(r.pool_s * 1e3)
+        self.overhead.add((latency - r.pool_s) * 1e3)
+        self._published += 1
+        self._count("published" if s.complete else "published_partial")
+        if self.cfg["output.publish_image"] and self._published % self.cfg["output.image_every_n"] == 0:
+            if self.image_pub.get_subscription_count() > 0:  # the image costs a few ms: only when watched
+                self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), msg.header))
+
+    def _on_rebuild(self, rig) -> None:
+        self._count("scatter_map_rebuilds")
+        self.get_logger().info(f"scatter map rebuilt for calibration {rig.digest()}")
+
+    def _count(self, reason: str, n: int = 1) -> None:
+        with self._counts_lock:
+            self.counts[reason] += n
+
+    def _drop(self, reason: str, detail: str) -> None:
+        self._count(reason)
+        self.warn(reason, f"dropped ({reason}): {detail}")
+
+    # diagnostics ------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        with self._counts_lock:
+            counts = Counter(self.counts)
+        with self._sync_lock:
+            sync_counts = Counter(self.sync.counts)
+            missing = Counter(self.sync.missing_by_camera)
+            pending = self.sync.pending_sets
+        d = self.backend.describe()
+        lat, pool, over = self.latency.percentiles(), self.pool_time.percentiles(), self.overhead.percentiles()
+        values = {
+            "backend": d.get("backend", self.backend.name), "backend_requested": self.backend_requested,
+            "precision": d.get("precision", ""), "regime": d.get("regime", "n/a"), "device": d.get("device", ""),
+            "cameras": len(self.cameras), "calibration": self.calibration.rig.digest(),
+            "sets_published": counts["published"] + counts["published_partial"],
+            "sets_published_partial": counts["published_partial"],
+            "latency_p50_ms": lat[50], "latency_p95_ms": lat[95], "latency_p99_ms": lat[99],
+            "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
+            "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
+            "pending_sets": pending, "worker_queue": self.worker.queued,
+        }
+        for k, v in sorted(sync_counts.items()):
+            values[f"sync_{k}"] = v
+        for k, v in sorted(counts.items()):
+            if k not in ("published", "published_partial"):
+                values[f"dropped_{k}" if k not in ("calibration_changes", "scatter_map_rebuilds") else k] = v
+        for cam, v in sorted(missing.items()):
+            values[f"missing_{cam}"] = v
+        for cam, why in self.calibration.invalid.items():
+            values[f"invalid_calibration_{cam}"] = why
+        return values
+
+    def _publish_diagnostics(self) -> None:
+        values = self.snapshot()
+        drop_keys = [k for k in values if k.startswith("dropped_") or k in (
+            "sync_incomplete_timeout", "sync_evicted", "sync_superseded", "sync_late", "sync_duplicate",
+            "sync_out_of_order")]
+        new = {k: int(values[k]) - self._last_diag_counts.get(k, 0) for k in drop_keys}
+        self._last_diag_counts.update({k: int(values[k]) for k in drop_keys})
+        fresh = {k: v for k, v in new.items() if v > 0}
+        if self.calibration.invalid:
+            level, text = "ERROR", f"no usable calibration for {sorted(self.calibration.invalid)}"
+        elif fresh:
+            level, text = "WARN", "drops since last report: " + ", ".join(f"{k}={v}" for k, v in sorted(fresh.items()))
+        elif self.backend_requested not in ("best", self.backend.name):
+            level, text = "WARN", f"running {self.backend.name}, {self.backend_requested} unavailable"
+        else:
+            level, text = "OK", f"{values['sets_published']} sets published"
+        self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(),
+                                               f"{self.get_name()}: bev pooling", str(values["device"]),
+                                               level, text, values))
+
+    # parameters at run time ---------------------------------------------------------------
+    def _validate_parameters(self, changes) -> SetParametersResult:
+        proposed = dict(self.cfg)
+        errors = []
+        for p in changes:
+            if p.name.startswith("extrinsics."):
+                cam = p.name.split(".", 1)[1]
+                value = list(p.value or [])
+                if cam not in self.cameras:
+                    errors.append(f"{p.name}: unknown camera")
+                elif value:
+                    err = self.calibration.check_only_extrinsics_vector(cam, value)
+                    errors += [err] if err else []
+                continue
+            if p.name in P.BY_NAME:
+                proposed[p.name] = p.value
+        errors += [e for p in changes if p.name in P.BY_NAME and (e := P.check(p.name, p.value))]
+        if not errors and proposed["sync.min_cameras"] > len(self.cameras):
+            errors.append(f"sync.min_cameras: {proposed['sync.min_cameras']} > number of cameras {len(self.cameras)}")
+        if errors:
+            self._count("parameter_rejected")
+            self.get_logger().warning("parameter change rejected: " + "; ".join(errors))
+            return SetParametersResult(successful=False, reason="; ".join(errors))
+        return SetParametersResult(successful=True)
+
+    def _apply_parameters(self, changes) -> None:
+        for p in changes:
+            if p.name.startswith("extrinsics.") and p.value:
+                if self.calibration.update_extrinsics_vector(p.name.split(".", 1)[1], list(p.value)):
+                    self._count("calibration_changes")
+            elif p.name in P.BY_NAME:
+                self.cfg[p.name] = p.value
+        names = {p.name for p in changes}
+        if names & set(_SYNC_PARAMS):
+            with self._sync_lock:
+                self.sync.configure(*self._sync_args())
+            self._poll_timer.cancel()
+            self.destroy_timer(self._poll_timer)
+            self._poll_timer = self.create_timer(self._poll_period(), self._poll_sync)
+        if "processing.queue_size" in names:
+            self.worker.queue_size = self.cfg["processing.queue_size"]
+        if "diagnostics.latency_window" in names:
+            for s in (self.latency, self.pool_time, self.overhead):
+                s.resize(self.cfg["diagnostics.latency_window"])
+        if "diagnostics.period_s" in names:
+            self._diag_timer.cancel()
+            self.destroy_timer(self._diag_timer)
+            self._diag_timer = self.create_timer(self.cfg["diagnostics.period_s"], self._publish_diagnostics)
+        if "log_throttle_s" in names:
+            self.warn.period = self.cfg["log_throttle_s"]
+
+    # shutdown ---------------------------------------------------------------------------
+    def destroy_node(self):
+        self.worker.stop()
+        self.backend.close()
+        return super().destroy_node()

@@ -1,0 +1,142 @@
+"""Every parameter of bevpool_node in one table: type, default, range/choices, description.
+
+The node declares its parameters from this table (with ParameterDescriptors carrying the
+ranges), validates them at start-up and in the on-set-parameters callback with the same
+:func:`check`, the launch file and docs/ros_interface.md are checked against it by tests.
+No ROS import here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str                 # bool | integer | double | string | string_array
+    default: Any
+    description: str
+    choices: tuple = ()
+    low: float | None = None  # inclusive range for numbers
+    high: float | None = None
+    read_only: bool = False   # fixed after start-up (changing it needs a restart)
+
+    def check(self, value: Any) -> str | None:
+        """None when ``value`` is acceptable, else a message naming the parameter."""
+        t = self.type
+        ok_type = {
+            "bool": isinstance(value, bool),
+            "integer": isinstance(value, int) and not isinstance(value, bool),
+            "double": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "string": isinstance(value, str),
+            "string_array": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
+        }[t]
+        if not ok_type:
+            return f"{self.name}: expected {t}, got {value!r}"
+        if t in ("integer", "double"):
+            if not math.isfinite(float(value)):
+                return f"{self.name}: must be finite, got {value}"
+            if self.low is not None and value < self.low:
+                return f"{self.name}: {value} below minimum {self.low}"
+            if self.high is not None and value > self.high:
+                return f"{self.name}: {value} above maximum {self.high}"
+        if self.choices and value not in self.choices:
+            return f"{self.name}: {value!r} not one of {list(self.choices)}"
+        return None
+
+
+MiB = 1 << 20
+PARAMS: tuple[Param, ...] = (
+    # calibration and geometry
+    Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
+          "config/rigs/nuscenes_bevdet_r50.yaml from the package.", read_only=True),
+    Param("camera_names", "string_array", [], "Cameras to subscribe, a subset of the rig's, in rig "
+          "order. Empty: all rig cameras.", read_only=True),
+    Param("ego_frame", "string", "base_link", "frame_id of the BEV message (the ego frame) and TF target."),
+    Param("calibration.use_camera_info", "bool", True, "Take intrinsics (K, width, height) from each "
+          "camera's CameraInfo; a change rebuilds the scatter map."),
+    Param("calibration.use_tf", "bool", True, "Take camera->ego extrinsics from TF (ego_frame <- "
+          "CameraInfo.header.frame_id) when tf2_ros is installed; otherwise the rig YAML's."),
+    Param("calibration.tf_period_s", "double", 1.0, "How often TF extrinsics are looked up.", low=0.05, high=60.0),
+    # backend
+    Param("backend", "string", "best", "Pooling backend; unavailable ones fall back "
+          "tensorrt -> cuda -> cpu with one warning. 'best' = first available.",
+          choices=("best", "tensorrt", "cuda", "cpu"), read_only=True),
+    Param("precision", "string", "fp16", "Kernel precision (cpu always computes fp32). 'auto' keeps "
+          "fp8 only where it measures faster and within tolerance.",
+          choices=("fp32", "fp16", "fp8", "auto"), read_only=True),
+    Param("backend_fallback", "bool", True, "Allow falling back to a simpler backend (else exit).", read_only=True),
+    # synchronisation
+    Param("sync.slop_s", "double", 0.02, "Largest stamp spread inside one camera set, seconds.", low=0.0, high=1.0),
+    Param("sync.camera_timeout_s", "double", 0.1, "A set still incomplete this long after its first "
+          "message is resolved by sync.missing_camera_policy, seconds.", low=0.001, high=10.0),
+    Param("sync.missing_camera_policy", "string", "drop", "Incomplete set at timeout: 'drop' it, or "
+          "'zero_fill' the missing cameras (listed in BevFeature.missing_cameras).",
+          choices=("drop", "zero_fill")),
+    Param("sync.min_cameras", "integer", 1, "zero_fill publishes only with at least this many cameras "
+          "present (<= number of cameras).", low=1, high=64),
+    Param("sync.max_pending_sets", "integer", 4, "Sets waiting for cameras at once; one more evicts the "
+          "oldest (bounds memory under floods).", low=1, high=64),
+    Param("sync.use_message_filters", "bool", False, "Use message_filters.ApproximateTimeSynchronizer "
+          "instead of the built-in synchroniser (only when message_filters is installed).", read_only=True),
+    # inputs
+    Param("input.depth_topic", "string", "cameras/{camera}/depth", "Depth Tensor topic ({camera} = name).", read_only=True),
+    Param("input.feat_topic", "string", "cameras/{camera}/feat", "Feature Tensor topic.", read_only=True),
+    Param("input.camera_info_topic", "string", "cameras/{camera}/camera_info", "CameraInfo topic.", read_only=True),
+    Param("input.feature_layout", "string", "HWC", "Layout assumed when a feature Tensor's layout is "
+          "empty; CHW is transposed once.", choices=("HWC", "CHW")),
+    Param("input.max_tensor_bytes", "integer", 64 * MiB, "Larger tensors are refused before any "
+          "allocation by the node.", low=1024, high=2 ** 31 - 1),
+    Param("input.check_finite", "bool", True, "Drop tensors holding NaN or Inf."),
+    Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
+          choices=("best_effort", "reliable"), read_only=True),
+    Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
+    # outputs
+    Param("output.bev_topic", "string", "bev/features", "BevFeature output topic.", read_only=True),
+    Param("output.image_topic", "string", "bev/image", "sensor_msgs/Image visualisation topic.", read_only=True),
+    Param("output.publish_image", "bool", True, "Publish the visualisation image."),
+    Param("output.image_every_n", "integer", 1, "Publish the image for every n-th BEV set.", low=1, high=1000),
+    Param("output.bev_dtype", "string", "float32", "dtype of the published BEV tensor.",
+          choices=("float32", "float16")),
+    Param("output.qos_reliability", "string", "reliable", "Output QoS reliability.",
+          choices=("best_effort", "reliable"), read_only=True),
+    Param("output.qos_depth", "integer", 2, "Output history depth (KEEP_LAST).", low=1, high=100, read_only=True),
+    # processing and reporting
+    Param("processing.queue_size", "integer", 2, "Complete sets waiting for the pooling thread; one more "
+          "drops the oldest (counted worker_busy).", low=1, high=16),
+    Param("diagnostics.period_s", "double", 1.0, "Period of /diagnostics messages, seconds.", low=0.05, high=60.0),
+    Param("diagnostics.latency_window", "integer", 1000, "Sets in the latency percentile window.", low=10, high=100000),
+    Param("log_throttle_s", "double", 2.0, "Minimum seconds between two warnings of the same kind.", low=0.0, high=3600.0),
+)
+BY_NAME = {p.name: p for p in PARAMS}
+
+
+def defaults() -> dict[str, Any]:
+    return {p.name: p.default for p in PARAMS}
+
+
+def check(name: str, value: Any) -> str | None:
+    spec = BY_NAME.get(name)
+    if spec is None:
+        return None  # not ours (e.g. use_sim_time, extrinsics.<camera>)
+    return spec.check(value)
+
+
+def check_all(values: dict[str, Any], num_cameras: int | None = None) -> list[str]:
+    """Every problem with a complete parameter set, including cross-parameter rules."""
+    errors = [e for n, v in values.items() if (e := check(n, v))]
+    if num_cameras is not None and "sync.min_cameras" in values and not errors:
+        if values["sync.min_cameras"] > num_cameras:
+            errors.append(f"sync.min_cameras: {values['sync.min_cameras']} > number of cameras {num_cameras}")
+    for n in ("input.depth_topic", "input.feat_topic", "input.camera_info_topic"):
+        v = values.get(n)
+        if isinstance(v, str) and "{camera}" not in v:
+            errors.append(f"{n}: must contain '{{camera}}', got {v!r}")
+    return errors
+
+
+def extrinsics_param(camera: str) -> str:
+    """Per-camera extrinsics override: [tx, ty, tz, qw, qx, qy, qz] camera->ego (empty = rig YAML)."""
+    return f"extrinsics.{camera}"
