@@ -45,7 +45,7 @@ def encode(values: np.ndarray) -> np.ndarray:
     d_lo = mag - _FINITE_VALUES[lo]
     pick_lo = (d_lo < d_hi) | ((d_lo == d_hi) & (_FINITE_CODES[lo] % 2 == 0))
     code = np.where(pick_lo, _FINITE_CODES[lo], _FINITE_CODES[hi]).astype(np.uint8)
-    code = np.where(np.signbit(v) & (code != 0), code | 0x80, code)
+    code = np.where(np.signbit(v), code | 0x80, code)  # keeps -0.0 as 0x80
     return np.where(np.isnan(v), np.uint8(0x7F), code).astype(np.uint8)
 
 

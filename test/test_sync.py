@@ -1,0 +1,161 @@
+"""Camera-set synchroniser: policy, every outcome counted, bounded under floods (no ROS)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from bevpool_ros.node.sync import STREAMS, CameraSetSynchronizer
+
+CAMS = ("A", "B", "C")
+MS = 1_000_000
+
+
+def feed(sync, cam, stamp, now, streams=STREAMS):
+    out = []
+    for s in streams:
+        out += sync.add(cam, s, stamp, (cam, s, stamp), now)
+    return out
+
+
+def full_set(sync, stamp, now, cams=CAMS):
+    out = []
+    for c in cams:
+        out += feed(sync, c, stamp, now)
+    return out
+
+
+def test_complete_set_is_emitted_at_once_with_the_newest_stamp():
+    s = CameraSetSynchronizer(CAMS, slop=0.01)
+    out = feed(s, "A", 100 * MS, 0.0) + feed(s, "B", 103 * MS, 0.001)
+    assert out == []
+    out = feed(s, "C", 105 * MS, 0.002)
+    assert len(out) == 1 and out[0].complete and out[0].missing == ()
+    assert out[0].stamp_ns == 105 * MS and out[0].camera_stamp_ns("A") == 100 * MS
+    assert out[0].frames["B"]["feat"][1] == ("B", "feat", 103 * MS)
+    assert s.counts == {"accepted_messages": 6, "sets_complete": 1}
+
+
+def test_stamps_beyond_slop_form_separate_sets():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    feed(s, "A", 100 * MS, 0.0)
+    feed(s, "B", 120 * MS, 0.0)  # 20 ms away: not the same capture
+    assert s.pending_sets == 2
+
+
+def test_a_late_camera_does_not_cost_the_others_their_set():
+    """ApproximateTime would discard; here the set waits for the late camera within the timeout."""
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=0.2)
+    full_set(s, 100 * MS, 0.0, cams=("A", "B"))
+    feed(s, "A", 150 * MS, 0.05)
+    feed(s, "B", 150 * MS, 0.05)           # the next frame starts while C is still late
+    out = feed(s, "C", 100 * MS, 0.12)     # C's first frame arrives 120 ms late
+    assert [o.stamp_ns for o in out] == [100 * MS] and out[0].complete
+    out = feed(s, "C", 150 * MS, 0.13)
+    assert [o.stamp_ns for o in out] == [150 * MS]
+    assert s.counts["sets_complete"] == 2 and s.counts["incomplete_timeout"] == 0
+
+
+def test_missing_camera_drop_policy_counts_timeout_and_camera():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=0.1)
+    full_set(s, 100 * MS, 0.0, cams=("A", "B"))
+    assert s.poll(0.05) == []
+    assert s.poll(0.1) == []
+    assert s.counts["incomplete_timeout"] == 1 and s.missing_by_camera == {"C": 1}
+    assert feed(s, "C", 100 * MS, 0.2) == [] and s.counts["late"] == 2  # both streams of the straggler
+
+
+def test_missing_camera_zero_fill_policy_and_min_cameras():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=0.1, missing_policy="zero_fill", min_cameras=2)
+    full_set(s, 100 * MS, 0.0, cams=("A", "B"))
+    out = s.poll(0.1)
+    assert len(out) == 1 and not out[0].complete and out[0].missing == ("C",) and set(out[0].frames) == {"A", "B"}
+    feed(s, "A", 200 * MS, 0.2)
+    feed(s, "B", 200 * MS, 0.2, streams=("depth",))  # B half-present counts as missing
+    assert s.poll(0.31) == [] and s.counts["incomplete_timeout"] == 1  # only 1 camera < min_cameras
+    assert s.counts["sets_partial"] == 1
+
+
+def test_duplicate_out_of_order_and_late_stamps_are_dropped_and_counted():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    assert len(full_set(s, 100 * MS, 0.0)) == 1
+    assert full_set(s, 100 * MS, 0.01) == []          # the same set again
+    assert s.counts["duplicate"] == 6
+    feed(s, "A", 300 * MS, 0.02)
+    assert feed(s, "A", 250 * MS, 0.03) == []         # older than A's newest
+    assert s.counts["out_of_order"] == 2
+    full_set(s, 300 * MS, 0.04, cams=("B", "C"))      # completes 300
+    assert s.counts["sets_complete"] == 2
+    full_set(s, 400 * MS, 0.05, cams=("A", "C"))      # B misses 400 ...
+    assert s.poll(1.1) == [] and s.counts["incomplete_timeout"] == 1
+    assert feed(s, "B", 350 * MS, 1.2) == []           # ... new on B's stream, older than the last set
+    assert s.counts["late"] == 2
+
+
+def test_completing_a_newer_set_resolves_older_ones_first():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    full_set(s, 100 * MS, 0.0, cams=("A", "B"))       # C skipped this frame
+    out = full_set(s, 200 * MS, 0.05)
+    assert [o.stamp_ns for o in out] == [200 * MS]
+    assert s.counts["superseded"] == 1 and s.pending_sets == 0
+
+
+def test_flood_keeps_pending_sets_bounded_and_counts_every_message():
+    s = CameraSetSynchronizer(CAMS, slop=0.001, camera_timeout=10.0, max_pending=4)
+    n = 0
+    for i in range(5000):
+        for stream in STREAMS:  # only camera A: sets never complete
+            s.add("A", stream, (i + 1) * 10 * MS, None, 0.0)
+            n += 1
+        assert s.pending_sets <= 4
+    assert s.counts["accepted_messages"] == n
+    assert s.counts["evicted"] == 5000 - 4
+
+
+def test_out_of_order_arrival_and_resolution_keep_output_in_stamp_order():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=0.1, missing_policy="zero_fill")
+    feed(s, "A", 200 * MS, 0.00)
+    feed(s, "B", 100 * MS, 0.05)                       # older stamp, opened later
+    out = s.poll(0.11)                                 # only the 200 ms set expired ...
+    assert [o.stamp_ns for o in out] == [100 * MS, 200 * MS]  # ... but the older leaves first
+
+
+def test_configure_validates():
+    s = CameraSetSynchronizer(CAMS)
+    for bad in [dict(slop=-1), dict(camera_timeout=0), dict(missing_policy="wait"), dict(min_cameras=4),
+                dict(max_pending=0)]:
+        args = dict(slop=0.01, camera_timeout=0.1, missing_policy="drop", min_cameras=1, max_pending=4) | bad
+        with pytest.raises(ValueError):
+            s.configure(**args)
+    with pytest.raises(ValueError):
+        CameraSetSynchronizer(["A", "A"])
+    assert s.add("Z", "depth", 1, None, 0.0) == [] and s.counts["unknown_stream"] == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.permutations(list(itertools.product(CAMS, STREAMS))), st.lists(st.integers(0, 9), min_size=6, max_size=6))
+def test_any_arrival_order_within_slop_yields_one_complete_set(order, jitter_ms):
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    out = []
+    for (cam, stream), j in zip(order, jitter_ms):
+        out += s.add(cam, stream, 1000 * MS + j * MS, None, 0.0)
+    assert len(out) == 1 and out[0].complete
+    assert out[0].stamp_ns == 1000 * MS + max(jitter_ms) * MS
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(CAMS), st.sampled_from(STREAMS), st.integers(0, 50),
+                          st.floats(0, 0.05)), max_size=120))
+def test_every_message_has_exactly_one_outcome(events):
+    s = CameraSetSynchronizer(CAMS, slop=0.005, camera_timeout=0.02, max_pending=3)
+    now, emitted = 0.0, []
+    for cam, stream, stamp10ms, dt in events:
+        now += dt
+        emitted += s.add(cam, stream, stamp10ms * 10 * MS, None, now)
+    emitted += s.poll(now + 1.0)
+    c = s.counts
+    assert c["accepted_messages"] + c["duplicate"] + c["out_of_order"] + c["late"] == len(events)
+    stamps = [e.stamp_ns for e in emitted]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert s.pending_sets == 0
