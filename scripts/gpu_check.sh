@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
+# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--tune W1,W2]
+# Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
+# pytest.log, bench.log, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
+set -u -o pipefail
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+PY=${PY:-python3}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export BEVPOOL_KERNEL_CACHE=${BEVPOOL_KERNEL_CACHE:-/tmp/bevpool_kcache}
+RUN_TESTS=1 RUN_NCU=1 TUNE=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-tests) RUN_TESTS=0 ;;
+    --no-ncu) RUN_NCU=0 ;;
+    --tune) TUNE="$2"; shift ;;
+    *) echo "unknown flag $1"; exit 2 ;;
+  esac
+  shift
+done
+status=0
+
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
+  $PY -c 'import sys, numpy, cuda.bindings; print(sys.version); print("numpy", numpy.__version__, "cuda-bindings", cuda.bindings.__version__)'
+  $PY -m pip list 2>/dev/null | grep -i -E "nvrtc|cuda-runtime|pyyaml|hypothesis|pytest" || true
+  t0=$(date +%s.%N)
+  $PY -c 'from bevpool_ros.backends.cuda.nvrtc_build import get_kernel_image, nvrtc_version; print("nvrtc", nvrtc_version()); print("sm_90 cubin bytes", len(get_kernel_image("sm_90")))'
+  echo "compile s: $(echo "$(date +%s.%N) - $t0" | bc 2>/dev/null)"
+} > "$OUT/env.txt" 2>&1 || status=1
+cat "$OUT/env.txt"
+
+if [ "$RUN_TESTS" = 1 ]; then
+  rm -f "$OUT/gpu_report.jsonl"
+  BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 300 $PY -m pytest -q -x --no-header -p no:cacheprovider \
+      test/test_cuda_backend_gpu.py -m gpu 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
+fi
+
+# shellcheck disable=SC2086
+timeout 360 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
+    ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^tune" || status=1
+
+if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
+  timeout 150 ncu --clock-control none -k regex:bevpool_ \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats \
+      $PY -m bevpool_ros.cli.bench --ncu-once ${NCU_WORKLOADS:-canonical,blog49,very_large} ${BENCH_ARGS:-} \
+      > "$OUT/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
+  grep -E "bevpool_|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput" "$OUT/ncu.txt" | head -120
+fi
+exit $status

@@ -1,0 +1,78 @@
+"""Every kernel compiles with NVRTC for every target arch (no GPU needed), and the disk cache
+is private: world-writable or foreign cached files are refused and rebuilt."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+nvrtc_build = pytest.importorskip("bevpool_ros.backends.cuda.nvrtc_build")
+pytest.importorskip("cuda.bindings.nvrtc")
+
+from bevpool_ros.backends.cuda.launch import ALL_KERNELS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def kernel_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("kcache")
+
+
+@pytest.fixture(scope="session")
+def cubins(kernel_cache):
+    return {arch: nvrtc_build.get_kernel_image(arch, cache_dir=kernel_cache)
+            for arch in nvrtc_build.TARGET_ARCHS}
+
+
+def test_nvrtc_is_pinned_to_13_0():
+    # NVRTC newer than the driver's CUDA emits PTX the lent GPU's driver rejects
+    assert nvrtc_build.nvrtc_version()[0] == 13
+
+
+@pytest.mark.parametrize("arch", nvrtc_build.TARGET_ARCHS)
+def test_every_kernel_compiles(cubins, arch):
+    image = cubins[arch]
+    assert image[:4] == b"\x7fELF", "expected a CUBIN (ELF)"
+    for name in ALL_KERNELS:
+        assert name.encode() in image, f"{name} missing from the {arch} CUBIN"
+
+
+def test_ptx_for_forward_compatibility():
+    ptx, _ = nvrtc_build.compile_source("compute_90", want="ptx")
+    assert b".entry bevpool_v3_fp16_dram" in ptx
+
+
+def test_cache_hit_and_private_dir(cubins, kernel_cache):
+    assert stat.S_IMODE(kernel_cache.stat().st_mode) == 0o700
+    files = list(kernel_cache.glob("bevpool_sm_90_*.cubin"))
+    assert len(files) == 1
+    assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
+    # a cache hit returns the stored bytes without compiling
+    assert nvrtc_build.get_kernel_image("sm_90", cache_dir=kernel_cache) == files[0].read_bytes()
+
+
+def test_world_writable_cache_file_is_refused(tmp_path):
+    cache = tmp_path / "c"
+    first = nvrtc_build.get_kernel_image("sm_90", cache_dir=cache)
+    (path,) = cache.glob("*.cubin")
+    path.write_bytes(b"planted by someone else")
+    os.chmod(path, 0o666)
+    again = nvrtc_build.get_kernel_image("sm_90", cache_dir=cache)
+    assert again == first  # rebuilt, the planted file was not used
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_cache_key_changes_with_inputs():
+    src = nvrtc_build.source_bundle()
+    k = nvrtc_build.cache_key("sm_90", ("a",), src)
+    assert k != nvrtc_build.cache_key("sm_89", ("a",), src)
+    assert k != nvrtc_build.cache_key("sm_90", ("b",), src)
+    changed = dict(src, **{"bevpool_v3.cuh": src["bevpool_v3.cuh"] + b"\n// edit\n"})
+    assert k != nvrtc_build.cache_key("sm_90", ("a",), changed)
+
+
+def test_compile_error_carries_log():
+    bad = dict(nvrtc_build.source_bundle())
+    bad["bevpool_kernels.cu"] = b"this is not CUDA;"
+    with pytest.raises(nvrtc_build.CompileError, match="NVRTC compile"):
+        nvrtc_build.compile_source("sm_90", sources=bad)

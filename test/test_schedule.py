@@ -1,0 +1,184 @@
+"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, the kernel's reduction
+rule (numpy mirror) against the FP64 reference, kernel choice and grids, FP8 helpers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bevpool_ros.backends.cuda import fp8
+from bevpool_ros.backends.cuda import launch as L
+from bevpool_ros.backends.cuda.precision_select import decide, fp8_within_tolerance
+from bevpool_ros.backends.cuda.schedule import (build_v3_schedule, check_schedule, emulate_v3,
+                                                points_per_slot, split_evenly, v2do_intervals)
+from bevpool_ros.backends.cuda.timing import rotation_sets
+from bevpool_ros.reference import pool_reference
+from bevpool_ros.scatter_map import scatter_map_from_ranks
+
+
+def skewed_map(rng, cells=(1, 12, 20), points=3000, channels=16, hot=900):
+    """Random map with one very long interval (hot cell) and many short ones."""
+    n_cells = int(np.prod(cells))
+    bev = np.concatenate([rng.integers(0, n_cells, points - hot), np.full(hot, 7)])
+    order = np.argsort(bev, kind="stable")
+    depth_n = points * 2
+    rd = rng.integers(0, depth_n, points)[order]
+    rf = rng.integers(0, 50, points)[order]
+    return scatter_map_from_ranks(rd, rf, bev[order], depth_shape=(1, 1, 1, depth_n), grid_shape=cells,
+                                  channels=channels)
+
+
+def inputs(smap, rng):
+    return rng.random(smap.depth_shape), rng.uniform(-1, 1, smap.feat_shape)
+
+
+@pytest.mark.parametrize("k_min,block", [(8, 256), (4, 128), (16, 64), (1, 32)])
+def test_schedule_invariants_and_emulation_skewed(k_min, block):
+    rng = np.random.default_rng(k_min * 1000 + block)
+    smap = skewed_map(rng)
+    sched = build_v3_schedule(smap, k_min=k_min, block=block)
+    check_schedule(smap, sched)
+    assert sched.points_per_slot == points_per_slot(900 + 0, k_min, block) or sched.points_per_slot >= k_min
+    assert sched.max_team * sched.points_per_slot >= int(smap.interval_lengths.max())
+    assert sched.max_team <= block
+    d, f = inputs(smap, rng)
+    np.testing.assert_allclose(emulate_v3(smap, sched, d, f), pool_reference(d, f, smap), atol=1e-9)
+
+
+def test_canonical_schedule(canonical_map):
+    sched = build_v3_schedule(canonical_map)
+    check_schedule(canonical_map, sched)
+    # the longest interval (464 points) no longer has one serial owner
+    assert sched.points_per_slot <= 16
+    assert int(sched.slots[:, 1].max()) <= sched.points_per_slot
+    assert sched.num_teams > 0
+    assert sched.empty_cells.size + canonical_map.num_intervals == canonical_map.num_cells
+    rng = np.random.default_rng(3)
+    d, f = inputs(canonical_map, rng)
+    np.testing.assert_allclose(emulate_v3(canonical_map, sched, d, f),
+                               pool_reference(d, f, canonical_map), atol=1e-9)
+
+
+def test_teams_never_cross_a_block():
+    rng = np.random.default_rng(5)
+    smap = skewed_map(rng, hot=2000, points=4000)
+    sched = build_v3_schedule(smap, k_min=2, block=64)
+    lane = np.arange(sched.num_slots) % 64
+    assert np.all(sched.slots[:, 3] > lane) and np.all(sched.slots[:, 3] <= 64)
+    assert sched.points_per_slot == -(-2000 // 64)  # K grows so the team fits one block
+
+
+def test_points_per_slot_rule():
+    assert points_per_slot(464, 8, 256) == 8
+    assert points_per_slot(2937, 8, 256) == 12
+    assert points_per_slot(5, 8, 256) == 8
+    with pytest.raises(ValueError):
+        build_v3_schedule(skewed_map(np.random.default_rng(0)), block=100)
+
+
+@pytest.mark.parametrize("length,parts", [(464, 58), (10, 3), (7, 7), (100, 1)])
+def test_split_evenly(length, parts):
+    s = split_evenly(length, parts)
+    assert s.sum() == length and s.size == parts and s.max() - s.min() <= 1
+
+
+def test_empty_map_schedule():
+    smap = scatter_map_from_ranks([], [], [], depth_shape=(1, 1, 2, 2), grid_shape=(1, 2, 2), channels=8)
+    sched = build_v3_schedule(smap)
+    check_schedule(smap, sched)
+    assert sched.empty_cells.size == 4 and sched.num_slots == sched.block
+
+
+def test_v2do_intervals(canonical_map):
+    iv = v2do_intervals(canonical_map)
+    assert iv.shape == (canonical_map.num_intervals, 3)
+    assert np.all(iv[:, 1] - iv[:, 0] == canonical_map.interval_lengths)
+
+
+# ---- launch geometry ------------------------------------------------------------------------
+@pytest.mark.parametrize("c,prec,regime,name", [
+    (80, "fp16", "DRAM-bound", "bevpool_v3_fp16_dram"),
+    (80, "fp16", "L2-resident", "bevpool_v3_fp16_l2"),
+    (88, "fp16", "DRAM-bound", "bevpool_v3_fp16_l2"),      # 88 % 16 != 0: 8-channel tile
+    (36, "fp16", "L2-resident", "bevpool_v3_fp16_t4"),
+    (80, "fp8", "L2-resident", "bevpool_v3_fp8_c80"),
+    (128, "fp8", "L2-resident", "bevpool_v3_fp8_c128"),
+    (256, "fp8", "DRAM-bound", "bevpool_v3_fp8_c256"),
+    (96, "fp8", "L2-resident", "bevpool_v3_fp8_t16"),
+    (40, "fp8", "L2-resident", "bevpool_v3_fp8_t8"),
+    (12, "fp8", "L2-resident", "bevpool_v3_fp8_t4"),
+])
+def test_kernel_choice(c, prec, regime, name):
+    info = L.choose_v3_kernel(c, prec, regime)
+    assert info.name == name and c % info.tile == 0
+
+
+def test_kernel_choice_f32_acc_and_unsupported():
+    assert L.choose_v3_kernel(80, "fp16", "DRAM-bound", acc="f32").name == "bevpool_v3_fp16_dram_f32acc"
+    with pytest.raises(L.UnsupportedShape):
+        L.choose_v3_kernel(30, "fp16", "L2-resident")
+    with pytest.raises(ValueError):
+        L.choose_v3_kernel(80, "fp32", "L2-resident")
+
+
+def test_v3_grid_covers_slots_and_empty_cells(canonical_map):
+    sched = build_v3_schedule(canonical_map, block=128)
+    info = L.choose_v3_kernel(80, "fp16", "DRAM-bound")
+    plan = L.plan_v3(canonical_map, sched, info)
+    gx, gy, _ = plan.grid
+    assert plan.block == (128, 1, 1)
+    assert gy == 80 // 16
+    assert gx * 128 >= sched.num_slots + sched.empty_cells.size
+    assert (gx - sched.compute_blocks) * 128 >= sched.empty_cells.size
+    assert not plan.zero_output_first and plan.out_dtype == "float32"
+    assert dict(plan.args)["f32"] == 1.0
+
+
+def test_v2_and_v2do_launches(canonical_map):
+    p2 = L.plan_v2(canonical_map)
+    assert p2.grid[0] * 256 >= canonical_map.num_intervals * 80 and p2.zero_output_first
+    pdo = L.plan_v2do(canonical_map)
+    assert pdo.kernel == "bevpool_v2do_pack10_fp16" and pdo.block == (8, 128, 1)
+    assert pdo.grid[1] * 128 >= canonical_map.num_intervals
+    assert L.v2do_pack(128) == 8
+    with pytest.raises(L.UnsupportedShape):
+        L.v2do_pack(36)
+
+
+def test_rotation_sets():
+    assert rotation_sets(200 << 20, 60 << 20) == 1
+    r = rotation_sets(6 << 20, 60 << 20)
+    assert r * (6 << 20) >= 2 * (60 << 20)
+
+
+# ---- FP8 helpers -----------------------------------------------------------------------------
+def test_fp8_roundtrip_and_rounding():
+    codes = np.arange(256, dtype=np.uint8)
+    finite = (codes & 0x7F) != 0x7F
+    vals = fp8.decode(codes[finite])
+    back = fp8.encode(vals)
+    # +0 and -0 both encode to +0
+    assert np.array_equal(fp8.decode(back), vals)
+    assert fp8.DECODE[0x7E] == 448.0 and fp8.encode(np.array([1e6]))[0] == 0x7E
+    x = np.random.default_rng(0).uniform(-400, 400, 10000)
+    rel = np.abs(fp8.decode(fp8.encode(x)) - x) / np.maximum(np.abs(x), 2.0 ** -6)
+    assert rel.max() <= 2.0 ** -4 + 1e-12
+    with pytest.raises(ValueError):
+        fp8.encode(np.array([np.nan]))
+    assert fp8.has_nan_codes(np.array([0x7F], np.uint8)) and not fp8.has_nan_codes(codes[finite])
+
+
+def test_fp8_scaling_rule():
+    x = np.array([0.3, -0.01])
+    s = fp8.pow2_scale(x)
+    assert 8.0 < 0.3 * s <= 16.0 and np.log2(s).is_integer()
+    assert fp8.pow2_scale(np.zeros(3)) == 1.0
+
+
+def test_auto_decision_and_tolerance():
+    assert decide(10.0, 8.0, True) == "fp8"
+    assert decide(10.0, 8.0, False) == "fp16"
+    assert decide(10.0, 12.0, True) == "fp16"
+    ref = np.ones(4)
+    ok, err = fp8_within_tolerance(np.full(4, 1.1, np.float16), ref, ref)
+    assert ok and abs(err - 0.1) < 1e-3
+    assert not fp8_within_tolerance(np.full(4, 2.0), ref, ref)[0]
