@@ -33,16 +33,16 @@ cat "$OUT/env.txt"
 
 if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
-  BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 300 $PY -m pytest -q -x --no-header -p no:cacheprovider \
+  BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q -x --no-header -p no:cacheprovider \
       test/test_cuda_backend_gpu.py -m gpu 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
 # shellcheck disable=SC2086
-timeout 360 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
+timeout 280 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
     ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^tune" || status=1
 
 if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
-  timeout 150 ncu --clock-control none -k regex:bevpool_ \
+  timeout 100 ncu --clock-control none -k regex:bevpool_ \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
       --section WarpStateStats --section SchedulerStats \
       $PY -m bevpool_ros.cli.bench --ncu-once ${NCU_WORKLOADS:-canonical,blog49,very_large} ${BENCH_ARGS:-} \
