@@ -1,0 +1,1 @@
+class TensorRTBackend: pass  # placeholder while building
