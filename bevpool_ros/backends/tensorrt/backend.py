@@ -1,1 +1,201 @@
-class TensorRTBackend: pass  # placeholder while building
+"""TensorRTBackend: prepare() loads or builds the engine for the map; pool() runs it.
+
+Construction fails with BackendUnavailable (so create_backend falls back to cuda, then cpu)
+when there is no TensorRT module, no GPU, or a GPU this TensorRT cannot run on (TensorRT-RTX
+refuses compute capability 9.0), or fp8 is asked for below SM89.
+
+precision: fp16 | fp8 | auto. auto follows the cuda backend's rule (precision_select.decide):
+FP8 only on SM89+, and only when its engine is measured faster than the FP16 engine AND its
+output is within the documented FP8 tolerance of the FP64 reference. The choice is cached per
+(GPU, map, TensorRT version).
+
+FP8 scales: an engine's output scale is a build-time constant (like static Q/DQ scales), set by
+the ``fp8_scales=(depth_scale, feat_scale)`` option. Raw E4M3 codes (uint8) are used as they come;
+float inputs are quantized on the host with those scales (saturating at +-448).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import numpy as np
+
+from ..base import Backend, BackendUnavailable, InputError, check_inputs
+from ...scatter_map import ScatterMap
+from .engine_cache import EngineCache, EngineKey
+from .targets import Target, TargetError, check_runnable, fp8_supported
+from .trt_import import TensorRTMissing, load_tensorrt
+
+log = logging.getLogger(__name__)
+FP16_INPUT_DTYPES = (np.float16, np.float32)
+FP8_INPUT_DTYPES = (np.uint8, np.float16, np.float32)
+
+
+class TensorRTBackend(Backend):
+    name = "tensorrt"
+
+    def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, fp8_scales=(1.0, 1.0),
+                 accumulate: str = "half2", kernel: str | None = None, k_min: int = 8, block: int = 256,
+                 trt_module: str | None = None, **_ignored):
+        super().__init__(precision)
+        if precision == "fp32":
+            raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
+        try:
+            self.lib = load_tensorrt(trt_module)
+        except TensorRTMissing as e:
+            raise BackendUnavailable(str(e)) from e
+        self.rt = _gpu_runtime(int(device))
+        dev = self.rt.device
+        try:
+            check_runnable(self.lib, dev.arch)
+        except TargetError as e:
+            raise BackendUnavailable(str(e)) from e
+        if precision == "fp8" and not fp8_supported(dev.arch):
+            raise BackendUnavailable(f"fp8 needs SM89+, {dev.name} is {dev.arch}")
+        self.target = Target(dev.arch, int(dev.l2_bytes), dev.name)
+        self.cache = EngineCache(cache_dir)
+        self.fp8_scales = (float(fp8_scales[0]), float(fp8_scales[1]))
+        self.accumulate, self.kernel_override, self.k_min, self.block = accumulate, kernel, k_min, block
+        self.sched = None
+        self.runner = None
+        self.auto_record: dict | None = None
+
+    # --- calibration ------------------------------------------------------------------------
+    def prepare(self, smap: ScatterMap) -> None:
+        from ..cuda.schedule import build_v3_schedule
+
+        super().prepare(smap)
+        self.close()
+        self.sched = build_v3_schedule(smap, k_min=self.k_min, block=self.block)
+        if self.requested_precision == "auto":
+            self.precision = self._auto_precision()
+        else:
+            self.precision = self.requested_precision
+        if self.runner is None:
+            self.runner = self._runner(self.precision)
+
+    def _out_scale(self, precision: str) -> float:
+        return 1.0 / (self.fp8_scales[0] * self.fp8_scales[1]) if precision == "fp8" else 1.0
+
+    def _key(self, precision: str, cfg) -> EngineKey:
+        fields = {k: v.tobytes().hex() for k, v in cfg.to_fields().items()}
+        plugin = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        return EngineKey(self.smap.key or "unkeyed", self.sched.digest(), self.target.arch, self.target.name,
+                         self.lib.tag, precision, plugin)
+
+    def _runner(self, precision: str):
+        """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
+        from .builder import build_engine, plugin_config_for
+        from .runner import EngineLoadError, EngineRunner
+
+        scale = self._out_scale(precision)
+        cfg = plugin_config_for(self.smap, self.sched, precision, self.target, self.accumulate, scale,
+                                self.kernel_override)
+        key = self._key(precision, cfg)
+        build = lambda: build_engine(self.lib, self.smap, precision, self.target, sched=self.sched,  # noqa: E731
+                                     acc=self.accumulate, out_scale=scale, kernel=self.kernel_override).data
+        data, cached = self.cache.get_or_build(key, build)
+        try:
+            return EngineRunner(self.lib, data, cfg, self.rt)
+        except EngineLoadError as e:
+            if not cached:
+                raise
+            self.cache.invalidate(key, f"refused by TensorRT ({e})")
+            data = build()
+            self.cache.store(key, data)
+            return EngineRunner(self.lib, data, cfg, self.rt)
+
+    # --- per frame --------------------------------------------------------------------------
+    def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
+        smap = self._require_map()
+        r = self.runner
+        if self.precision == "fp16":
+            check_inputs(smap, depth, feat, FP16_INPUT_DTYPES)
+            np.copyto(r.h_depth.array, depth, casting="unsafe")
+            np.copyto(r.h_feat.array, feat, casting="unsafe")
+            if not (np.isfinite(r.h_depth.array).all() and np.isfinite(r.h_feat.array).all()):
+                raise InputError("inputs overflow FP16")
+        else:
+            self._stage_fp8(smap, depth, feat)
+        return r.run()
+
+    def _stage_fp8(self, smap: ScatterMap, depth: np.ndarray, feat: np.ndarray) -> None:
+        from ..cuda import fp8
+
+        check_inputs(smap, depth, feat, FP8_INPUT_DTYPES)
+        if depth.dtype != feat.dtype:
+            raise InputError(f"fp8: depth and feat must share a dtype, got {depth.dtype}/{feat.dtype}")
+        r = self.runner
+        if depth.dtype == np.uint8:
+            if fp8.has_nan_codes(depth) or fp8.has_nan_codes(feat):
+                raise InputError("fp8: NaN code (0x7F/0xFF) in the inputs")
+            np.copyto(r.h_depth.array, depth)
+            np.copyto(r.h_feat.array, feat)
+        else:  # host quantisation with the engine's fixed scales (slow path)
+            r.h_depth.array[...] = fp8.quantize(depth, self.fp8_scales[0])
+            r.h_feat.array[...] = fp8.quantize(feat, self.fp8_scales[1])
+
+    # --- precision: auto ----------------------------------------------------------------------
+    def _auto_precision(self) -> str:
+        from ..cuda.precision_select import decide, fp8_within_tolerance, load_choice, store_choice
+        from ...reference import pool_reference
+
+        if not fp8_supported(self.target.arch):
+            self.auto_record = {"precision": "fp16", "reason": f"no FP8 on {self.target.arch}"}
+            return "fp16"
+        smap = self.smap
+        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{self.sched.digest()}"
+        cached = load_choice(key)
+        if cached in ("fp16", "fp8"):
+            log.info("precision auto (tensorrt): %s (cached for %s)", cached, key)
+            return cached
+        rng = np.random.default_rng(0)
+        depth = rng.random(smap.depth_shape).astype(np.float32)
+        feat = rng.uniform(-1.0, 1.0, smap.feat_shape).astype(np.float32)
+        runners = {p: self._runner(p) for p in ("fp16", "fp8")}
+        times = {p: r.time_us() for p, r in runners.items()}
+        self.runner, self.precision = runners["fp8"], "fp8"
+        self._stage_fp8(smap, depth, feat)
+        out8 = runners["fp8"].run()
+        ref = pool_reference(depth, feat, smap)
+        ok, err = fp8_within_tolerance(out8, ref, pool_reference(np.abs(depth), np.abs(feat), smap))
+        choice = decide(times["fp16"], times["fp8"], ok)
+        runners["fp16" if choice == "fp8" else "fp8"].close()
+        self.runner = runners[choice]
+        self.auto_record = {"precision": choice, "fp16_us": times["fp16"], "fp8_us": times["fp8"],
+                            "fp8_max_abs_err": err, "fp8_within_tolerance": ok}
+        log.info("precision auto (tensorrt): %s (fp16 %.2f us, fp8 %.2f us, fp8 max err %.4f, within tol %s)",
+                 choice, times["fp16"], times["fp8"], err, ok)
+        store_choice(key, self.auto_record)
+        return choice
+
+    # --- misc ---------------------------------------------------------------------------------
+    def describe(self) -> dict:
+        d = {"backend": self.name, "precision": self.precision, "device": self.target.name,
+             "arch": self.target.arch, "l2_bytes": self.target.l2_bytes, "tensorrt": self.lib.tag,
+             "engine_cache": self.cache.stats()}
+        if self.runner is not None:
+            plan = self.runner.cfg.plan
+            d.update(kernel=plan.kernel, grid=list(plan.grid), block=list(plan.block),
+                     input_dtype=self.runner.cfg.input_dtype, output_dtype=self.runner.cfg.output_dtype)
+        if self.auto_record:
+            d["auto"] = self.auto_record
+        return d
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        self.runner = None
+
+
+def _gpu_runtime(ordinal: int):
+    """The cuda backend's per-device runtime (context, stream, NVRTC module) or BackendUnavailable."""
+    try:
+        from ..cuda.runtime import get_runtime
+
+        return get_runtime(ordinal)
+    except BackendUnavailable:
+        raise
+    except (ImportError, OSError, RuntimeError) as e:  # CudaError, CompileError, missing libs
+        raise BackendUnavailable(f"no usable GPU for TensorRT ({type(e).__name__}: {e})") from e

@@ -1,0 +1,166 @@
+"""On-disk engine cache: one file per (map, schedule, target GPU, TensorRT, precision, plugin).
+
+Engines are code that runs on the GPU, so the cache is a private 0700 folder we own; files are
+0600, written atomically, and wrapped in a small envelope
+    magic b"BEVTRTE1" | u64 payload length | sha256(payload) | payload
+so a truncated, corrupted or foreign file is detected before TensorRT ever sees it. A bad file
+is counted, deleted and rebuilt by the caller; it never crashes the node. ``invalidate`` covers
+the remaining case: the envelope is intact but TensorRT refuses to deserialize the engine.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import struct
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"BEVTRTE1"
+_HEADER = struct.Struct("<8sQ32s")  # magic, payload length, sha256
+
+
+@dataclass(frozen=True)
+class EngineKey:
+    map_key: str        # rig digest (ScatterMap.key) or workload name
+    map_digest: str     # digest of the arrays (schedule/map): a key alone could be stale
+    arch: str           # sm_NN the engine is built for
+    gpu: str            # GPU name (or "aot" for a build without a device)
+    trt: str            # TrtLib.tag: flavour + version
+    precision: str      # fp16 | fp8
+    plugin: str         # digest of the plugin fields (kernel, plan, shapes)
+    extra: dict = field(default_factory=dict)
+
+    def digest(self) -> str:
+        text = json.dumps({**self.__dict__, "extra": self.extra}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def filename(self) -> str:
+        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in self.map_key)[:40]
+        return f"{safe or 'map'}_{self.arch}_{self.precision}_{self.digest()}.engine"
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("BEVPOOL_ENGINE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bevpool_ros", "engines")
+    return Path(base)
+
+
+def wrap(payload: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def unwrap(blob: bytes) -> bytes | None:
+    """Payload if the envelope is intact, else None (truncated, corrupt, not ours)."""
+    if len(blob) < _HEADER.size:
+        return None
+    magic, n, digest = _HEADER.unpack_from(blob)
+    payload = blob[_HEADER.size:]
+    if magic != MAGIC or n != len(payload) or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+class EngineCache:
+    def __init__(self, directory: str | Path | None = None):
+        self.directory = self._private(Path(directory) if directory else default_cache_dir())
+        self.hits = self.misses = self.corrupt = self.stores = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _private(path: Path) -> Path | None:
+        try:
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            st = path.stat()
+            if st.st_uid != os.getuid():
+                log.warning("engine cache %s is owned by uid %d: caching disabled", path, st.st_uid)
+                return None
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                os.chmod(path, 0o700)
+            return path
+        except OSError as e:
+            log.warning("engine cache %s unusable (%s): caching disabled", path, e)
+            return None
+
+    def path(self, key: EngineKey) -> Path | None:
+        return self.directory / key.filename() if self.directory else None
+
+    def load(self, key: EngineKey) -> bytes | None:
+        path = self.path(key)
+        if path is None:
+            return None
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            with self._lock:
+                self.misses += 1
+            return None
+        except OSError as e:
+            log.warning("engine cache: cannot stat %s (%s)", path, e)
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            self._discard(path, "not a regular file of ours, or group/world-writable")
+            return None
+        try:
+            payload = unwrap(path.read_bytes())
+        except OSError as e:
+            self._discard(path, f"unreadable ({e})")
+            return None
+        if payload is None:
+            self._discard(path, "truncated or corrupt")
+            return None
+        with self._lock:
+            self.hits += 1
+        return payload
+
+    def store(self, key: EngineKey, payload: bytes) -> Path | None:
+        path = self.path(key)
+        if path is None:
+            return None
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp_")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(wrap(payload))
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, path)  # readers see the old file or the whole new one
+        except OSError as e:
+            log.warning("engine cache: could not store %s (%s)", path, e)
+            Path(tmp).unlink(missing_ok=True)
+            return None
+        with self._lock:
+            self.stores += 1
+        return path
+
+    def invalidate(self, key: EngineKey, why: str) -> None:
+        """An intact file TensorRT could not deserialize: count it as corrupt and delete it."""
+        path = self.path(key)
+        if path is not None and path.exists():
+            self._discard(path, why)
+
+    def get_or_build(self, key: EngineKey, build) -> tuple[bytes, bool]:
+        """(engine bytes, came from cache); ``build()`` makes the bytes on a miss or a bad file."""
+        cached = self.load(key)
+        if cached is not None:
+            return cached, True
+        data = build()
+        self.store(key, data)
+        return data, False
+
+    def stats(self) -> dict:
+        return {"directory": str(self.directory) if self.directory else None, "hits": self.hits,
+                "misses": self.misses, "corrupt": self.corrupt, "stores": self.stores}
+
+    def _discard(self, path: Path, why: str) -> None:
+        with self._lock:
+            self.corrupt += 1
+        log.warning("engine cache: %s is %s: deleting it, the engine will be rebuilt", path, why)
+        try:
+            path.unlink()
+        except OSError:
+            pass

@@ -1,0 +1,107 @@
+"""Plugin configuration (no TensorRT needed): it is the launch description, serialized."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bevpool_ros.backends.cuda import launch as L
+from bevpool_ros.backends.cuda.schedule import build_v3_schedule
+from bevpool_ros.backends.tensorrt.builder import plugin_config_for
+from bevpool_ros.backends.tensorrt.plugin_config import (FIELDS, PluginConfig, PluginConfigError, config_for_plan,
+                                                         config_for_v3, constant_arrays)
+from bevpool_ros.backends.tensorrt.targets import (Target, TargetError, arch_cc, check_buildable, check_runnable,
+                                                   fp8_supported, known_target)
+from bevpool_ros.regime import MiB
+
+from tensorrt_helpers import tiny_map
+
+
+@pytest.mark.parametrize("precision,regime", [("fp16", "DRAM-bound"), ("fp16", "L2-resident"),
+                                              ("fp8", "L2-resident")])
+def test_plan_is_the_launch_description(precision, regime):
+    smap = tiny_map(channels=80)
+    sched = build_v3_schedule(smap)
+    cfg = config_for_v3(smap, sched, precision, regime)
+    info = L.choose_v3_kernel(80, precision, regime)
+    assert cfg.plan == L.plan_v3(smap, sched, info)  # no second copy of kernel/grid logic
+    assert cfg.inputs == ("depth", "feat", "slots", "pidx", "empty_cells")
+    assert cfg.output_shape == (*smap.grid_shape, 80)
+    assert cfg.output_dtype == ("float32" if precision == "fp16" else "float16")
+
+
+def test_fields_round_trip_exactly():
+    smap = tiny_map()
+    sched = build_v3_schedule(smap)
+    cfg = config_for_v3(smap, sched, "fp8", "L2-resident", out_scale=0.25)
+    fields = cfg.to_fields()
+    assert set(fields) == set(FIELDS)
+    assert PluginConfig.from_fields(fields) == cfg
+    # TensorRT hands CHAR fields back NUL-terminated: still parses
+    padded = {k: (np.concatenate([v, np.zeros(1, np.int8)]) if v.dtype == np.int8 else v) for k, v in fields.items()}
+    assert PluginConfig.from_fields(padded) == cfg
+
+
+def test_malformed_fields_are_rejected():
+    cfg = config_for_v3(tiny_map(), build_v3_schedule(tiny_map()), "fp16", "L2-resident")
+    fields = cfg.to_fields()
+    with pytest.raises(PluginConfigError, match="missing"):
+        PluginConfig.from_fields({k: v for k, v in fields.items() if k != "plan"})
+    bad = dict(fields, plan=np.frombuffer(b"{not json", np.int8))
+    with pytest.raises(PluginConfigError, match="malformed"):
+        PluginConfig.from_fields(bad)
+    bad = dict(fields, precision=np.frombuffer(b"fp4", np.int8))
+    with pytest.raises(PluginConfigError, match="precision"):
+        PluginConfig.from_fields(bad)
+    bad = dict(fields, depth_shape=np.asarray([9, 9, 9, 9], np.int32))
+    with pytest.raises(PluginConfigError, match="shapes"):
+        PluginConfig.from_fields(bad)
+
+
+def test_v2_plans_fit_the_same_plugin():
+    smap = tiny_map(channels=80)
+    sched = build_v3_schedule(smap)
+    cfg = config_for_plan(smap, sched, L.plan_v2(smap), "fp16")
+    assert cfg.inputs[2:] == ("ranks_depth", "ranks_feat", "ranks_bev", "interval_starts", "interval_lengths")
+    assert cfg.plan.zero_output_first
+    consts = constant_arrays(cfg, smap, sched)
+    assert all(a.dtype == np.int32 for a in consts.values())
+
+
+def test_empty_arrays_are_padded_for_tensorrt():
+    # every cell occupied -> no empty cells; TensorRT rejects zero-volume constants
+    smap = tiny_map(points=4000, grid=(1, 2, 3))
+    sched = build_v3_schedule(smap)
+    assert sched.empty_cells.size == 0
+    cfg = config_for_v3(smap, sched, "fp16", "L2-resident")
+    assert constant_arrays(cfg, smap, sched)["empty_cells"].shape == (1,)
+    n_empty = [v for k, v in cfg.plan.args if k == "i32"][0]
+    assert n_empty == 0  # the kernel reads no entry of the padding
+
+
+def test_kernel_follows_target_l2():
+    smap = tiny_map(channels=80)
+    sched = build_v3_schedule(smap)
+    big = plugin_config_for(smap, sched, "fp16", Target("sm_120", 128 * MiB))
+    tiny = plugin_config_for(smap, sched, "fp16", Target("sm_86", 1024))
+    assert big.plan.kernel == "bevpool_v3_fp16_l2"
+    assert tiny.plan.kernel == "bevpool_v3_fp16_dram"
+
+
+class _Lib:
+    def __init__(self, rtx):
+        self.is_rtx = rtx
+
+
+def test_targets():
+    assert arch_cc("sm_120") == 120 and fp8_supported("sm_89") and not fp8_supported("sm_86")
+    assert known_target("sm_86").l2_bytes == 6 * MiB
+    with pytest.raises(TargetError):
+        arch_cc("gfx90a")
+    with pytest.raises(TargetError, match="fp8"):
+        check_buildable(_Lib(True), "sm_86", "fp8")
+    with pytest.raises(TargetError, match="cannot build"):
+        check_buildable(_Lib(True), "sm_110", "fp16")
+    check_buildable(_Lib(False), "sm_110", "fp16")  # full TensorRT on DRIVE Thor
+    with pytest.raises(TargetError, match="cannot run"):
+        check_runnable(_Lib(True), "sm_90")  # TensorRT-RTX refuses the H200
+    check_runnable(_Lib(False), "sm_90")

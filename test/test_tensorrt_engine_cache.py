@@ -1,0 +1,101 @@
+"""Engine cache: private folder, envelope check, corrupt/truncated/foreign files rebuilt, counted."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from bevpool_ros.backends.tensorrt.engine_cache import MAGIC, EngineCache, EngineKey, unwrap, wrap
+
+
+def key(**kw):
+    base = dict(map_key="rig-abc", map_digest="d1", arch="sm_89", gpu="aot", trt="tensorrt-rtx-1.7.1.116",
+                precision="fp16", plugin="p1")
+    base.update(kw)
+    return EngineKey(**base)
+
+
+class Builds:
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self):
+        self.n += 1
+        return b"engine-bytes-%d" % self.n
+
+
+def test_miss_then_hit(tmp_path):
+    cache, build = EngineCache(tmp_path / "c"), Builds()
+    assert cache.get_or_build(key(), build) == (b"engine-bytes-1", False)
+    assert cache.get_or_build(key(), build) == (b"engine-bytes-1", True)
+    assert build.n == 1
+    assert cache.stats()["hits"] == 1 and cache.stats()["misses"] == 1 and cache.stats()["stores"] == 1
+
+
+def test_private_permissions(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    cache = EngineCache(d)
+    cache.store(key(), b"x")
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    assert stat.S_IMODE(cache.path(key()).stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "magic", "garbage", "extend"])
+def test_damaged_file_is_detected_counted_and_rebuilt(tmp_path, damage, caplog):
+    cache, build = EngineCache(tmp_path), Builds()
+    cache.get_or_build(key(), build)
+    p = cache.path(key())
+    blob = p.read_bytes()
+    bad = {"truncate": blob[:-3], "flip": blob[:-1] + bytes([blob[-1] ^ 1]), "empty": b"",
+           "magic": b"XXXXXXXX" + blob[8:], "garbage": os.urandom(100), "extend": blob + b"!"}[damage]
+    p.write_bytes(bad)
+    data, cached = cache.get_or_build(key(), build)
+    assert (data, cached) == (b"engine-bytes-2", False)
+    assert cache.corrupt == 1
+    assert "rebuilt" in caplog.text
+    assert unwrap(p.read_bytes()) == b"engine-bytes-2"
+
+
+def test_group_writable_or_non_regular_file_is_refused(tmp_path):
+    cache, build = EngineCache(tmp_path), Builds()
+    cache.get_or_build(key(), build)
+    p = cache.path(key())
+    os.chmod(p, 0o666)
+    assert cache.load(key()) is None and cache.corrupt == 1
+    p.unlink(missing_ok=True)
+    os.symlink("/etc/hostname", p)
+    assert cache.load(key()) is None and cache.corrupt == 2
+
+
+def test_invalidate_counts_and_deletes(tmp_path):
+    cache = EngineCache(tmp_path)
+    cache.store(key(), b"intact but refused by TensorRT")
+    cache.invalidate(key(), "refused by TensorRT")
+    assert cache.corrupt == 1 and not cache.path(key()).exists()
+
+
+def test_every_key_part_separates_entries(tmp_path):
+    cache = EngineCache(tmp_path)
+    variants = [key(), key(map_key="other"), key(map_digest="d2"), key(arch="sm_120"), key(gpu="RTX 4090"),
+                key(trt="tensorrt-11.4"), key(precision="fp8"), key(plugin="p2")]
+    assert len({k.filename() for k in variants}) == len(variants)
+    for i, k in enumerate(variants):
+        cache.store(k, b"%d" % i)
+    assert [cache.load(k) for k in variants] == [b"%d" % i for i in range(len(variants))]
+
+
+def test_unusable_directory_disables_caching(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    cache, build = EngineCache(blocker / "sub"), Builds()
+    assert cache.directory is None
+    assert cache.get_or_build(key(), build) == (b"engine-bytes-1", False)
+    assert cache.get_or_build(key(), build) == (b"engine-bytes-2", False)
+
+
+def test_envelope():
+    assert wrap(b"abc").startswith(MAGIC) and unwrap(wrap(b"abc")) == b"abc"
+    assert unwrap(b"short") is None
