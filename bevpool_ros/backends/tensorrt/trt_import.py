@@ -33,6 +33,7 @@ CANDIDATES = (FULL, *RTX_MODULES)
 RTX_LIBS_PACKAGE = "tensorrt_rtx_libs"
 RTX_LIBS = ("libtensorrt_rtx.so.1", "libtensorrt_onnxparser_rtx.so.1")
 RTX_UNVERSIONED = "libtensorrt_rtx.so"
+_applied: list[str] = []  # the folder the RTX libraries were loaded from by us, once per process
 
 
 class TensorRTMissing(ImportError):
@@ -107,6 +108,8 @@ def prepare_rtx_libs(libfix_dir: Path | None = None) -> tuple[bool, str]:
         return True, ""  # no libs wheel: the libraries come from the system (a real install)
     if (libs / RTX_UNVERSIONED).exists():
         return True, ""  # already complete (e.g. a system package or an admin added it)
+    if _applied:
+        return True, _applied[0]  # we loaded the libraries from our folder earlier in this process
     if any(m in sys.modules for m in RTX_MODULES):
         log.warning("TensorRT-RTX was imported before bevpool_ros could load it from a fixed "
                     "library folder: ONNX plugin nodes would abort the process, so the tensorrt "
@@ -122,6 +125,7 @@ def prepare_rtx_libs(libfix_dir: Path | None = None) -> tuple[bool, str]:
         # RTLD_GLOBAL + load order: the core library, then the parser (both dlopen by $ORIGIN)
         for name in RTX_LIBS:
             ctypes.CDLL(str(d / name), mode=ctypes.RTLD_GLOBAL)
+        _applied.append(str(d))
     except OSError as e:
         log.warning("TensorRT-RTX library fix failed (%s): ONNX plugin nodes disabled", e)
         return False, ""
@@ -135,12 +139,16 @@ def _try_import(name: str) -> tuple[object | None, str]:
         return None, f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
-@lru_cache(maxsize=None)
 def load_tensorrt(prefer: str | None = None) -> TrtLib:
     """The first importable TensorRT module (cached per process); TensorRTMissing otherwise."""
-    prefer = prefer or os.environ.get("BEVPOOL_TRT_MODULE") or None
-    if prefer is not None and prefer not in CANDIDATES:
+    prefer = prefer or os.environ.get("BEVPOOL_TRT_MODULE") or ""
+    if prefer and prefer not in CANDIDATES:
         raise ValueError(f"BEVPOOL_TRT_MODULE: expected one of {CANDIDATES}, got {prefer!r}")
+    return _load(prefer)
+
+
+@lru_cache(maxsize=None)
+def _load(prefer: str) -> TrtLib:
     order = (prefer,) if prefer else CANDIDATES
     errors = []
     for name in order:
