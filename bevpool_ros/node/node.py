@@ -40,6 +40,10 @@ _SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_pol
                 "sync.min_cameras", "sync.max_pending_sets")
 
 
+# counters that are events, not dropped data
+NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected")
+
+
 class StartupError(RuntimeError):
     """Invalid configuration found at start-up; main() prints it and exits non-zero."""
 
@@ -74,6 +78,7 @@ class BevPoolNode(Node):
         self.overhead = RollingStats(self.cfg["diagnostics.latency_window"])  # latency - pool
         self._published = 0
         self._last_diag_counts: Counter[str] = Counter()
+        self._warn_until, self._warn_text = 0.0, ""
         self._camera_info_seen: dict[str, tuple] = {}
         self._camera_frames: dict[str, str] = {}
 
@@ -139,10 +144,17 @@ class BevPoolNode(Node):
 
     def _create_backend(self):
         requested = self.cfg["backend"]
+        fallback = self.cfg["backend_fallback"]
         try:
-            backend = create_backend(requested, self.cfg["precision"], fallback=self.cfg["backend_fallback"])
+            backend = create_backend(requested, self.cfg["precision"], fallback=fallback)
         except (BackendUnavailable, ValueError) as e:
             raise StartupError(f"backend {requested!r}: {e}") from None
+        except Exception as e:  # a backend that breaks while probing must not take the node down
+            if not fallback:
+                raise StartupError(f"backend {requested!r} failed to start: {type(e).__name__}: {e}") from None
+            self.get_logger().warning(f"backend {requested!r} failed to start ({type(e).__name__}: {e}); "
+                                      "falling back to 'cpu'")
+            return create_backend("cpu", self.cfg["precision"]), requested
         if requested not in ("best", backend.name):
             # create_backend logged the reason through Python logging; say it once in ROS too
             self.get_logger().warning(f"backend {requested!r} unavailable here; running {backend.name!r} "
@@ -372,7 +384,7 @@ class BevPoolNode(Node):
             values[f"sync_{k}"] = v
         for k, v in sorted(counts.items()):
             if k not in ("published", "published_partial"):
-                values[f"dropped_{k}" if k not in ("calibration_changes", "scatter_map_rebuilds") else k] = v
+                values[k if k in NOT_DROPS else f"dropped_{k}"] = v
         for cam, v in sorted(missing.items()):
             values[f"missing_{cam}"] = v
         for cam, why in self.calibration.invalid.items():
@@ -387,10 +399,14 @@ class BevPoolNode(Node):
         new = {k: int(values[k]) - self._last_diag_counts.get(k, 0) for k in drop_keys}
         self._last_diag_counts.update({k: int(values[k]) for k in drop_keys})
         fresh = {k: v for k, v in new.items() if v > 0}
+        now = time.monotonic()
+        if fresh:  # WARN stays up a while, so a one-off drop is visible in a monitor
+            self._warn_until = now + max(2.0, 3 * self.cfg["diagnostics.period_s"])
+            self._warn_text = "recent drops: " + ", ".join(f"{k}+{v}" for k, v in sorted(fresh.items()))
         if self.calibration.invalid:
             level, text = "ERROR", f"no usable calibration for {sorted(self.calibration.invalid)}"
-        elif fresh:
-            level, text = "WARN", "drops since last report: " + ", ".join(f"{k}={v}" for k, v in sorted(fresh.items()))
+        elif now < self._warn_until:
+            level, text = "WARN", self._warn_text
         elif self.backend_requested not in ("best", self.backend.name):
             level, text = "WARN", f"running {self.backend.name}, {self.backend_requested} unavailable"
         else:

@@ -83,8 +83,12 @@ class SyntheticRigPublisher(Node):
         return self._frames[key]
 
     def publish_frame(self, index: int, stamp_ns: int | None = None, skip=(), camera_info: bool = True,
-                      stamp_offsets_ns: dict | None = None) -> int:
-        """Publish frame ``index`` of every camera (except ``skip``) with one stamp; returns it."""
+                      stamp_offsets_ns: dict | None = None, replace: dict | None = None) -> int:
+        """Publish frame ``index`` of every camera (except ``skip``) with one stamp; returns it.
+
+        ``replace[(camera, stream)] = Tensor`` sends that message instead (stamped like the rest),
+        which is how tests inject bad input into an otherwise valid set.
+        """
         stamp_ns = time.time_ns() if stamp_ns is None else int(stamp_ns)
         for n, (name, depth_msg, feat_msg) in enumerate(self._messages(index)):
             if name in skip:
@@ -92,10 +96,11 @@ class SyntheticRigPublisher(Node):
             st = ns_to_time(stamp_ns + (stamp_offsets_ns or {}).get(name, 0))
             if camera_info:
                 self.pubs[(name, "camera_info")].publish(camera_info_msg(self.rig, n, st, f"{name.lower()}_optical"))
-            depth_msg.header.stamp = feat_msg.header.stamp = st
-            depth_msg.header.frame_id = feat_msg.header.frame_id = f"{name.lower()}_optical"
-            self.pubs[(name, "depth")].publish(depth_msg)
-            self.pubs[(name, "feat")].publish(feat_msg)
+            for stream, msg in (("depth", depth_msg), ("feat", feat_msg)):
+                msg = (replace or {}).get((name, stream), msg)
+                msg.header.stamp = st
+                msg.header.frame_id = f"{name.lower()}_optical"
+                self.pubs[(name, stream)].publish(msg)
         self.last_send_time = time.perf_counter()
         self.sent += 1
         return stamp_ns

@@ -1,0 +1,258 @@
+"""Bad input against a live bevpool_node (separate process, real Fast DDS).
+
+Every case: the set is dropped and counted (diagnostics), a throttled warning is logged, the
+node stays alive, nothing wrong is published, and the next good set is published correctly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("bevpool_msgs.msg", reason="bevpool_msgs not built (scripts/build_msgs.sh)")
+
+from ros_harness import RosGraph  # noqa: E402
+
+from bevpool_ros.node.synthetic_publisher import camera_info_msg  # noqa: E402
+from bevpool_ros.node.tensor_codec import make_tensor  # noqa: E402
+from bevpool_ros.reference import pool_reference  # noqa: E402
+from bevpool_ros.scatter_map import build_scatter_map  # noqa: E402
+
+pytestmark = pytest.mark.ros
+CAM = "CAM_FRONT_LEFT"
+TIMEOUT_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def graph():
+    g = RosGraph({"diagnostics.period_s": 0.1, "sync.camera_timeout_s": TIMEOUT_S,
+                  "input.qos_reliability": "reliable", "input.max_tensor_bytes": 8 << 20,
+                  "log_throttle_s": 0.5})
+    yield g
+    assert g.close() == 0
+
+
+@pytest.fixture(scope="module")
+def smap(graph):
+    return build_scatter_map(graph.rig)
+
+
+def good_frame_still_works(graph, smap, index=0):
+    got = graph.publish_and_wait(index)
+    assert got is not None, graph.node.output()[-3000:]
+    depth, feat = graph.pub.arrays(index)
+    ref = pool_reference(depth, feat, smap)
+    np.testing.assert_allclose(got.bev, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    assert graph.node.alive()
+
+
+def counters(graph):
+    return graph.diagnostics_where(lambda d: True) or {}
+
+
+def expect_dropped(graph, smap, key, send, extra_keys=("sync_incomplete_timeout",)):
+    """Run ``send(stamp)``; the counter ``key`` (and extra_keys) must grow, the stamp never appear."""
+    before = counters(graph)
+    stamp = graph.next_stamp()
+    send(stamp)
+    keys = (key, *extra_keys)
+    after = graph.diagnostics_where(lambda d: all(graph.counter(d, k) > graph.counter(before, k) for k in keys))
+    assert after is not None, f"{keys} never counted; node output:\n{graph.node.output()[-3000:]}"
+    assert stamp not in graph.con.by_stamp(), "a bad set was published"
+    assert f"dropped ({key.removeprefix('dropped_')})" in graph.node.output() or key.startswith("sync_")
+    good_frame_still_works(graph, smap)
+    return after
+
+
+def bad_tensor_case(graph, smap, key, msg, stream="feat"):
+    return expect_dropped(graph, smap, key, lambda s: graph.pub.publish_frame(0, s, replace={(CAM, stream): msg}))
+
+
+def test_wrong_shape(graph, smap):
+    _, H, W, C = graph.rig.depth_shape[0], *graph.pub.arrays(0)[1].shape[1:]
+    bad_tensor_case(graph, smap, "dropped_bad_shape", make_tensor(np.zeros((H, W - 1, C), np.float32), "feat", "HWC"))
+    bad_tensor_case(graph, smap, "dropped_bad_shape", make_tensor(np.zeros((3, H, W), np.float32), "depth", "DHW"),
+                    stream="depth")
+
+
+def test_wrong_dtype(graph, smap):
+    _, _, H, W = graph.rig.depth_shape
+    bad_tensor_case(graph, smap, "dropped_bad_dtype",
+                    make_tensor(np.zeros((H, W, graph.rig.channels), np.int32), "feat", "HWC"))
+
+
+def test_wrong_byte_count(graph, smap):
+    msg = make_tensor(graph.pub.arrays(0)[1][2], "feat", "HWC")
+    msg.data = msg.data[:-4]
+    bad_tensor_case(graph, smap, "dropped_bad_size", msg)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite(graph, smap, value):
+    depth = graph.pub.arrays(0)[0][2].copy()
+    depth[3, 4, 5] = value
+    bad_tensor_case(graph, smap, "dropped_non_finite", make_tensor(depth, "depth", "DHW"), stream="depth")
+
+
+def test_tensor_larger_than_the_maximum(graph, smap):
+    _, _, H, W = graph.rig.depth_shape
+    big = make_tensor(np.zeros((1, 1, 1), np.float32), "feat", "HWC")
+    big.shape = [H, W, 1 << 20]  # claims 2.9 GB; refused on the header, the payload is never read
+    bad_tensor_case(graph, smap, "dropped_too_large", big)
+    real = make_tensor(np.zeros((3 * 1024 * 1024,), np.float32), "feat", "")  # 12 MiB > 8 MiB limit
+    bad_tensor_case(graph, smap, "dropped_too_large", real)
+
+
+def test_missing_camera_is_dropped_under_the_drop_policy(graph, smap):
+    after = expect_dropped(graph, smap, "sync_incomplete_timeout", lambda s: graph.pub.publish_frame(0, s, skip=(CAM,)),
+                           extra_keys=(f"missing_{CAM}",))
+    assert after["level"] == 1  # WARN while drops happen
+
+
+def test_missing_camera_zero_fill_policy(graph, smap):
+    from rclpy.parameter import Parameter
+    from rclpy.parameter_client import AsyncParameterClient
+
+    client = AsyncParameterClient(graph.con, "bevpool_node")
+    assert client.wait_for_services(timeout_sec=20.0)
+
+    def set_(**kv):
+        fut = client.set_parameters([Parameter(k.replace("__", "."), value=v) for k, v in kv.items()])
+        assert graph.spin_until(fut.done, 10) and all(r.successful for r in fut.result().results)
+
+    set_(sync__missing_camera_policy="zero_fill", sync__min_cameras=5)
+    try:
+        stamp = graph.pub.publish_frame(1, graph.next_stamp(), skip=(CAM,))
+        assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
+        got = graph.con.by_stamp()[stamp]
+        assert list(got.msg.missing_cameras) == [CAM] and CAM not in got.msg.cameras
+        depth, feat = graph.pub.arrays(1)
+        n = [c.name for c in graph.rig.cameras].index(CAM)
+        depth = depth.copy()
+        depth[n] = 0
+        ref = pool_reference(depth, feat, smap)
+        np.testing.assert_allclose(got.bev, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+        # two cameras missing < min_cameras: dropped after all
+        expect_dropped(graph, smap, "sync_incomplete_timeout",
+                       lambda s: graph.pub.publish_frame(1, s, skip=(CAM, "CAM_BACK")), extra_keys=())
+    finally:
+        set_(sync__missing_camera_policy="drop", sync__min_cameras=1)
+
+
+def test_late_camera_within_the_timeout_still_completes_the_set(graph, smap):
+    stamp = graph.next_stamp()
+    graph.pub.publish_frame(2, stamp, skip=(CAM,))
+    graph.spin_until(lambda: False, TIMEOUT_S / 3)  # the stimulus: CAM arrives 100 ms late
+    graph.pub.publish_frame(2, stamp, skip=tuple(c.name for c in graph.rig.cameras if c.name != CAM))
+    assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
+    assert graph.con.by_stamp()[stamp].msg.missing_cameras == []
+
+
+def test_duplicate_stamps(graph, smap):
+    stamp = graph.next_stamp()
+    graph.pub.publish_frame(0, stamp)
+    assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
+    before = counters(graph)
+    n_before = graph.con.count
+    graph.pub.publish_frame(0, stamp)  # the very same set again
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_duplicate") >= graph.counter(before, "sync_duplicate") + 12)
+    assert after is not None and graph.con.count == n_before
+    good_frame_still_works(graph, smap)
+
+
+def test_out_of_order_and_late_stamps(graph, smap):
+    s1, s2 = graph.next_stamp(), graph.next_stamp()
+    graph.pub.publish_frame(0, s2)
+    assert graph.spin_until(lambda: s2 in graph.con.by_stamp(), 10)
+    before = counters(graph)
+    graph.pub.publish_frame(0, s1)  # older than what every stream already delivered
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_out_of_order") >= graph.counter(before, "sync_out_of_order") + 12)
+    assert after is not None and s1 not in graph.con.by_stamp()
+    # late: CAM skips s3 (so its stream is older), s3 times out, then CAM's s3 straggles in
+    s3 = graph.next_stamp()
+    before = counters(graph)
+    graph.pub.publish_frame(0, s3, skip=(CAM,))
+    assert graph.diagnostics_where(lambda d: graph.counter(d, "sync_incomplete_timeout")
+                                   > graph.counter(before, "sync_incomplete_timeout"))
+    graph.pub.publish_frame(0, s3, skip=tuple(c.name for c in graph.rig.cameras if c.name != CAM))
+    assert graph.diagnostics_where(lambda d: graph.counter(d, "sync_late") >= graph.counter(before, "sync_late") + 2)
+    assert s3 not in graph.con.by_stamp()
+    good_frame_still_works(graph, smap)
+
+
+def wait_counter(graph, key, before):
+    return graph.diagnostics_where(lambda d: graph.counter(d, key) > graph.counter(before, key))
+
+
+def test_calibration_change_mid_stream_rebuilds_the_map(graph, smap):
+    from dataclasses import replace as dc_replace
+
+    n = [c.name for c in graph.rig.cameras].index(CAM)
+    cam = graph.rig.cameras[n]
+    K = np.array(cam.K)
+    K[0, 0] *= 1.15
+    K[1, 1] *= 1.15
+    new_rig = graph.rig.with_cameras([dc_replace(c, K=K) if c.name == CAM else c for c in graph.rig.cameras])
+    before = counters(graph)
+    try:
+        graph.pub.pubs[(CAM, "camera_info")].publish(camera_info_msg(new_rig, n, graph.pub.get_clock().now().to_msg(), "x"))
+        assert wait_counter(graph, "calibration_changes", before)
+        stamp = graph.pub.publish_frame(3, graph.next_stamp(), camera_info=False)
+        assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
+        depth, feat = graph.pub.arrays(3)
+        ref = pool_reference(depth, feat, build_scatter_map(new_rig))
+        got = graph.con.by_stamp()[stamp].bev
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+        assert not np.allclose(got, pool_reference(depth, feat, smap), atol=1e-3)  # really the new map
+        assert wait_counter(graph, "scatter_map_rebuilds", before)
+    finally:  # back to the rig calibration (CameraInfo on every later frame does it too)
+        graph.pub.pubs[(CAM, "camera_info")].publish(camera_info_msg(graph.rig, n, graph.pub.get_clock().now().to_msg(), "x"))
+        good_frame_still_works(graph, smap)
+
+
+def test_camera_info_inconsistent_with_the_feature_map(graph, smap):
+    n = [c.name for c in graph.rig.cameras].index(CAM)
+    before = counters(graph)
+    info = camera_info_msg(graph.rig, n, graph.pub.get_clock().now().to_msg(), "x")
+    info.width, info.height = 800, 450  # half-size images: the 704x256 crop no longer fits
+    graph.pub.pubs[(CAM, "camera_info")].publish(info)
+    d = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_camera_info_rejected")
+                                > graph.counter(before, "dropped_camera_info_rejected"))
+    assert d is not None and d["level"] == 2 and f"invalid_calibration_{CAM}" in d  # ERROR
+    stamp = graph.pub.publish_frame(0, graph.next_stamp(), camera_info=False)
+    assert wait_counter(graph, "dropped_calibration_invalid", before)
+    assert stamp not in graph.con.by_stamp()
+    assert "CameraInfo inconsistent with the feature map" in graph.node.output()
+    good_frame_still_works(graph, smap)  # its CameraInfo restores a consistent calibration
+
+
+def node_rss_kib(graph) -> int:
+    with open(f"/proc/{graph.node.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
+
+
+def test_flood_on_every_input(graph, smap):
+    """Hundreds of tensors and CameraInfos on every topic as fast as Python publishes them."""
+    from rclpy.parameter_client import AsyncParameterClient
+
+    good_frame_still_works(graph, smap)
+    rss_before = node_rss_kib(graph)
+    before = counters(graph)
+    client = AsyncParameterClient(graph.con, "bevpool_node")
+    assert client.wait_for_services(timeout_sec=20.0)
+    garbage = make_tensor(np.zeros(7, np.float32), "feat", "")
+    for i in range(80):
+        s = graph.next_stamp(step_ms=1)
+        graph.pub.publish_frame(i, s, replace={(CAM, "feat"): garbage} if i % 4 == 0 else None)
+        if i % 10 == 0:  # the node must answer services while flooded
+            fut = client.get_parameters(["sync.slop_s"])
+            assert graph.spin_until(fut.done, 10), "parameter service unresponsive during the flood"
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_bad_shape") > graph.counter(before, "dropped_bad_shape")
+                                    and int(d.get("pending_sets", 99)) == 0, timeout=20)
+    assert after is not None, (str(counters(graph)), graph.node.output()[-3000:])
+    drops = sum(int(v) - graph.counter(before, k) for k, v in after.items()
+                if k.startswith(("dropped_", "sync_incomplete", "sync_evicted", "sync_superseded", "sync_late")))
+    assert drops > 0
+    assert int(after["pending_sets"]) <= 4 and int(after["worker_queue"]) <= 2
+    grew_mib = (node_rss_kib(graph) - rss_before) / 1024
+    assert grew_mib < 400, f"node memory grew by {grew_mib:.0f} MiB during the flood"
+    good_frame_still_works(graph, smap)
