@@ -76,6 +76,9 @@ class BevPoolNode(Node):
         self.latency = RollingStats(self.cfg["diagnostics.latency_window"])   # last input -> published
         self.pool_time = RollingStats(self.cfg["diagnostics.latency_window"])
         self.overhead = RollingStats(self.cfg["diagnostics.latency_window"])  # latency - pool
+        # where the overhead goes: waiting for the pooling thread, stacking, message build, publish
+        self.stages = {k: RollingStats(self.cfg["diagnostics.latency_window"])
+                       for k in ("queue_wait", "assemble", "message", "publish")}
         self._published = 0
         self._last_diag_counts: Counter[str] = Counter()
         self._warn_until, self._warn_text = 0.0, ""
@@ -330,14 +333,19 @@ class BevPoolNode(Node):
         """Runs in the pooling thread."""
         s = r.camera_set
         d = self.backend.describe()
+        t_msg = time.perf_counter()
         msg = bev_feature_msg(
             r.bev, r.rig, s.stamp_ns, self.cfg["ego_frame"], cameras=list(s.frames),
             camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
             backend=str(d.get("backend", self.backend.name)), precision=str(d.get("precision", "")),
             dtype=self.cfg["output.bev_dtype"])
+        t_pub = time.perf_counter()
         self.bev_pub.publish(msg)
         done = time.perf_counter()
         latency = done - s.last_arrival
+        for k, v in (("queue_wait", r.started - s.last_arrival), ("assemble", r.assemble_s),
+                     ("message", t_pub - t_msg), ("publish", done - t_pub)):
+            self.stages[k].add(v * 1e3)
         self.latency.add(latency * 1e3)
         self.pool_time.add(r.pool_s * 1e3)
         self.overhead.add((latency - r.pool_s) * 1e3)
@@ -380,6 +388,9 @@ class BevPoolNode(Node):
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": self.worker.queued,
         }
+        for k, st in self.stages.items():
+            pk = st.percentiles((50, 99))
+            values[f"{k}_p50_ms"], values[f"{k}_p99_ms"] = pk[50], pk[99]
         for k, v in sorted(sync_counts.items()):
             values[f"sync_{k}"] = v
         for k, v in sorted(counts.items()):
@@ -457,7 +468,7 @@ class BevPoolNode(Node):
         if "processing.queue_size" in names:
             self.worker.queue_size = self.cfg["processing.queue_size"]
         if "diagnostics.latency_window" in names:
-            for s in (self.latency, self.pool_time, self.overhead):
+            for s in (self.latency, self.pool_time, self.overhead, *self.stages.values()):
                 s.resize(self.cfg["diagnostics.latency_window"])
         if "diagnostics.period_s" in names:
             self._diag_timer.cancel()

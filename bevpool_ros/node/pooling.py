@@ -27,6 +27,7 @@ class PoolResult:
     rig: object            # the Rig the grid was pooled on
     pool_s: float          # backend.pool only
     assemble_s: float      # stacking the per-camera tensors
+    started: float         # perf_counter when the pooling thread took the set
 
 
 class PoolingWorker:
@@ -112,6 +113,7 @@ class PoolingWorker:
         return buf
 
     def process(self, camera_set: CameraSet) -> PoolResult | None:
+        started = time.perf_counter()
         invalid = {c: why for c, why in self.calibration.invalid.items() if c in camera_set.frames}
         if invalid:
             self.on_drop("calibration_invalid", f"cameras {sorted(invalid)} have no usable calibration: "
@@ -152,6 +154,6 @@ class PoolingWorker:
         if not np.isfinite(bev).all():
             self.on_drop("non_finite_output", "backend produced NaN/Inf; set not published")
             return None
-        result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0)
+        result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0, started)
         self.on_result(result)
         return result

@@ -1,0 +1,151 @@
+"""One synthetic pipeline run: bevpool_node in a child process, publisher + consumer here.
+
+Shared by ``bevpool-demo`` and ``bench/latency.py``. The end-to-end latency of a set is
+measured on one clock (this process): from the moment the last input message of the set has
+been published to the moment the consumer receives its BEV message. The node's own split
+(input->publish latency, pool time, overhead) comes from its /diagnostics.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+def isolate(domain: int | None = None) -> int:
+    """A private DDS domain on localhost (unless ROS_DOMAIN_ID is already chosen) + the DDS profile."""
+    from .main import use_large_data_profile
+
+    if domain is None:
+        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 100))
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    use_large_data_profile()
+    return domain
+
+
+def ros_param_args(params: dict) -> list[str]:
+    out = []
+    for k, v in params.items():
+        v = ("true" if v else "false") if isinstance(v, bool) else v
+        out += ["-p", f"{k}:={v}"]
+    return out
+
+
+@dataclass
+class RunResult:
+    sent: int
+    received: int
+    e2e_ms: list[float] = field(default_factory=list)     # per set: last input published -> BEV received
+    diagnostics: dict = field(default_factory=dict)       # the node's last /diagnostics values
+    last_bev: object = None                               # ReceivedBev of the last set
+    last_index: int = -1                                  # its scene frame index
+    node_rc: int | None = None
+    node_log: str = ""
+
+    def percentiles(self, qs=(50, 95, 99)) -> dict:
+        if not self.e2e_ms:
+            return {q: float("nan") for q in qs}
+        return dict(zip(qs, np.percentile(self.e2e_ms, qs).tolist()))
+
+
+class PipelineSession:
+    def __init__(self, rig_path: str | None = None, node_params: dict | None = None,
+                 params_file: str | None = None, subscribe_image: bool = False):
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        from ..paths import config_dir
+        from ..rig import load_rig
+        from .consumer import BevConsumer
+        from .synthetic_publisher import SyntheticRigPublisher
+
+        self.domain = isolate()
+        rig_path = rig_path or str(config_dir() / "rigs" / "nuscenes_bevdet_r50.yaml")
+        self.rig = load_rig(rig_path)
+        params = {"rig_file": rig_path, **(node_params or {})}
+        args = [sys.executable, "-m", "bevpool_ros.node.main", "--ros-args"]
+        if params_file:
+            args += ["--params-file", params_file]
+        args += ros_param_args(params)
+        self._log = tempfile.NamedTemporaryFile("w+", prefix="bevpool_node_", suffix=".log", delete=False)
+        self.node = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.pub = SyntheticRigPublisher(self.rig, context=self.context)
+        self.con = BevConsumer(context=self.context, subscribe_image=subscribe_image)
+        self.executor.add_node(self.pub)
+        self.executor.add_node(self.con)
+
+    def spin_until(self, predicate, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            if self.node.poll() is not None:
+                return bool(predicate())
+            self.executor.spin_once(timeout_sec=0.01)
+        return bool(predicate())
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        """Graph discovery both ways (never a fixed sleep)."""
+        return self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pub.pubs.items()
+                                           if k[1] != "camera_info")
+                               and self.con.bev_sub.get_publisher_count() > 0, timeout)
+
+    def run(self, frames: int, rate_hz: float, warmup: int = 0, drain_s: float = 2.0) -> RunResult:
+        sent_at: dict[int, tuple[int, float]] = {}
+        e2e: list[float] = []
+        last = {}
+
+        def on_frame(index, stamp, t):
+            sent_at[stamp] = (index, t)
+
+        def on_bev(r):
+            if r.stamp_ns in sent_at:
+                index, t = sent_at[r.stamp_ns]
+                if index >= warmup:
+                    e2e.append((r.received - t) * 1e3)
+                last["bev"], last["index"] = r, index
+
+        self.con.on_bev = on_bev
+        self.pub.start(rate_hz, frames, on_frame=on_frame)
+        self.spin_until(lambda: self.pub.done, frames / rate_hz * 3 + 10)
+        expected = len(sent_at)
+        self.spin_until(lambda: self.con.count >= expected, drain_s)
+        # one more diagnostics period so the node's statistics cover the whole run
+        self.con.diagnostics.clear()
+        self.spin_until(lambda: self.con.latest_diagnostics() is not None, 5.0)
+        return RunResult(sent=self.pub.sent, received=self.con.count, e2e_ms=e2e,
+                         diagnostics=self.con.latest_diagnostics() or {}, last_bev=last.get("bev"),
+                         last_index=last.get("index", -1))
+
+    def close(self) -> tuple[int | None, str]:
+        import rclpy
+
+        if self.node.poll() is None:
+            self.node.send_signal(signal.SIGINT)
+            try:
+                self.node.wait(15)
+            except subprocess.TimeoutExpired:
+                self.node.kill()
+                self.node.wait(5)
+        self.executor.shutdown()
+        self.pub.destroy_node()
+        self.con.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+        self._log.flush()
+        log = Path(self._log.name).read_text()
+        self._log.close()
+        os.unlink(self._log.name)
+        return self.node.returncode, log

@@ -1,0 +1,47 @@
+"""ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [namespace:=...] [backend:=...] [precision:=...]
+
+Starts bevpool_node with a parameter file (default: config/cpu.yaml from the package share);
+``backend`` and ``precision``, when given, override the file. Needs launch + launch_ros
+(every ROS 2 install has them; they are not on PyPI).
+"""
+import os
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+PACKAGE = "bevpool_ros"
+ARGUMENTS = {
+    "config_file": ("", "Parameter YAML for bevpool_node (empty: config/cpu.yaml of the package)"),
+    "namespace": ("", "Namespace of the node and of its relative topics"),
+    "backend": ("", "Override: best | tensorrt | cuda | cpu (empty: keep the config file's)"),
+    "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),
+}
+OVERRIDES = ("backend", "precision")  # launch arguments that are also node parameters
+
+
+def _default_config() -> str:
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return os.path.join(get_package_share_directory(PACKAGE), "config", "cpu.yaml")
+    except Exception:  # running from a source checkout
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "cpu.yaml")
+
+
+def _node(context, *args, **kwargs):
+    value = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
+    parameters = [value["config_file"] or _default_config()]
+    overrides = {k: value[k] for k in OVERRIDES if value[k]}
+    if overrides:
+        parameters.append(overrides)  # later entries win over the file
+    return [Node(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
+                 namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True)]
+
+
+def generate_launch_description():
+    return LaunchDescription(
+        [DeclareLaunchArgument(name, default_value=default, description=text)
+         for name, (default, text) in ARGUMENTS.items()]
+        + [OpaqueFunction(function=_node)])
