@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda.schedule import build_v3_schedule
 from bevpool_ros.backends.tensorrt.builder import EngineBuildError, build_engine, plugin_config_for
 from bevpool_ros.backends.tensorrt.network import create_network, onnx_model_bytes, populate
 from bevpool_ros.backends.tensorrt.plugin import fields_to_collection, plugin_classes, register_plugin
@@ -54,7 +53,7 @@ def test_tensorrt_itself_refuses_fp8_for_sm86(lib, monkeypatch):
 def test_rig_derived_map_builds(lib, canonical_map):
     built = build_engine(lib, canonical_map, "fp16", known_target("sm_86"))
     # the map constants (slots, pidx, empty cells) live inside the engine
-    sched = build_v3_schedule(canonical_map)
+    _, sched = plugin_config_for(canonical_map, "fp16", known_target("sm_86"))
     assert len(built.data) > sched.slots.nbytes + sched.pidx.nbytes
     assert built.config.plan.kernel == "bevpool_v3_fp16_dram"  # 6 MiB L2 on the A6000 -> DRAM path
 
@@ -81,7 +80,7 @@ def test_build_phase_sees_expected_tensors(lib, monkeypatch):
 def test_supports_format_combination(lib):
     trt = lib.trt
     smap = tiny_map()
-    cfg = plugin_config_for(smap, build_v3_schedule(smap), "fp16", known_target("sm_89"))
+    cfg, _ = plugin_config_for(smap, "fp16", known_target("sm_89"))
     Plugin, _ = plugin_classes(trt)
     p = Plugin(cfg)
 
@@ -107,7 +106,7 @@ def test_creator_round_trip_through_registry(lib):
     assert register_plugin(trt) is creator  # once per process
     assert trt.get_plugin_registry().get_creator(PLUGIN_NAME, "1", "") is not None
     smap = tiny_map()
-    cfg = plugin_config_for(smap, build_v3_schedule(smap), "fp8", known_target("sm_120"), out_scale=0.5)
+    cfg, _ = plugin_config_for(smap, "fp8", known_target("sm_120"), out_scale=0.5)
     p = creator.create_plugin("bevpool", fields_to_collection(trt, cfg.to_fields()), trt.TensorRTPhase.BUILD)
     assert p.cfg == cfg
     # what the engine stores is what the runtime phase recreates the plugin from
@@ -120,7 +119,7 @@ def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     import bevpool_ros.backends.cuda.driver as drv
 
     smap = tiny_map()
-    cfg = plugin_config_for(smap, build_v3_schedule(smap), "fp16", known_target("sm_89"))
+    cfg, _ = plugin_config_for(smap, "fp16", known_target("sm_89"))
     Plugin, _ = plugin_classes(lib.trt)
     calls = []
     monkeypatch.setattr(Plugin, "kernel_loader", staticmethod(lambda: "MODULE"))
@@ -139,8 +138,7 @@ def test_onnx_model_carries_the_plugin_node(lib):
     import onnx
 
     smap = tiny_map()
-    sched = build_v3_schedule(smap)
-    cfg = plugin_config_for(smap, sched, "fp8", known_target("sm_89"))
+    cfg, sched = plugin_config_for(smap, "fp8", known_target("sm_89"))
     model = onnx.load_from_string(onnx_model_bytes(cfg, constant_arrays(cfg, smap, sched)))
     (node,) = model.graph.node
     assert node.op_type == PLUGIN_NAME
@@ -167,8 +165,7 @@ def test_engine_does_not_deserialize_without_gpu(lib):
 def test_network_has_one_plugin_layer(lib):
     trt = lib.trt
     smap = tiny_map()
-    sched = build_v3_schedule(smap)
-    cfg = plugin_config_for(smap, sched, "fp16", known_target("sm_89"))
+    cfg, sched = plugin_config_for(smap, "fp16", known_target("sm_89"))
     builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
     net = create_network(lib, builder)
     keep = populate(lib, builder, net, cfg, constant_arrays(cfg, smap, sched))

@@ -1,6 +1,8 @@
 """Plugin configuration (no TensorRT needed): it is the launch description, serialized."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -20,10 +22,11 @@ from tensorrt_helpers import tiny_map
                                               ("fp8", "L2-resident")])
 def test_plan_is_the_launch_description(precision, regime):
     smap = tiny_map(channels=80)
-    sched = build_v3_schedule(smap)
-    cfg = config_for_v3(smap, sched, precision, regime)
+    cfg, sched = config_for_v3(smap, precision, regime)
     info = L.choose_v3_kernel(80, precision, regime)
-    assert cfg.plan == L.plan_v3(smap, sched, info)  # no second copy of kernel/grid logic
+    geom = L.v3_geometry(80, info)
+    assert (sched.block, sched.warp) == (geom.groups_per_block, geom.groups_per_warp)
+    assert cfg.plan == L.plan_v3(smap, sched, info, geom)  # no second copy of kernel/grid logic
     assert cfg.inputs == ("depth", "feat", "slots", "pidx", "empty_cells")
     assert cfg.output_shape == (*smap.grid_shape, 80)
     assert cfg.output_dtype == ("float32" if precision == "fp16" else "float16")
@@ -31,8 +34,7 @@ def test_plan_is_the_launch_description(precision, regime):
 
 def test_fields_round_trip_exactly():
     smap = tiny_map()
-    sched = build_v3_schedule(smap)
-    cfg = config_for_v3(smap, sched, "fp8", "L2-resident", out_scale=0.25)
+    cfg, _ = config_for_v3(smap, "fp8", "L2-resident", out_scale=0.25)
     fields = cfg.to_fields()
     assert set(fields) == set(FIELDS)
     assert PluginConfig.from_fields(fields) == cfg
@@ -42,7 +44,7 @@ def test_fields_round_trip_exactly():
 
 
 def test_malformed_fields_are_rejected():
-    cfg = config_for_v3(tiny_map(), build_v3_schedule(tiny_map()), "fp16", "L2-resident")
+    cfg, _ = config_for_v3(tiny_map(), "fp16", "L2-resident")
     fields = cfg.to_fields()
     with pytest.raises(PluginConfigError, match="missing"):
         PluginConfig.from_fields({k: v for k, v in fields.items() if k != "plan"})
@@ -54,6 +56,11 @@ def test_malformed_fields_are_rejected():
         PluginConfig.from_fields(bad)
     bad = dict(fields, depth_shape=np.asarray([9, 9, 9, 9], np.int32))
     with pytest.raises(PluginConfigError, match="shapes"):
+        PluginConfig.from_fields(bad)
+    plan = json.loads(fields["plan"].tobytes())
+    plan["from_the_future"] = 1  # engine written by a newer launch description: refused, not mis-launched
+    bad = dict(fields, plan=np.frombuffer(json.dumps(plan).encode(), np.int8))
+    with pytest.raises(PluginConfigError, match="unknown LaunchPlan fields"):
         PluginConfig.from_fields(bad)
 
 
@@ -70,9 +77,8 @@ def test_v2_plans_fit_the_same_plugin():
 def test_empty_arrays_are_padded_for_tensorrt():
     # every cell occupied -> no empty cells; TensorRT rejects zero-volume constants
     smap = tiny_map(points=4000, grid=(1, 2, 3))
-    sched = build_v3_schedule(smap)
+    cfg, sched = config_for_v3(smap, "fp16", "L2-resident")
     assert sched.empty_cells.size == 0
-    cfg = config_for_v3(smap, sched, "fp16", "L2-resident")
     assert constant_arrays(cfg, smap, sched)["empty_cells"].shape == (1,)
     n_empty = [v for k, v in cfg.plan.args if k == "i32"][0]
     assert n_empty == 0  # the kernel reads no entry of the padding
@@ -80,9 +86,8 @@ def test_empty_arrays_are_padded_for_tensorrt():
 
 def test_kernel_follows_target_l2():
     smap = tiny_map(channels=80)
-    sched = build_v3_schedule(smap)
-    big = plugin_config_for(smap, sched, "fp16", Target("sm_120", 128 * MiB))
-    tiny = plugin_config_for(smap, sched, "fp16", Target("sm_86", 1024))
+    big, _ = plugin_config_for(smap, "fp16", Target("sm_120", 128 * MiB))
+    tiny, _ = plugin_config_for(smap, "fp16", Target("sm_86", 1024))
     assert big.plan.kernel == "bevpool_v3_fp16_l2"
     assert tiny.plan.kernel == "bevpool_v3_fp16_dram"
 

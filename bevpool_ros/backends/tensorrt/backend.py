@@ -36,8 +36,8 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
 
     def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, fp8_scales=(1.0, 1.0),
-                 accumulate: str = "half2", kernel: str | None = None, k_min: int = 8, block: int = 256,
-                 trt_module: str | None = None, **_ignored):
+                 accumulate: str | None = None, kernel: str | None = None, k_min: int = 8,
+                 threads: int | None = None, trt_module: str | None = None, **_ignored):
         super().__init__(precision)
         if precision == "fp32":
             raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
@@ -56,18 +56,15 @@ class TensorRTBackend(Backend):
         self.target = Target(dev.arch, int(dev.l2_bytes), dev.name)
         self.cache = EngineCache(cache_dir)
         self.fp8_scales = (float(fp8_scales[0]), float(fp8_scales[1]))
-        self.accumulate, self.kernel_override, self.k_min, self.block = accumulate, kernel, k_min, block
-        self.sched = None
+        # same knobs as the cuda backend; None = the launch description's default
+        self.launch_options = {"acc": accumulate, "kernel": kernel, "k_min": k_min, "threads": threads}
         self.runner = None
         self.auto_record: dict | None = None
 
     # --- calibration ------------------------------------------------------------------------
     def prepare(self, smap: ScatterMap) -> None:
-        from ..cuda.schedule import build_v3_schedule
-
         super().prepare(smap)
         self.close()
-        self.sched = build_v3_schedule(smap, k_min=self.k_min, block=self.block)
         if self.requested_precision == "auto":
             self.precision = self._auto_precision()
         else:
@@ -78,10 +75,10 @@ class TensorRTBackend(Backend):
     def _out_scale(self, precision: str) -> float:
         return 1.0 / (self.fp8_scales[0] * self.fp8_scales[1]) if precision == "fp8" else 1.0
 
-    def _key(self, precision: str, cfg) -> EngineKey:
+    def _key(self, precision: str, cfg, sched) -> EngineKey:
         fields = {k: v.tobytes().hex() for k, v in cfg.to_fields().items()}
         plugin = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-        return EngineKey(self.smap.key or "unkeyed", self.sched.digest(), self.target.arch, self.target.name,
+        return EngineKey(self.smap.key or "unkeyed", sched.digest(), self.target.arch, self.target.name,
                          self.lib.tag, precision, plugin)
 
     def _runner(self, precision: str):
@@ -89,12 +86,14 @@ class TensorRTBackend(Backend):
         from .builder import build_engine, plugin_config_for
         from .runner import EngineLoadError, EngineRunner
 
-        scale = self._out_scale(precision)
-        cfg = plugin_config_for(self.smap, self.sched, precision, self.target, self.accumulate, scale,
-                                self.kernel_override)
-        key = self._key(precision, cfg)
-        build = lambda: build_engine(self.lib, self.smap, precision, self.target, sched=self.sched,  # noqa: E731
-                                     acc=self.accumulate, out_scale=scale, kernel=self.kernel_override).data
+        opts = {**self.launch_options, "out_scale": self._out_scale(precision)}
+        from ..cuda.launch import V3_KERNELS
+
+        if opts["kernel"] and V3_KERNELS[opts["kernel"]].precision != precision:
+            opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
+        cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
+        key = self._key(precision, cfg, sched)
+        build = lambda: build_engine(self.lib, self.smap, precision, self.target, **opts).data  # noqa: E731
         data, cached = self.cache.get_or_build(key, build)
         try:
             return EngineRunner(self.lib, data, cfg, self.rt)
@@ -146,7 +145,8 @@ class TensorRTBackend(Backend):
             self.auto_record = {"precision": "fp16", "reason": f"no FP8 on {self.target.arch}"}
             return "fp16"
         smap = self.smap
-        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{self.sched.digest()}"
+        digest = hashlib.sha256(b"".join(a.tobytes() for a in smap.arrays().values())).hexdigest()[:16]
+        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{digest}"
         cached = load_choice(key)
         if cached in ("fp16", "fp8"):
             log.info("precision auto (tensorrt): %s (cached for %s)", cached, key)

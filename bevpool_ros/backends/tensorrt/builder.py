@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from ..cuda import launch as L
-from ..cuda.schedule import V3Schedule, build_v3_schedule
+from ..cuda.schedule import V3Schedule
 from .network import create_network, populate
 from .plugin_config import PluginConfig, config_for_v3, constant_arrays
 from .targets import Target, check_buildable, rtx_compute_capability
@@ -53,20 +53,21 @@ class BuiltEngine:
     build_s: float
 
 
-def plugin_config_for(smap: ScatterMap, sched: V3Schedule, precision: str, target: Target,
-                      acc: str = "half2", out_scale: float = 1.0, kernel: str | None = None) -> PluginConfig:
+def plugin_config_for(smap: ScatterMap, precision: str, target: Target, **launch_options
+                      ) -> tuple[PluginConfig, V3Schedule]:
+    """Plugin config + schedule for ``target``: the regime comes from the target's L2."""
     regime = classify(working_set_bytes(smap, L.PRECISION_INPUT[precision]), target.l2_bytes)
-    return config_for_v3(smap, sched, precision, regime, acc=acc, out_scale=out_scale, kernel=kernel)
+    return config_for_v3(smap, precision, regime, **launch_options)
 
 
-def build_engine(lib, smap: ScatterMap, precision: str, target: Target, *, sched: V3Schedule | None = None,
-                 acc: str = "half2", out_scale: float = 1.0, kernel: str | None = None,
-                 k_min: int = 8, block: int = 256) -> BuiltEngine:
-    """Serialized engine bytes (AOT for ``target.arch`` on TensorRT-RTX; no GPU needed there)."""
+def build_engine(lib, smap: ScatterMap, precision: str, target: Target, **launch_options) -> BuiltEngine:
+    """Serialized engine bytes (AOT for ``target.arch`` on TensorRT-RTX; no GPU needed there).
+
+    launch_options (acc, out_scale, kernel, k_min, threads) go to plugin_config.v3_launch.
+    """
     check_buildable(lib, target.arch, precision)
     smap = smap.validate()
-    sched = sched or build_v3_schedule(smap, k_min=k_min, block=block)
-    cfg = plugin_config_for(smap, sched, precision, target, acc, out_scale, kernel)
+    cfg, sched = plugin_config_for(smap, precision, target, **launch_options)
     trt = lib.trt
     logger = _CapturingLogger(trt)
     builder = trt.Builder(logger)

@@ -15,6 +15,7 @@ feat and its output is the BEV tensor [Z, Y, X, C].
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ import numpy as np
 from ...regime import OUTPUT_DTYPE
 from ...scatter_map import ScatterMap
 from ..cuda import launch as L
-from ..cuda.schedule import V3Schedule, v2do_intervals
+from ..cuda.schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule, v2do_intervals
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"
@@ -89,9 +90,8 @@ class PluginConfig:
 
     # --- (de)serialization: field name -> numpy array (int32 or bytes) --------------------------
     def to_fields(self) -> dict[str, np.ndarray]:
-        plan = {"kernel": self.plan.kernel, "grid": list(self.plan.grid), "block": list(self.plan.block),
-                "args": [[k, v] for k, v in self.plan.args],
-                "zero_output_first": self.plan.zero_output_first, "out_dtype": self.plan.out_dtype}
+        plan = {f.name: getattr(self.plan, f.name) for f in dataclasses.fields(self.plan)}
+        plan["args"] = [[k, v] for k, v in self.plan.args]
         text = lambda s: np.frombuffer(s.encode(), dtype=np.int8).copy()  # noqa: E731
         return {
             "precision": text(self.precision),
@@ -111,17 +111,26 @@ class PluginConfig:
         try:
             text = lambda k: _as_bytes(fields[k]).decode().rstrip("\0")  # noqa: E731
             ints = lambda k: tuple(int(v) for v in np.asarray(fields[k]).reshape(-1))  # noqa: E731
-            p = json.loads(text("plan"))
-            plan = L.LaunchPlan(str(p["kernel"]), tuple(int(v) for v in p["grid"]),
-                                tuple(int(v) for v in p["block"]),
-                                tuple((str(k), _scalar(k, v)) for k, v in p["args"]),
-                                bool(p["zero_output_first"]), str(p["out_dtype"]))
             cfg = cls(text("precision"), ints("depth_shape"), ints("grid_shape"), ints("channels")[0],
                       tuple(text("input_names").split(",")),
-                      tuple(tuple(int(v) for v in s) for s in json.loads(text("input_shapes"))), plan)
+                      tuple(tuple(int(v) for v in s) for s in json.loads(text("input_shapes"))),
+                      _plan_from_dict(json.loads(text("plan"))))
         except (KeyError, ValueError, TypeError, IndexError, UnicodeDecodeError) as e:
             raise PluginConfigError(f"malformed plugin fields: {e}") from e
         return cfg.validate()
+
+
+def _plan_from_dict(p: dict) -> L.LaunchPlan:
+    """Inverse of to_fields' plan dict, for whatever fields LaunchPlan has (it grows over time)."""
+    known = {f.name for f in dataclasses.fields(L.LaunchPlan)}
+    extra = set(p) - known
+    if extra:  # an engine from a newer launch description: refuse rather than mis-launch
+        raise ValueError(f"unknown LaunchPlan fields {sorted(extra)}")
+    p = dict(p)
+    p["grid"] = tuple(int(v) for v in p["grid"])
+    p["block"] = tuple(int(v) for v in p["block"])
+    p["args"] = tuple((str(k), _scalar(k, v)) for k, v in p["args"])
+    return L.LaunchPlan(**p)
 
 
 def _as_bytes(v) -> bytes:
@@ -171,8 +180,26 @@ def config_for_plan(smap: ScatterMap, sched: V3Schedule, plan: L.LaunchPlan, pre
                         (*IO_INPUTS, *bound), tuple(shapes), plan).validate()
 
 
-def config_for_v3(smap: ScatterMap, sched: V3Schedule, precision: str, regime: str,
-                  acc: str = "half2", out_scale: float = 1.0, kernel: str | None = None) -> PluginConfig:
-    """The V3 plan the cuda backend would launch for this map, precision and memory regime."""
-    info = L.V3_KERNELS[kernel] if kernel else L.choose_v3_kernel(smap.channels, precision, regime, acc)
-    return config_for_plan(smap, sched, L.plan_v3(smap, sched, info, out_scale), precision)
+def v3_launch(smap: ScatterMap, precision: str, regime: str, *, acc: str | None = None, out_scale: float = 1.0,
+              kernel: str | None = None, k_min: int = DEFAULT_K_MIN, threads: int | None = None
+              ) -> tuple[V3Schedule, L.LaunchPlan]:
+    """Kernel, geometry, schedule and plan exactly as the cuda backend derives them.
+
+    The only place this package calls into launch.py/schedule.py for V3: kernel by precision and
+    regime (choose_v3_kernel), geometry (v3_geometry), the schedule built for that geometry, the plan.
+    """
+    if kernel:
+        info = L.V3_KERNELS[kernel]
+    else:
+        extra = {} if acc is None else {"acc": acc}
+        info = L.choose_v3_kernel(smap.channels, precision, regime, **extra)
+    geom = L.v3_geometry(smap.channels, info, threads or L.V3_DEFAULT_THREADS)
+    sched = build_v3_schedule(smap, k_min=k_min, block=geom.groups_per_block, warp=geom.groups_per_warp)
+    return sched, L.plan_v3(smap, sched, info, geom, out_scale)
+
+
+def config_for_v3(smap: ScatterMap, precision: str, regime: str, **launch_options
+                  ) -> tuple[PluginConfig, V3Schedule]:
+    """The V3 plugin config (and the schedule its constants come from) for this map and regime."""
+    sched, plan = v3_launch(smap, precision, regime, **launch_options)
+    return config_for_plan(smap, sched, plan, precision), sched
