@@ -211,7 +211,7 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
   }
 }
 
-#define BEVPOOL_V3_ENTRY(NAME, IN, TILE, ACC_F32, STREAM, UNROLL, C_FIXED)                               \
+#define BEVPOOL_V3T_ENTRY(NAME, IN, TILE, ACC_F32, STREAM, UNROLL, C_FIXED)                               \
   extern "C" __global__ void __launch_bounds__(BEVPOOL_MAX_BLOCK) NAME(                                                \
       const IN* depth, const IN* feat, const int4* slots, const int2* pidx, const int* empty_cells,      \
       int n_empty, int compute_blocks, int c, float out_scale, Io<IN>::Out* out) {                       \

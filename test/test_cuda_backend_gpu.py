@@ -23,6 +23,9 @@ from bevpool_ros.reference import pool_reference  # noqa: E402
 from bevpool_ros.workloads import WORKLOADS, get_workload  # noqa: E402
 
 FP16_ATOL = 1e-2
+# __half2/__hfma2 accumulation option: each lane sums up to K points in FP16 before the FP32
+# team reduction, so its error grows with K (docs/kernels.md); it is not the default.
+FP16_H2ACC_ATOL = 1e-1
 CASES = [("v2", "fp16", "half2"), ("v2do", "fp16", "half2"), ("v3", "fp16", "half2"),
          ("v3", "fp16", "f32"), ("v3", "fp8", "half2")]
 
@@ -84,7 +87,8 @@ class Prepared:
             err = np.abs(a - self.ref16)
             rec["max_abs_err"] = float(err.max())
             report(rec)
-            assert err.max() <= FP16_ATOL, f"{label} {plan.kernel}: max err {err.max():.4g}"
+            tol = FP16_ATOL if acc == "f32" else FP16_H2ACC_ATOL
+            assert err.max() <= tol, f"{label} {plan.kernel}: max err {err.max():.4g}"
         else:
             ok, err = fp8_within_tolerance(a, self.ref64, self.abs64)
             kerr = np.abs(a.astype(np.float64) - self.ref8)

@@ -31,11 +31,12 @@ def inputs(smap, rng):
     return rng.random(smap.depth_shape), rng.uniform(-1, 1, smap.feat_shape)
 
 
-@pytest.mark.parametrize("k_min,block", [(8, 256), (4, 128), (16, 64), (1, 32)])
-def test_schedule_invariants_and_emulation_skewed(k_min, block):
-    rng = np.random.default_rng(k_min * 1000 + block)
+@pytest.mark.parametrize("k_min,block,warp", [(8, 256, 32), (4, 128, 32), (16, 64, 32), (1, 32, 32),
+                                              (8, 48, 3), (4, 96, 6), (2, 16, 2), (8, 8, 1)])
+def test_schedule_invariants_and_emulation_skewed(k_min, block, warp):
+    rng = np.random.default_rng(k_min * 1000 + block + warp)
     smap = skewed_map(rng)
-    sched = build_v3_schedule(smap, k_min=k_min, block=block)
+    sched = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp)
     check_schedule(smap, sched)
     assert sched.points_per_slot == points_per_slot(900 + 0, k_min, block) or sched.points_per_slot >= k_min
     assert sched.max_team * sched.points_per_slot >= int(smap.interval_lengths.max())
@@ -44,8 +45,9 @@ def test_schedule_invariants_and_emulation_skewed(k_min, block):
     np.testing.assert_allclose(emulate_v3(smap, sched, d, f), pool_reference(d, f, smap), atol=1e-9)
 
 
-def test_canonical_schedule(canonical_map):
-    sched = build_v3_schedule(canonical_map)
+@pytest.mark.parametrize("block,warp", [(256, 32), (48, 3)])
+def test_canonical_schedule(canonical_map, block, warp):
+    sched = build_v3_schedule(canonical_map, block=block, warp=warp)
     check_schedule(canonical_map, sched)
     # the longest interval (464 points) no longer has one serial owner
     assert sched.points_per_slot <= 16
@@ -72,7 +74,7 @@ def test_points_per_slot_rule():
     assert points_per_slot(2937, 8, 256) == 12
     assert points_per_slot(5, 8, 256) == 8
     with pytest.raises(ValueError):
-        build_v3_schedule(skewed_map(np.random.default_rng(0)), block=100)
+        build_v3_schedule(skewed_map(np.random.default_rng(0)), block=100, warp=32)
 
 
 @pytest.mark.parametrize("length,parts", [(464, 58), (10, 3), (7, 7), (100, 1)])
@@ -98,39 +100,63 @@ def test_v2do_intervals(canonical_map):
 @pytest.mark.parametrize("c,prec,regime,name", [
     (80, "fp16", "DRAM-bound", "bevpool_v3_fp16_dram"),
     (80, "fp16", "L2-resident", "bevpool_v3_fp16_l2"),
-    (88, "fp16", "DRAM-bound", "bevpool_v3_fp16_l2"),      # 88 % 16 != 0: 8-channel tile
-    (36, "fp16", "L2-resident", "bevpool_v3_fp16_t4"),
+    (88, "fp16", "DRAM-bound", "bevpool_v3_fp16_l2"),      # 88 % 16 != 0: 8 channels per lane
+    (36, "fp16", "L2-resident", "bevpool_v3_fp16_v4"),
     (80, "fp8", "L2-resident", "bevpool_v3_fp8_c80"),
     (128, "fp8", "L2-resident", "bevpool_v3_fp8_c128"),
     (256, "fp8", "DRAM-bound", "bevpool_v3_fp8_c256"),
-    (96, "fp8", "L2-resident", "bevpool_v3_fp8_t16"),
-    (40, "fp8", "L2-resident", "bevpool_v3_fp8_t8"),
-    (12, "fp8", "L2-resident", "bevpool_v3_fp8_t4"),
+    (96, "fp8", "L2-resident", "bevpool_v3_fp8_v8"),
+    (12, "fp8", "L2-resident", "bevpool_v3_fp8_v4"),
 ])
 def test_kernel_choice(c, prec, regime, name):
     info = L.choose_v3_kernel(c, prec, regime)
-    assert info.name == name and c % info.tile == 0
+    assert info.name == name and c % info.vec == 0
 
 
-def test_kernel_choice_f32_acc_and_unsupported():
-    assert L.choose_v3_kernel(80, "fp16", "DRAM-bound", acc="f32").name == "bevpool_v3_fp16_dram_f32acc"
+def test_kernel_choice_half2_acc_and_unsupported():
+    assert L.choose_v3_kernel(80, "fp16", "DRAM-bound", acc="half2").name == "bevpool_v3_fp16_dram_h2acc"
     with pytest.raises(L.UnsupportedShape):
         L.choose_v3_kernel(30, "fp16", "L2-resident")
     with pytest.raises(ValueError):
         L.choose_v3_kernel(80, "fp32", "L2-resident")
 
 
-def test_v3_grid_covers_slots_and_empty_cells(canonical_map):
-    sched = build_v3_schedule(canonical_map, block=128)
-    info = L.choose_v3_kernel(80, "fp16", "DRAM-bound")
-    plan = L.plan_v3(canonical_map, sched, info)
+@pytest.mark.parametrize("c,name,G,chunks", [
+    (80, "bevpool_v3_fp16_l2", 10, 1), (80, "bevpool_v3_fp16_dram", 5, 1), (128, "bevpool_v3_fp16_l2", 16, 1),
+    (256, "bevpool_v3_fp16_l2", 32, 1), (512, "bevpool_v3_fp16_l2", 32, 2), (80, "bevpool_v3_fp8_c80", 5, 1),
+    (256, "bevpool_v3_fp8_c256", 8, 1), (1024, "bevpool_v3_fp8_v8", 32, 4), (12, "bevpool_v3_fp16_v4", 3, 1),
+])
+def test_v3_geometry(c, name, G, chunks):
+    info = L.V3_KERNELS[name]
+    g = L.v3_geometry(c, info, 512)
+    assert (g.G, g.chunks) == (G, chunks)
+    assert g.G * info.vec * g.chunks == c  # every channel covered exactly once
+    assert g.groups_per_warp == 32 // G and g.groups_per_block == (g.threads // 32) * g.groups_per_warp
+    assert g.shared_bytes == (g.threads // 32) * G * info.vec * 4 <= L.SMEM_LIMIT
+    with pytest.raises(L.UnsupportedShape):
+        L.v3_geometry(c + 2, info)
+
+
+def test_v3_plan_covers_slots_and_empty_cells(canonical_map):
+    info = L.choose_v3_kernel(80, "fp16", "L2-resident")
+    geom = L.v3_geometry(80, info, 512)
+    sched = build_v3_schedule(canonical_map, block=geom.groups_per_block, warp=geom.groups_per_warp)
+    check_schedule(canonical_map, sched)
+    plan = L.plan_v3(canonical_map, sched, info, geom)
     gx, gy, _ = plan.grid
-    assert plan.block == (128, 1, 1)
-    assert gy == 80 // 16
-    assert gx * 128 >= sched.num_slots + sched.empty_cells.size
-    assert (gx - sched.compute_blocks) * 128 >= sched.empty_cells.size
+    assert plan.block == (512, 1, 1) and gy == 1 and plan.shared_bytes == geom.shared_bytes
+    assert sched.compute_blocks * geom.groups_per_block == sched.num_slots
+    assert (gx - sched.compute_blocks) * geom.groups_per_block >= sched.empty_cells.size
     assert not plan.zero_output_first and plan.out_dtype == "float32"
-    assert dict(plan.args)["f32"] == 1.0
+    assert ("i32", 10) in plan.args  # G passed to the generic kernel
+    with pytest.raises(ValueError):
+        L.plan_v3(canonical_map, build_v3_schedule(canonical_map), info, geom)
+
+
+def test_first_design_geometry(canonical_map):
+    info = L.V3_KERNELS["bevpool_v3t_fp16_t8"]
+    geom = L.v3_geometry(80, info, 512)
+    assert (geom.threads, geom.groups_per_warp, geom.chunks) == (256, 32, 10)
 
 
 def test_v2_and_v2do_launches(canonical_map):

@@ -116,7 +116,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
     from ..regime import working_set_bytes
 
     t0 = time.time()
-    md = MapOnDevice(rt, smap, k_min=args.k_min, block=args.block)
+    md = MapOnDevice(rt, smap, k_min=args.k_min, threads=args.threads)
     inputs = make_inputs(smap, seed=args.seed)
     refs = references(smap, inputs) if args.check else None
     rows = []
@@ -140,8 +140,9 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
                    companion_memset=plan.zero_output_first, compulsory_bytes=bytes_,
                    bw_floor_us=bw_us, launch_us=launch_us, floor_us=bw_us + launch_us)
         if variant == "v3":
-            row.update(points_per_slot=md.sched.points_per_slot, teams=md.sched.num_teams,
-                       max_team=md.sched.max_team, slots=md.sched.num_slots)
+            sc = md.sched_for(plan.kernel)
+            row.update(points_per_slot=sc.points_per_slot, teams=sc.num_teams, max_team=sc.max_team,
+                       slots=sc.num_slots, shared_bytes=plan.shared_bytes)
         if refs is not None:
             row.update(check_plan(md, plan, inputs, precision, refs))
         rot = time_plan(md, plan, inputs, precision, not args.no_rotate, args.inner, args.reps)
@@ -174,24 +175,23 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     refs = references(smap, inputs)
     out = []
     # the widest tiles only: narrow generic tiles exist for odd channel counts, not for speed
-    kernels16 = [k for k, v in L.V3_KERNELS.items() if v.precision == "fp16" and v.tile >= 8
-                 and smap.channels % v.tile == 0]
-    kernels8 = [k for k, v in L.V3_KERNELS.items() if v.precision == "fp8" and v.tile >= 8
-                and smap.channels % v.tile == 0 and v.c_fixed in (0, smap.channels)]
+    kernels = [k for k, v in L.V3_KERNELS.items() if v.vec >= 8 and smap.channels % v.vec == 0
+               and v.c_fixed in (0, smap.channels)]
     for k_min in args.tune_k:
-        for block in args.tune_block:
-            md = MapOnDevice(rt, smap, k_min=k_min, block=block)
-            for kern in kernels16 + kernels8:
+        for block in args.tune_threads:
+            md = MapOnDevice(rt, smap, k_min=k_min, threads=block)
+            for kern in kernels:
                 prec = L.V3_KERNELS[kern].precision
                 plan = md.plan("v3", prec, kernel=kern,
                                out_scale=inputs["fp8_out_scale"] if prec == "fp8" else 1.0)
+                sc = md.sched_for(kern)
                 chk = check_plan(md, plan, inputs, prec, refs)
                 rot = time_plan(md, plan, inputs, prec, not args.no_rotate, args.inner, args.reps)
                 hot = time_plan(md, plan, inputs, prec, False, args.inner, args.reps)
-                out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min, "block": block,
-                            "K": md.sched.points_per_slot, "median_us": rot["median_us"],
+                out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min,
+                            "threads": plan.block[0], "K": sc.points_per_slot, "median_us": rot["median_us"],
                             "median_hot_us": hot["median_us"], **chk})
-                print(f"tune {name:11s} {kern:30s} k_min={k_min:2d} block={block:3d} K={md.sched.points_per_slot:3d} "
+                print(f"tune {name:11s} {kern:30s} k_min={k_min:2d} threads={plan.block[0]:3d} K={sc.points_per_slot:3d} "
                       f"rot {rot['median_us']:8.2f} us hot {hot['median_us']:8.2f} us err {chk['max_abs_err']:.4f}",
                       flush=True)
     return out
@@ -251,20 +251,20 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=100, help="timing samples (>= 100 for reported numbers)")
     p.add_argument("--inner", type=int, default=32, help="launches per graph replay")
     p.add_argument("--seed", type=int, default=2026)
-    p.add_argument("--acc", default="half2", choices=("half2", "f32"), help="V3 FP16 accumulation")
+    p.add_argument("--acc", default="f32", choices=("half2", "f32"), help="V3 FP16 accumulation")
     p.add_argument("--k-min", type=int, default=8, help="schedule: minimum points per slot")
-    p.add_argument("--block", type=int, default=256, help="schedule: V3 block size")
+    p.add_argument("--threads", type=int, default=512, help="V3 threads per block")
     p.add_argument("--no-rotate", action="store_true", help="time without input/output rotation")
     p.add_argument("--hot", action="store_true", help="also time without rotation (median_hot_us)")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the FP64 accuracy check")
     p.add_argument("--tune", default="", help="comma list of workloads to sweep V3 kernels/schedules on")
     p.add_argument("--tune-k", default="4,8,16")
-    p.add_argument("--tune-block", default="128,256")
+    p.add_argument("--tune-threads", default="256,512")
     p.add_argument("--ncu-once", default="", help="launch each variant once on these workloads (for ncu)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     args.tune_k = [int(v) for v in args.tune_k.split(",") if v]
-    args.tune_block = [int(v) for v in args.tune_block.split(",") if v]
+    args.tune_threads = [int(v) for v in args.tune_threads.split(",") if v]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     names = [w for w in args.workloads.split(",") if w]
@@ -290,7 +290,7 @@ def main(argv=None) -> int:
 
         for w in args.ncu_once.split(","):
             smap = get_workload(w)
-            md = MapOnDevice(rt, smap, k_min=args.k_min, block=args.block)
+            md = MapOnDevice(rt, smap, k_min=args.k_min, threads=args.threads)
             inputs = make_inputs(smap, args.seed)
             for variant, precision in TABLE_VARIANTS:
                 plan = md.plan(variant, precision, acc=args.acc,
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
                            inner=args.inner, reps=args.reps)["median_us"]
     meta = {"device": dev.name, "arch": dev.arch, "l2_mib": dev.l2_bytes / 2**20, "sms": dev.sm_count,
             "d2d_gbps": bw / 1e9, "launch_us": launch_us, "reps": args.reps, "inner": args.inner,
-            "acc": args.acc, "k_min": args.k_min, "block": args.block, "rotate": not args.no_rotate,
+            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "rotate": not args.no_rotate,
             "command": "bevpool-bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(f"{dev.name} {dev.arch} L2 {meta['l2_mib']:.0f} MiB, D2D {bw / 1e9:.0f} GB/s, "
           f"empty launch {launch_us:.2f} us", flush=True)

@@ -29,13 +29,13 @@ FP8_INPUT_DTYPES = (np.uint8, np.float16, np.float32)  # uint8 = raw E4M3 codes
 class CudaBackend(Backend):
     name = "cuda"
 
-    def __init__(self, precision: str = "fp16", device: int = 0, accumulate: str = "half2",
-                 kernel: str | None = None, k_min: int = 8, block: int = 256, **_ignored):
+    def __init__(self, precision: str = "fp16", device: int = 0, accumulate: str = "f32",
+                 kernel: str | None = None, k_min: int = 8, threads: int = 512, **_ignored):
         super().__init__(precision)
         if precision == "fp32":
             raise InputError("cuda backend runs fp16 or fp8 (or auto); fp32 is the cpu backend's")
         self.rt = get_runtime(int(device))  # raises BackendUnavailable without a GPU
-        self.accumulate, self.kernel_override, self.k_min, self.block = accumulate, kernel, k_min, block
+        self.accumulate, self.kernel_override, self.k_min, self.threads = accumulate, kernel, k_min, threads
         self.md: MapOnDevice | None = None
         self.plan = None
         self.graph = None
@@ -47,7 +47,7 @@ class CudaBackend(Backend):
     def prepare(self, smap: ScatterMap) -> None:
         super().prepare(smap)
         self._release()
-        self.md = MapOnDevice(self.rt, smap, k_min=self.k_min, block=self.block)
+        self.md = MapOnDevice(self.rt, smap, k_min=self.k_min, threads=self.threads)
         if self.requested_precision == "auto":
             self.precision = self._auto_precision()
         else:
@@ -77,7 +77,7 @@ class CudaBackend(Backend):
         self._captured_scale = out_scale
         log.info("cuda backend: %s, %s, kernel %s grid %s block %s (K=%d, %d teams)", self.precision,
                  md.regime(self.precision), self.plan.kernel, self.plan.grid, self.plan.block,
-                 md.sched.points_per_slot, md.sched.num_teams)
+                 md.sched_for(self.plan.kernel).points_per_slot, md.sched_for(self.plan.kernel).num_teams)
 
     # --- per frame --------------------------------------------------------------------------
     def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
@@ -151,7 +151,8 @@ class CudaBackend(Backend):
         if self.md is not None:
             d.update(regime=self.md.regime(self.precision), kernel=self.plan.kernel,
                      grid=list(self.plan.grid), block=list(self.plan.block),
-                     points_per_slot=self.md.sched.points_per_slot, teams=self.md.sched.num_teams,
+                     points_per_slot=self.md.sched_for(self.plan.kernel).points_per_slot,
+                     teams=self.md.sched_for(self.plan.kernel).num_teams,
                      input_dtype=PRECISION_INPUT[self.precision], output_dtype=self.plan.out_dtype)
         if self.auto_record:
             d["auto"] = self.auto_record

@@ -166,7 +166,7 @@ def launch(module: Module, plan, buffers: dict, stream: Stream) -> None:
             holders.append(np.array([value], dtype=_SCALAR[kind]))
     params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
     f = module.function(plan.kernel)
-    check(_cu().cuLaunchKernel(f, *plan.grid, *plan.block, 0, stream.handle,
+    check(_cu().cuLaunchKernel(f, *plan.grid, *plan.block, getattr(plan, "shared_bytes", 0), stream.handle,
                                params.ctypes.data if holders else 0, 0), f"cuLaunchKernel({plan.kernel})")
 
 

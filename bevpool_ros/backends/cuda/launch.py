@@ -22,33 +22,75 @@ V2DO_THREADS = 1024     # CUDA-BEVFusion's block: (C / pack) x (1024 / (C / pack
 @dataclass(frozen=True)
 class KernelInfo:
     name: str
-    precision: str   # fp16 | fp8
-    tile: int        # channels per thread (V3)
-    c_fixed: int = 0  # compiled for this C only (0: any C divisible by tile)
-    acc: str = "half2"  # half2 | f32
+    precision: str      # fp16 | fp8
+    vec: int            # channels per lane (grouped) or per thread (first design)
+    g_fixed: int = 0    # lanes per group compiled in (0: chosen at launch)
+    c_fixed: int = 0    # compiled for this C only (0: any C the geometry fits)
+    acc: str = "f32"    # f32 | half2
     streaming: bool = False
+    grouped: bool = True  # False: the first design, one thread per (slot, tile), grid.y = C / vec
 
 
 V3_KERNELS = {k.name: k for k in (
-    KernelInfo("bevpool_v3_fp16_dram", "fp16", 16, acc="half2", streaming=True),
-    KernelInfo("bevpool_v3_fp16_dram_f32acc", "fp16", 16, acc="f32", streaming=True),
-    KernelInfo("bevpool_v3_fp16_l2", "fp16", 8, acc="half2"),
-    KernelInfo("bevpool_v3_fp16_l2_f32acc", "fp16", 8, acc="f32"),
-    KernelInfo("bevpool_v3_fp16_t4", "fp16", 4, acc="f32"),
-    KernelInfo("bevpool_v3_fp8_c80", "fp8", 16, 80),
-    KernelInfo("bevpool_v3_fp8_c128", "fp8", 32, 128),
-    KernelInfo("bevpool_v3_fp8_c256", "fp8", 32, 256),
-    KernelInfo("bevpool_v3_fp8_t16", "fp8", 16),
-    KernelInfo("bevpool_v3_fp8_t8", "fp8", 8),
-    KernelInfo("bevpool_v3_fp8_t4", "fp8", 4),
+    KernelInfo("bevpool_v3_fp16_dram", "fp16", 16, streaming=True),
+    KernelInfo("bevpool_v3_fp16_dram_h2acc", "fp16", 16, acc="half2", streaming=True),
+    KernelInfo("bevpool_v3_fp16_l2", "fp16", 8),
+    KernelInfo("bevpool_v3_fp16_l2_u8", "fp16", 8),
+    KernelInfo("bevpool_v3_fp16_l2_h2acc", "fp16", 8, acc="half2"),
+    KernelInfo("bevpool_v3_fp16_v4", "fp16", 4),
+    KernelInfo("bevpool_v3_fp8_c80", "fp8", 16, 5, 80, acc="half2"),
+    KernelInfo("bevpool_v3_fp8_c128", "fp8", 16, 8, 128, acc="half2"),
+    KernelInfo("bevpool_v3_fp8_c256", "fp8", 32, 8, 256, acc="half2"),
+    KernelInfo("bevpool_v3_fp8_v8", "fp8", 8, acc="half2"),
+    KernelInfo("bevpool_v3_fp8_v4", "fp8", 4, acc="half2"),
+    KernelInfo("bevpool_v3t_fp16_t16", "fp16", 16, streaming=True, grouped=False),
+    KernelInfo("bevpool_v3t_fp16_t8", "fp16", 8, grouped=False),
+    KernelInfo("bevpool_v3t_fp8_t16", "fp8", 16, acc="half2", grouped=False),
 )}
 OTHER_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pack8_fp16",
                  "bevpool_empty_kernel")
 ALL_KERNELS = (*OTHER_KERNELS, *V3_KERNELS)
+V3_MAX_THREADS = 512          # BEVPOOL_V3G_MAX_BLOCK (grouped); the first design allows 256
+V3_DEFAULT_THREADS = 512
+SMEM_LIMIT = 48 * 1024        # without the opt-in attribute
 
 
 class UnsupportedShape(ValueError):
     """No kernel of the requested family handles this channel count."""
+
+
+@dataclass(frozen=True)
+class V3Geometry:
+    """How a V3 kernel covers the channels: G lanes x vec channels per group, `chunks` groups of
+    channels over grid.y, groups per warp / per block (the schedule is built for these)."""
+    G: int
+    chunks: int
+    groups_per_warp: int
+    groups_per_block: int
+    threads: int
+    shared_bytes: int
+
+
+def v3_geometry(channels: int, info: KernelInfo, threads: int = V3_DEFAULT_THREADS) -> V3Geometry:
+    if channels % info.vec or info.c_fixed not in (0, channels):
+        raise UnsupportedShape(f"{info.name} cannot run C = {channels}")
+    if not info.grouped:  # one thread per (slot, tile)
+        threads = min(threads, 256)
+        return V3Geometry(1, channels // info.vec, 32, threads, threads, 0)
+    per = channels // info.vec
+    # lanes per group: the largest divisor of C/vec (<= 32) that keeps >= 3/4 of a warp's lanes
+    # busy (each extra channel chunk re-reads the indices); else the best-filling divisor
+    divisors = [g for g in range(1, 33) if per % g == 0]
+    full = [g for g in divisors if (32 // g) * g >= 24]
+    G = info.g_fixed or (max(full) if full else max(divisors, key=lambda g: ((32 // g) * g, g)))
+    if per % G:
+        raise UnsupportedShape(f"{info.name}: C/vec = {per} not divisible by G = {G}")
+    threads = min(threads, V3_MAX_THREADS)
+    while threads > 32 and (threads // 32) * G * info.vec * 4 > SMEM_LIMIT:
+        threads //= 2
+    warps = threads // 32
+    gpw = 32 // G
+    return V3Geometry(G, per // G, gpw, warps * gpw, threads, warps * G * info.vec * 4)
 
 
 @dataclass(frozen=True)
@@ -59,6 +101,7 @@ class LaunchPlan:
     args: tuple[tuple[str, object], ...]
     zero_output_first: bool  # companion memset (V2, V2+DO) that every timing includes
     out_dtype: str           # float32 | float16
+    shared_bytes: int = 0
 
     @property
     def threads(self) -> int:
@@ -66,35 +109,39 @@ class LaunchPlan:
         return g[0] * g[1] * g[2] * b[0] * b[1] * b[2]
 
 
-def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "half2") -> KernelInfo:
-    """Kernel family by precision and memory regime, then the widest tile that divides C."""
+def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "f32") -> KernelInfo:
+    """Kernel family by precision and memory regime, then the widest vector that divides C."""
     if precision == "fp8":
-        for k in (f"bevpool_v3_fp8_c{channels}", "bevpool_v3_fp8_t16", "bevpool_v3_fp8_t8", "bevpool_v3_fp8_t4"):
-            info = V3_KERNELS.get(k)
-            if info and channels % info.tile == 0 and info.c_fixed in (0, channels):
-                return info
+        names = (f"bevpool_v3_fp8_c{channels}", "bevpool_v3_fp8_v8", "bevpool_v3_fp8_v4")
     elif precision == "fp16":
-        suffix = "" if acc == "half2" else "_f32acc"
-        prefer = ["bevpool_v3_fp16_dram" + suffix] if regime == "DRAM-bound" else []
-        for k in (*prefer, "bevpool_v3_fp16_l2" + suffix, "bevpool_v3_fp16_t4"):
-            info = V3_KERNELS[k]
-            if channels % info.tile == 0:
-                return info
+        suffix = "" if acc == "f32" else "_h2acc"
+        names = (("bevpool_v3_fp16_dram" + suffix,) if regime == "DRAM-bound" else ()) + (
+            "bevpool_v3_fp16_l2" + suffix, "bevpool_v3_fp16_v4")
     else:
         raise ValueError(f"precision: expected fp16 or fp8, got {precision!r}")
+    for k in names:
+        info = V3_KERNELS.get(k)
+        if info is None:
+            continue
+        try:
+            v3_geometry(channels, info)
+            return info
+        except UnsupportedShape:
+            continue
     raise UnsupportedShape(f"V3 {precision} needs C % 4 == 0, got C = {channels}")
 
 
-def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, out_scale: float = 1.0) -> LaunchPlan:
+def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, geom: V3Geometry,
+            out_scale: float = 1.0, slots_buffer: str = "slots") -> LaunchPlan:
     C = smap.channels
-    if C % kernel.tile or kernel.c_fixed not in (0, C):
-        raise UnsupportedShape(f"{kernel.name} cannot run C = {C}")
-    grid = (sched.compute_blocks + sched.zero_blocks, C // kernel.tile, 1)
-    args = (("buf", "depth"), ("buf", "feat"), ("buf", "slots"), ("buf", "pidx"), ("buf", "empty_cells"),
-            ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C),
-            ("f32", float(out_scale)), ("buf", "out"))
-    return LaunchPlan(kernel.name, grid, (sched.block, 1, 1), args, False,
-                      "float32" if kernel.precision == "fp16" else "float16")
+    if sched.block != geom.groups_per_block or sched.warp != geom.groups_per_warp:
+        raise ValueError("schedule was built for another geometry")
+    grid = (sched.compute_blocks + sched.zero_blocks, geom.chunks, 1)
+    common = (("buf", "depth"), ("buf", "feat"), ("buf", slots_buffer), ("buf", "pidx"), ("buf", "empty_cells"),
+              ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C))
+    args = common + ((("i32", geom.G),) if kernel.grouped else ()) + (("f32", float(out_scale)), ("buf", "out"))
+    return LaunchPlan(kernel.name, grid, (geom.threads, 1, 1), args, False,
+                      "float32" if kernel.precision == "fp16" else "float16", geom.shared_bytes)
 
 
 def plan_v2(smap: ScatterMap) -> LaunchPlan:

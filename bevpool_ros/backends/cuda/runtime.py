@@ -16,7 +16,7 @@ from ...scatter_map import ScatterMap
 from . import launch as L
 from .driver import DeviceArrays, DeviceBuffer, Device, Module, Stream, launch as launch_kernel
 from .nvrtc_build import get_kernel_image
-from .schedule import DEFAULT_BLOCK, DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
+from .schedule import DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +44,44 @@ def regime_for(smap: ScatterMap, precision: str, l2_bytes: int) -> str:
 
 
 class MapOnDevice:
-    def __init__(self, rt: KernelRuntime, smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK):
+    def __init__(self, rt: KernelRuntime, smap: ScatterMap, k_min: int = DEFAULT_K_MIN,
+                 threads: int = L.V3_DEFAULT_THREADS):
         smap.validate()  # a bad index never reaches a kernel
         self.rt, self.smap = rt, smap
-        self.sched = build_v3_schedule(smap, k_min=k_min, block=block)
+        self.k_min, self.threads = k_min, threads
+        self._scheds = {}
+        self.sched = self.schedule(L.choose_v3_kernel(smap.channels, "fp16", "L2-resident")
+                                   if smap.channels % 4 == 0 else None)
         arrays = {k: getattr(smap, k) for k in ("ranks_depth", "ranks_feat", "ranks_bev",
                                                  "interval_starts", "interval_lengths")}
-        arrays.update(intervals3=v2do_intervals(smap), slots=self.sched.slots, pidx=self.sched.pidx,
-                      empty_cells=self.sched.empty_cells)
+        arrays.update(intervals3=v2do_intervals(smap), pidx=self.sched.pidx, empty_cells=self.sched.empty_cells)
         self.arrays = DeviceArrays.upload(arrays, rt.stream)
+
+    def schedule(self, info: L.KernelInfo | None, threads: int | None = None):
+        """The V3 schedule for a kernel's geometry (built once per geometry, slots uploaded lazily)."""
+        if info is None:
+            key = (32, 32)
+        else:
+            g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
+            key = (g.groups_per_block, g.groups_per_warp)
+        if key not in self._scheds:
+            self._scheds[key] = build_v3_schedule(self.smap, k_min=self.k_min, block=key[0], warp=key[1])
+        return self._scheds[key]
+
+    def sched_for(self, kernel: str, threads: int | None = None):
+        return self.schedule(L.V3_KERNELS[kernel], threads)
+
+    def _slots_buffer(self, sched) -> str:
+        name = f"slots_{sched.block}_{sched.warp}"
+        if name not in self.arrays.buffers:
+            self.arrays.buffers.update(DeviceArrays.upload({name: sched.slots}, self.rt.stream).buffers)
+        return name
 
     def regime(self, precision: str) -> str:
         return regime_for(self.smap, precision, self.rt.device.l2_bytes)
 
-    def plan(self, variant: str, precision: str = "fp16", *, acc: str = "half2", kernel: str | None = None,
-             out_scale: float = 1.0) -> L.LaunchPlan:
+    def plan(self, variant: str, precision: str = "fp16", *, acc: str = "f32", kernel: str | None = None,
+             out_scale: float = 1.0, threads: int | None = None) -> L.LaunchPlan:
         if variant == "v2":
             return L.plan_v2(self.smap)
         if variant == "v2do":
@@ -67,7 +90,9 @@ class MapOnDevice:
             raise ValueError(f"variant: expected one of {L.VARIANTS}, got {variant!r}")
         info = L.V3_KERNELS[kernel] if kernel else L.choose_v3_kernel(
             self.smap.channels, precision, self.regime(precision), acc)
-        return L.plan_v3(self.smap, self.sched, info, out_scale)
+        geom = L.v3_geometry(self.smap.channels, info, threads or self.threads)
+        sched = self.schedule(info, threads)
+        return L.plan_v3(self.smap, sched, info, geom, out_scale, self._slots_buffer(sched))
 
     def io_buffers(self, precision: str, out_dtype: str) -> dict:
         s = self.smap

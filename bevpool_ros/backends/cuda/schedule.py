@@ -37,7 +37,8 @@ class V3Schedule:
     pidx: np.ndarray         # int32 [P, 2]
     empty_cells: np.ndarray  # int32 [E]
     points_per_slot: int     # K
-    block: int
+    block: int               # slots per block
+    warp: int                # slots per warp
     num_teams: int
     max_team: int
 
@@ -70,9 +71,12 @@ def split_evenly(length: int, parts: int) -> np.ndarray:
     return np.array([base + 1] * extra + [base] * (parts - extra), dtype=np.int64)
 
 
-def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK) -> V3Schedule:
-    if block % WARP or not WARP <= block <= MAX_BLOCK:
-        raise ValueError(f"block must be a multiple of {WARP} in [{WARP}, {MAX_BLOCK}], got {block}")
+def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK,
+                      warp: int = WARP) -> V3Schedule:
+    """``block``/``warp``: slots (groups) per block and per warp of the kernel that will run it
+    (grouped kernel: warp = 32 // G, block = warps * warp; per-thread kernel: 32 and threads)."""
+    if warp < 1 or block % warp or block < warp:
+        raise ValueError(f"block ({block}) must be a positive multiple of warp ({warp})")
     starts = smap.interval_starts.astype(np.int64)
     lengths = smap.interval_lengths.astype(np.int64)
     cells = smap.ranks_bev[smap.interval_starts].astype(np.int64) if starts.size else np.zeros(0, np.int64)
@@ -120,7 +124,7 @@ def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int =
     occupied[cells] = True
     empty = np.flatnonzero(~occupied).astype(np.int32)
     return V3Schedule(slots=np.ascontiguousarray(slots), pidx=np.ascontiguousarray(pidx),
-                      empty_cells=empty, points_per_slot=K, block=block,
+                      empty_cells=empty, points_per_slot=K, block=block, warp=warp,
                       num_teams=int(teams.size), max_team=int(team_sizes.max()) if team_sizes.size else 0)
 
 
@@ -165,7 +169,7 @@ def emulate_v3(smap: ScatterMap, sched: V3Schedule, depth: np.ndarray, feat: np.
     """Float64 numpy mirror of the V3 kernel's algorithm (slot sums, segmented shuffle tree,
     cross-warp shared-memory step, owner writes, empty-cell zeros). Lets the CPU tests check the
     schedule AND the reduction rule the kernel implements, without a GPU. Unwritten cells are NaN."""
-    C, B = smap.channels, sched.block
+    C, B, WARP = smap.channels, sched.block, sched.warp  # noqa: N806
     d = np.asarray(depth, np.float64).reshape(-1)
     f = np.asarray(feat, np.float64).reshape(-1)
     s = sched.slots.astype(np.int64)
@@ -185,7 +189,7 @@ def emulate_v3(smap: ScatterMap, sched: V3Schedule, depth: np.ndarray, feat: np.
         take = (lane + off < seg_end)[..., None]
         r = r + np.where(take, r[:, src, :], 0.0)
         off *= 2
-    part = r[:, wbase[::WARP], :]  # lane 0 of every warp: [blocks, warps, C]
+    part = r[:, tid[::WARP], :]  # first slot of every warp: [blocks, warps, C]
     out = np.full((smap.num_cells, C), np.nan)
     owners = np.flatnonzero(cell >= 0)
     for i in owners.tolist():
