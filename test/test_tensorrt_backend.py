@@ -256,3 +256,27 @@ def test_gpu_engine_cache_reused_and_auto(tmp_path, canonical_map):
     b3 = _real_backend("auto", tmp_path)
     b3.prepare(canonical_map)
     assert b3.precision in ("fp16", "fp8")
+
+
+def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys):
+    """prebuild (no GPU) -> the node's backend on an RTX 4090 (sm_89, 72 MiB L2) hits the cache."""
+    import json
+
+    from bevpool_ros.backends.tensorrt import prebuild
+    from bevpool_ros.workloads import get_workload
+
+    assert prebuild.main(["--workload", "small", "--arch", "sm_89", "--precision", "fp16",
+                          "--cache-dir", str(tmp_path / "engines")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["arch"] == "sm_89" and report["bytes"] > 0
+    b = _prepare(fake_gpu("sm_89"), get_workload("small"))
+    assert b.cache.hits == 1 and b.cache.stores == 0
+
+
+def test_prebuild_refuses_fp8_below_sm89(tmp_path, capsys):
+    trt_rtx_or_skip()
+    from bevpool_ros.backends.tensorrt import prebuild
+
+    assert prebuild.main(["--workload", "small", "--arch", "sm_86", "--precision", "fp8",
+                          "--cache-dir", str(tmp_path)]) == 1
+    assert "fp8 needs compute capability" in capsys.readouterr().err

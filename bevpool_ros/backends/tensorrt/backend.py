@@ -16,14 +16,13 @@ float inputs are quantized on the host with those scales (saturating at +-448).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 
 import numpy as np
 
 from ..base import Backend, BackendUnavailable, InputError, check_inputs
 from ...scatter_map import ScatterMap
-from .engine_cache import EngineCache, EngineKey
+from .engine_cache import EngineCache
 from .targets import Target, TargetError, check_runnable, fp8_supported
 from .trt_import import TensorRTMissing, load_tensorrt
 
@@ -75,15 +74,9 @@ class TensorRTBackend(Backend):
     def _out_scale(self, precision: str) -> float:
         return 1.0 / (self.fp8_scales[0] * self.fp8_scales[1]) if precision == "fp8" else 1.0
 
-    def _key(self, precision: str, cfg, sched) -> EngineKey:
-        fields = {k: v.tobytes().hex() for k, v in cfg.to_fields().items()}
-        plugin = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-        return EngineKey(self.smap.key or "unkeyed", sched.digest(), self.target.arch, self.target.name,
-                         self.lib.tag, precision, plugin)
-
     def _runner(self, precision: str):
         """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
-        from .builder import build_engine, plugin_config_for
+        from .builder import build_engine, engine_key, plugin_config_for
         from .runner import EngineLoadError, EngineRunner
 
         opts = {**self.launch_options, "out_scale": self._out_scale(precision)}
@@ -92,7 +85,7 @@ class TensorRTBackend(Backend):
         if opts["kernel"] and V3_KERNELS[opts["kernel"]].precision != precision:
             opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
         cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
-        key = self._key(precision, cfg, sched)
+        key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
         build = lambda: build_engine(self.lib, self.smap, precision, self.target, **opts).data  # noqa: E731
         data, cached = self.cache.get_or_build(key, build)
         try:

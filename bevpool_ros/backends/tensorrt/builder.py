@@ -6,6 +6,8 @@ a machine without a GPU. The plan comes from launch.plan_v3 and is baked into th
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from ..cuda import launch as L
 from ..cuda.schedule import V3Schedule
+from .engine_cache import EngineKey
 from .network import create_network, populate
 from .plugin_config import PluginConfig, config_for_v3, constant_arrays
 from .targets import Target, check_buildable, rtx_compute_capability
@@ -51,6 +54,21 @@ class BuiltEngine:
     config: PluginConfig
     target: Target
     build_s: float
+
+
+def engine_key(lib, smap: ScatterMap, target: Target, precision: str, cfg: PluginConfig,
+               sched: V3Schedule) -> EngineKey:
+    """Cache key of the engine ``build_engine`` makes for these arguments.
+
+    TensorRT-RTX builds ahead of time for a compute capability: the GPU name does not enter
+    (the L2-dependent kernel choice is in the plugin digest), so engines prebuilt on a machine
+    without a GPU (prebuild.py) are found by the node. Full TensorRT tunes on the live GPU: its
+    name enters the key.
+    """
+    fields = {k: v.tobytes().hex() for k, v in cfg.to_fields().items()}
+    plugin = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    return EngineKey(smap.key or "unkeyed", sched.digest(), target.arch, "aot" if lib.is_rtx else target.name,
+                     lib.tag, precision, plugin)
 
 
 def plugin_config_for(smap: ScatterMap, precision: str, target: Target, **launch_options
