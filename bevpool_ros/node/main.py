@@ -39,14 +39,20 @@ def main(argv=None) -> int:
         print(f"bevpool_node: invalid configuration: {e}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
+    except KeyboardInterrupt:  # Ctrl-C while starting up is a clean stop too
+        rclpy.try_shutdown()
+        return 0
+    executor = None
     try:
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        executor.remove_node(node)
+        if executor is not None:
+            executor.remove_node(node)
+            executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0

@@ -479,6 +479,9 @@ class BevPoolNode(Node):
 
     # shutdown ---------------------------------------------------------------------------
     def destroy_node(self):
-        self.worker.stop()
-        self.backend.close()
+        # also called by rclpy's context cleanup on a node whose __init__ failed half-way
+        if getattr(self, "worker", None) is not None:
+            self.worker.stop()
+        if getattr(self, "backend", None) is not None:
+            self.backend.close()
         return super().destroy_node()

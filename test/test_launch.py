@@ -1,0 +1,95 @@
+"""launch/bevpool.launch.py without launch/launch_ros (not installable here): it compiles, its
+arguments are the documented four, and, run against minimal stand-ins for the launch API, it
+starts bevpool_node with the config file and only the overrides that were given, all of which
+are parameters the node declares."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bevpool_ros.node import params as P
+
+LAUNCH = Path(__file__).resolve().parent.parent / "launch" / "bevpool.launch.py"
+
+
+def test_compiles_and_declares_the_four_arguments():
+    tree = ast.parse(LAUNCH.read_text())
+    compile(tree, str(LAUNCH), "exec")
+    src = LAUNCH.read_text()
+    for arg in ("config_file", "namespace", "backend", "precision"):
+        assert f'"{arg}"' in src
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """Stand-ins recording what the launch file builds (the real API is richer, not different)."""
+    made = {}
+
+    class LaunchDescription(list):
+        pass
+
+    class DeclareLaunchArgument:
+        def __init__(self, name, default_value="", description=""):
+            self.name, self.default_value, self.description = name, default_value, description
+
+    class OpaqueFunction:
+        def __init__(self, function):
+            self.function = function
+
+    class LaunchConfiguration:
+        def __init__(self, name):
+            self.name = name
+
+        def perform(self, context):
+            return context[self.name]
+
+    class Node:
+        def __init__(self, **kw):
+            made.update(kw)
+
+    mods = {"launch": types.ModuleType("launch"), "launch.actions": types.ModuleType("launch.actions"),
+            "launch.substitutions": types.ModuleType("launch.substitutions"),
+            "launch_ros": types.ModuleType("launch_ros"), "launch_ros.actions": types.ModuleType("launch_ros.actions")}
+    mods["launch"].LaunchDescription = LaunchDescription
+    mods["launch.actions"].DeclareLaunchArgument = DeclareLaunchArgument
+    mods["launch.actions"].OpaqueFunction = OpaqueFunction
+    mods["launch.substitutions"].LaunchConfiguration = LaunchConfiguration
+    mods["launch_ros.actions"].Node = Node
+    for k, v in mods.items():
+        monkeypatch.setitem(sys.modules, k, v)
+    spec = importlib.util.spec_from_file_location("bevpool_launch", LAUNCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, made
+
+
+def run(module, made, **given):
+    ld = module.generate_launch_description()
+    args = {a.name: a.default_value for a in ld if hasattr(a, "default_value")}
+    assert set(args) == {"config_file", "namespace", "backend", "precision"}
+    opaque = [a for a in ld if hasattr(a, "function")]
+    opaque[0].function(args | given)
+    return made
+
+
+def test_defaults_use_the_cpu_config_and_override_nothing(fake_launch):
+    made = run(*fake_launch)
+    assert made["executable"] == "bevpool_node" and made["package"] == "bevpool_ros"
+    assert made["namespace"] == ""
+    assert len(made["parameters"]) == 1 and made["parameters"][0].endswith("cpu.yaml")
+    assert Path(made["parameters"][0]).is_file()
+
+
+def test_overrides_are_node_parameters_with_valid_values(fake_launch):
+    made = run(*fake_launch, config_file="/x/drive_thor.yaml", namespace="rig_a", backend="cuda", precision="fp8")
+    assert made["parameters"][0] == "/x/drive_thor.yaml" and made["namespace"] == "rig_a"
+    overrides = made["parameters"][1]
+    assert overrides == {"backend": "cuda", "precision": "fp8"}
+    for name, value in overrides.items():
+        assert name in P.BY_NAME and P.check(name, value) is None
+    assert set(fake_launch[0].OVERRIDES) <= set(P.BY_NAME)
