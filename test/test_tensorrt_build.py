@@ -128,7 +128,7 @@ def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     monkeypatch.setattr(drv, "DeviceBuffer", None)  # any allocation attempt would fail loudly
     p = Plugin(cfg).attach_to_context(None)
     ptrs = [0x1000 * (i + 1) for i in range(5)]
-    assert p.enqueue(None, None, ptrs, [0xBEEF00], 0, 0x77) == 0
+    assert p.enqueue(None, None, ptrs, [0xBEEF00], 0, 0x77) is None
     module, plan, bufs, stream = calls[0]
     assert module == "MODULE" and plan == cfg.plan and stream == 0x77
     assert bufs == dict(zip(cfg.inputs, ptrs), out=0xBEEF00)

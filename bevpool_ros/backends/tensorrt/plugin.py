@@ -152,8 +152,8 @@ def plugin_classes(trt):
             if self.cfg.plan.zero_output_first:  # V2-style plans: a memset is a stream op, graph-safe
                 self._check(self._cu().cuMemsetD8Async(int(outputs[0]), 0, self._out_nbytes, int(stream)),
                             "cuMemsetD8Async")
+            # errors raise (CudaError): the Python enqueue API reports failure by exception, not a code
             self._launch(self.module, self.cfg.plan, buffers, _StreamRef(stream))
-            return 0
 
         def get_fields_to_serialize(self):
             # kept on self: TensorRT reads the field buffers after this call returns
