@@ -58,8 +58,9 @@ PARAMS: tuple[Param, ...] = (
     Param("calibration.use_camera_info", "bool", True, "Take intrinsics (K, width, height) from each "
           "camera's CameraInfo; a change rebuilds the scatter map."),
     Param("calibration.use_tf", "bool", True, "Take camera->ego extrinsics from TF (ego_frame <- "
-          "CameraInfo.header.frame_id) when tf2_ros is installed; otherwise the rig YAML's."),
-    Param("calibration.tf_period_s", "double", 1.0, "How often TF extrinsics are looked up.", low=0.05, high=60.0),
+          "CameraInfo.header.frame_id) when tf2_ros is installed; otherwise the rig YAML's.", read_only=True),
+    Param("calibration.tf_period_s", "double", 1.0, "How often TF extrinsics are looked up.", low=0.05, high=60.0,
+          read_only=True),
     # backend
     Param("backend", "string", "best", "Pooling backend; unavailable ones fall back "
           "tensorrt -> cuda -> cpu with one warning. 'best' = first available.",
