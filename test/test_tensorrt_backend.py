@@ -280,3 +280,18 @@ def test_prebuild_refuses_fp8_below_sm89(tmp_path, capsys):
     assert prebuild.main(["--workload", "small", "--arch", "sm_86", "--precision", "fp8",
                           "--cache-dir", str(tmp_path)]) == 1
     assert "fp8 needs compute capability" in capsys.readouterr().err
+
+
+def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
+    from bevpool_ros.backends.tensorrt.trt_import import TrtLib
+
+    lib = trt_rtx_or_skip()
+    unsafe = TrtLib(lib.trt, lib.module_name, lib.version, onnx_parser_safe=False)
+    monkeypatch.setattr(B, "load_tensorrt", lambda _=None: unsafe)
+    with pytest.raises(BackendUnavailable, match="would abort"):
+        TensorRTBackend("fp16")
+    monkeypatch.setattr(B, "load_tensorrt", lambda _=None: lib)
+    real_find = B.importlib.util.find_spec
+    monkeypatch.setattr(B.importlib.util, "find_spec", lambda n, *a: None if n == "onnx" else real_find(n, *a))
+    with pytest.raises(BackendUnavailable, match="onnx"):
+        TensorRTBackend("fp16")

@@ -16,6 +16,7 @@ float inputs are quantized on the host with those scales (saturating at +-448).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 
 import numpy as np
@@ -44,6 +45,7 @@ class TensorRTBackend(Backend):
             self.lib = load_tensorrt(trt_module)
         except TensorRTMissing as e:
             raise BackendUnavailable(str(e)) from e
+        _check_network_route(self.lib)  # before touching the GPU: cheap, and says why
         self.rt = _gpu_runtime(int(device))
         dev = self.rt.device
         try:
@@ -76,12 +78,11 @@ class TensorRTBackend(Backend):
 
     def _runner(self, precision: str):
         """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
+        from ..cuda.launch import V3_KERNELS
         from .builder import build_engine, engine_key, plugin_config_for
         from .runner import EngineLoadError, EngineRunner
 
         opts = {**self.launch_options, "out_scale": self._out_scale(precision)}
-        from ..cuda.launch import V3_KERNELS
-
         if opts["kernel"] and V3_KERNELS[opts["kernel"]].precision != precision:
             opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
         cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
@@ -181,6 +182,17 @@ class TensorRTBackend(Backend):
         if self.runner is not None:
             self.runner.close()
         self.runner = None
+
+
+def _check_network_route(lib) -> None:
+    """BackendUnavailable unless this TensorRT can take our plugin into a network here."""
+    if lib.has_add_plugin_v3:
+        return
+    if not lib.onnx_parser_safe:
+        raise BackendUnavailable(f"{lib.tag}: its ONNX parser would abort on the plugin node in this "
+                                 "process (TensorRT-RTX imported before bevpool_ros; see docs/tensorrt.md)")
+    if importlib.util.find_spec("onnx") is None:
+        raise BackendUnavailable(f"{lib.tag} needs the 'onnx' package to add the plugin (pip install onnx)")
 
 
 def _gpu_runtime(ordinal: int):
