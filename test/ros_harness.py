@@ -114,10 +114,22 @@ class RosGraph:
         ok = self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pub.pubs.items()
                                          if k[1] != "camera_info")
                              and self.con.bev_sub.get_publisher_count() > 0, DISCOVERY_TIMEOUT)
-        if not ok:
+        if not ok or not self.warm_up():
             out = self.node.output()
             self.close()
-            raise RuntimeError(f"bevpool_node not discovered within {DISCOVERY_TIMEOUT} s; its output:\n{out}")
+            raise RuntimeError(f"bevpool_node not ready within {DISCOVERY_TIMEOUT} s; its output:\n{out}")
+
+    def warm_up(self) -> bool:
+        """Discovery is asymmetric: our writers may match before the node's readers know them,
+        and best-effort samples sent in between are lost. Publish until one BEV comes back."""
+        import time
+
+        deadline = time.monotonic() + DISCOVERY_TIMEOUT
+        while time.monotonic() < deadline:
+            stamp = self.pub.publish_frame(0, self.next_stamp())
+            if self.spin_until(lambda: stamp in self.con.by_stamp(), 1.0):
+                return True
+        return False
 
     def spin_until(self, predicate, timeout: float) -> bool:
         return spin_until(self.executor, predicate, timeout)
