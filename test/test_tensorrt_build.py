@@ -177,3 +177,50 @@ def test_network_has_one_plugin_layer(lib):
     assert trt.LayerType.PLUGIN_V3 in kinds
     assert np.all([net.get_layer(i).type in (trt.LayerType.PLUGIN_V3, trt.LayerType.CONSTANT)
                    for i in range(net.num_layers)])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_gpu_plugin_enqueue_without_tensorrt_runtime(lib, precision, canonical_map):
+    """The plugin's runtime half on a real GPU, driven directly (no TensorRT runtime involved):
+    attach_to_context loads the NVRTC module, enqueue launches on our stream with raw pointers.
+    Runs wherever TensorRT(-RTX) Python bindings import and a GPU exists (even one the TensorRT-RTX
+    runtime refuses, e.g. the H200) - provided the bindings can be installed there."""
+    from bevpool_ros.backends.base import BackendUnavailable
+    from bevpool_ros.backends.cuda import fp8
+    from bevpool_ros.backends.cuda.driver import DeviceArrays, DeviceBuffer
+    from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+    from bevpool_ros.backends.cuda.runtime import get_runtime
+    from bevpool_ros.reference import pool_reference
+
+    try:
+        rt = get_runtime(0)
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    if precision == "fp8" and rt.device.major * 10 + rt.device.minor < 89:
+        pytest.skip("no FP8 on this GPU")
+    smap = canonical_map
+    target = Target(rt.device.arch, rt.device.l2_bytes, rt.device.name)
+    cfg, sched = plugin_config_for(smap, precision, target)
+    rng = np.random.default_rng(5)
+    depth = rng.random(smap.depth_shape).astype(np.float32)
+    feat = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
+    if precision == "fp16":
+        d_in, f_in = depth.astype(np.float16), feat.astype(np.float16)
+    else:
+        d_in, f_in = fp8.quantize(depth, 1.0), fp8.quantize(feat, 1.0)
+    consts = constant_arrays(cfg, smap, sched)
+    dev = DeviceArrays.upload({"depth": d_in, "feat": f_in, **consts}, rt.stream).buffers
+    out = DeviceBuffer(int(np.prod(cfg.output_shape)) * np.dtype(cfg.output_dtype).itemsize)
+    rt.stream.memset8(out, 0xFF, out.nbytes)  # NaN poison: every cell must be written
+    Plugin, _ = plugin_classes(lib.trt)
+    p = Plugin(cfg).attach_to_context(None)
+    p.enqueue(None, None, [dev[n].ptr for n in cfg.inputs], [out.ptr], 0, int(rt.stream.handle))
+    host = np.empty(cfg.output_shape, np.dtype(cfg.output_dtype))
+    rt.stream.d2h(host.ctypes.data, out, out.nbytes)
+    rt.stream.synchronize()
+    ref = pool_reference(depth, feat, smap)
+    if precision == "fp16":  # against the FP64 reference of the FP16-rounded inputs: accumulation error only
+        np.testing.assert_allclose(host, pool_reference(d_in, f_in, smap), atol=1e-2, rtol=1e-3)
+    else:
+        assert fp8_within_tolerance(host, ref, pool_reference(np.abs(depth), np.abs(feat), smap))[0]
