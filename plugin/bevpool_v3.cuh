@@ -107,7 +107,7 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
 
   const int lane = threadIdx.x & 31;
   const int4 s = __ldg(slots + blockIdx.x * blockDim.x + threadIdx.x);
-  const int begin = s.x, count = s.y, cell = s.z, team_end = s.w;
+  const int begin = s.x, count = s.y, cell = s.z, team_end = s.w & 0xffff;
 
   float accf[ACC_F32 ? TILE : 1];
   __half2 acch[ACC_F32 ? 1 : PAIRS];

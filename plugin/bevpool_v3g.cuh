@@ -9,7 +9,8 @@
 // Slots, teams, owners and empty cells as in bevpool_v3.cuh, counted in GROUPS:
 //   group q of warp w = lanes [q*G, (q+1)*G); groups per warp GPW = 32 / G (lanes beyond GPW*G
 //   idle); a block holds (blockDim.x / 32) * GPW groups; slots[blockIdx.x * groups_per_block + g].
-//   team end = group index in the block one past the team's last group.
+//   team end = group index in the block one past the team's last group (low 16 bits of slot.w;
+//   bit 16 = this block holds a team that crosses a warp, set on all of its slots).
 // grid = (compute_blocks + zero_blocks, C / (G * VEC)); blockIdx.y selects a G*VEC channel chunk.
 // Dynamic shared memory: (blockDim.x / 32) * G * VEC floats (cross-warp team partials).
 #pragma once
@@ -51,8 +52,11 @@ __device__ __forceinline__ void bevpool_v3g_body(const IN* __restrict__ depth, c
     return;
   }
 
-  const int4 s = active ? __ldg(slots + blockIdx.x * gpb + gib) : make_int4(0, 0, -1, 0);
-  const int begin = s.x, count = s.y, cell = s.z, team_end = s.w;
+  // idle lanes read their warp's first slot only for the block-uniform flag
+  const int4 s = __ldg(slots + blockIdx.x * gpb + (active ? gib : warp * GPW));
+  const int begin = s.x, count = active ? s.y : 0, cell = active ? s.z : -1;
+  const int team_end = active ? (s.w & 0xffff) : 0;
+  const bool block_has_cross_warp_team = (s.w >> 16) != 0;  // same on every slot of the block
 
   float accf[ACC_F32 ? VEC : 1];
   __half2 acch[ACC_F32 ? 1 : PAIRS];
@@ -121,7 +125,7 @@ __device__ __forceinline__ void bevpool_v3g_body(const IN* __restrict__ depth, c
   }
   // (2) teams crossing warps: group 0 of each warp publishes, the owner adds the later warps.
   extern __shared__ float part[];  // [warps][G * VEC]
-  if (__syncthreads_or(active && team_end > wgbase + GPW)) {
+  if (block_has_cross_warp_team) {  // block-uniform: other blocks skip the barrier
     const int chunk = G * VEC;
     if (active && q == 0) {
 #pragma unroll

@@ -9,7 +9,8 @@ from bevpool_ros.backends.cuda import fp8
 from bevpool_ros.backends.cuda import launch as L
 from bevpool_ros.backends.cuda.precision_select import decide, fp8_within_tolerance
 from bevpool_ros.backends.cuda.schedule import (build_v3_schedule, check_schedule, emulate_v3,
-                                                points_per_slot, split_evenly, v2do_intervals)
+                                                points_per_slot, split_evenly, team_end_of,
+                                                v2do_intervals)
 from bevpool_ros.backends.cuda.timing import rotation_sets
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import scatter_map_from_ranks
@@ -65,8 +66,12 @@ def test_teams_never_cross_a_block():
     smap = skewed_map(rng, hot=2000, points=4000)
     sched = build_v3_schedule(smap, k_min=2, block=64)
     lane = np.arange(sched.num_slots) % 64
-    assert np.all(sched.slots[:, 3] > lane) and np.all(sched.slots[:, 3] <= 64)
+    te = team_end_of(sched.slots)
+    assert np.all(te > lane) and np.all(te <= 64)
     assert sched.points_per_slot == -(-2000 // 64)  # K grows so the team fits one block
+    # a short interval is still cut at k_min
+    lengths = sched.slots[:, 1]
+    assert np.median(lengths[lengths > 0]) <= 2
 
 
 def test_points_per_slot_rule():
@@ -168,6 +173,9 @@ def test_v2_and_v2do_launches(canonical_map):
     assert L.v2do_pack(128) == 8
     with pytest.raises(L.UnsupportedShape):
         L.v2do_pack(36)
+    assert L.v2do_decodes(canonical_map)
+    with pytest.raises(L.UnsupportedShape):  # random ranks_feat: upstream's decode does not hold
+        L.plan_v2do(skewed_map(np.random.default_rng(1), channels=80))
 
 
 def test_rotation_sets():

@@ -176,7 +176,8 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     out = []
     # the widest tiles only: narrow generic tiles exist for odd channel counts, not for speed
     kernels = [k for k, v in L.V3_KERNELS.items() if v.vec >= 8 and smap.channels % v.vec == 0
-               and v.c_fixed in (0, smap.channels)]
+               and v.c_fixed in (0, smap.channels)
+               and (not args.tune_kernels or any(t in k for t in args.tune_kernels))]
     for k_min in args.tune_k:
         for block in args.tune_threads:
             md = MapOnDevice(rt, smap, k_min=k_min, threads=block)
@@ -260,11 +261,13 @@ def main(argv=None) -> int:
     p.add_argument("--tune", default="", help="comma list of workloads to sweep V3 kernels/schedules on")
     p.add_argument("--tune-k", default="4,8,16")
     p.add_argument("--tune-threads", default="256,512")
+    p.add_argument("--tune-kernels", default="", help="comma list of substrings of kernel names to sweep")
     p.add_argument("--ncu-once", default="", help="launch each variant once on these workloads (for ncu)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     args.tune_k = [int(v) for v in args.tune_k.split(",") if v]
     args.tune_threads = [int(v) for v in args.tune_threads.split(",") if v]
+    args.tune_kernels = [v for v in args.tune_kernels.split(",") if v]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     names = [w for w in args.workloads.split(",") if w]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...scatter_map import ScatterMap
 from .schedule import V3Schedule
 
@@ -161,9 +163,19 @@ def v2do_pack(channels: int) -> int:
     raise UnsupportedShape(f"V2+DO needs C % 10 == 0 or C % 8 == 0, got C = {channels}")
 
 
+def v2do_decodes(smap: ScatterMap) -> bool:
+    """V2+DO (as upstream) decodes the feature row from the depth index: camera = i / (D*H*W),
+    cell = i % (H*W). It can only run maps whose ranks_feat follow that rule (camera rigs do)."""
+    N, D, H, W = smap.depth_shape
+    rd = smap.ranks_depth.astype(np.int64)
+    return bool(np.array_equal((rd // (D * H * W)) * (H * W) + rd % (H * W), smap.ranks_feat))
+
+
 def plan_v2do(smap: ScatterMap) -> LaunchPlan:
     C, I = smap.channels, smap.num_intervals
     pack = v2do_pack(C)
+    if not v2do_decodes(smap):
+        raise UnsupportedShape("V2+DO decodes ranks_feat from ranks_depth; this map's ranks_feat differ")
     tx = C // pack
     ty = max(1, V2DO_THREADS // tx)
     N, D, H, W = smap.depth_shape

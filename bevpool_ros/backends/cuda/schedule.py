@@ -3,15 +3,18 @@
 Built once per scatter map (alongside it), never per frame. The five-array map stays the
 interface; these are extra precomputed arrays:
 
-* ``slots`` int32 [S, 4]: {first point, point count, output cell or -1, team end}. A slot is
-  at most K consecutive points of one interval. An interval of L > K points becomes a team of
-  ceil(L / K) consecutive lanes of one block (never crossing a block), split as evenly as
-  possible; the team's first lane owns the cell (cell >= 0), the others carry -1. "team end"
-  is the block lane one past the team's last lane (lane + 1 for a lone slot).
+* ``slots`` int32 [S, 4]: {first point, point count, output cell or -1, team end | flag << 16}.
+  A slot is a run of consecutive points of one interval. An interval of L points becomes a team
+  of t = min(block, ceil(L / k_min)) consecutive slots of one block (never crossing a block),
+  split as evenly as possible (at most K = max ceil(L / t) points per slot); the team's first
+  slot owns the cell (cell >= 0), the others carry -1. "team end" is the slot index in the block
+  one past the team's last slot (index + 1 for a lone slot). ``flag`` (bit 16) is set on every
+  slot of a block that holds a team crossing a warp: only those blocks take the shared-memory
+  step and its barrier.
 * ``pidx`` int32 [P, 2]: {ranks_depth, ranks_feat * C} (one LDG.64 per point, no multiply).
 * ``empty_cells`` int32 [E]: cells without points; the launch's trailing blocks zero them.
 
-K = max(k_min, ceil(max interval / block)) so that every team fits one block. Teams are placed
+K = max(k_min, ceil(max interval / block)) at most. Teams are placed
 first (longest first), gaps at a block's end are filled with the longest lone intervals, then
 lone intervals follow longest first: lanes of one warp get similar work, so a warp does not
 idle behind one lane.
@@ -61,6 +64,21 @@ class V3Schedule:
         return h.hexdigest()[:16]
 
 
+TEAM_FLAG_SHIFT = 16
+
+
+def cross_warp_flags(team_end: np.ndarray, block: int, warp: int) -> np.ndarray:
+    """1 on every slot of a block in which some team runs past the end of its warp."""
+    idx = np.arange(team_end.size) % block
+    crosses = team_end > (idx - idx % warp + warp)
+    per_block = crosses.reshape(-1, block).any(axis=1)
+    return np.repeat(per_block, block).astype(np.int32)
+
+
+def team_end_of(slots: np.ndarray) -> np.ndarray:
+    return slots[:, 3] & ((1 << TEAM_FLAG_SHIFT) - 1)
+
+
 def points_per_slot(max_len: int, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK) -> int:
     return max(int(k_min), -(-int(max_len) // int(block)), 1)
 
@@ -80,8 +98,10 @@ def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int =
     starts = smap.interval_starts.astype(np.int64)
     lengths = smap.interval_lengths.astype(np.int64)
     cells = smap.ranks_bev[smap.interval_starts].astype(np.int64) if starts.size else np.zeros(0, np.int64)
-    K = points_per_slot(int(lengths.max()) if lengths.size else 1, k_min, block)
-    team_sizes = -(-lengths // K)
+    # every interval is cut into pieces of about k_min points (more lanes, shorter serial chains);
+    # only intervals longer than block * k_min get longer pieces, so a team never leaves its block
+    team_sizes = np.minimum(-(-lengths // max(int(k_min), 1)), block)
+    K = int((-(-lengths // team_sizes)).max()) if lengths.size else max(int(k_min), 1)
 
     lone = np.flatnonzero(team_sizes == 1)
     lone = lone[np.argsort(-lengths[lone], kind="stable")]  # longest first
@@ -119,6 +139,7 @@ def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int =
         add_lone(pad if rows else block)
 
     slots = np.asarray(rows, dtype=np.int32).reshape(-1, 4)
+    slots[:, 3] |= cross_warp_flags(slots[:, 3], block, warp) << TEAM_FLAG_SHIFT
     pidx = np.stack([smap.ranks_depth, smap.ranks_feat.astype(np.int64) * smap.channels], axis=1).astype(np.int32)
     occupied = np.zeros(smap.num_cells, bool)
     occupied[cells] = True
@@ -133,7 +154,10 @@ def check_schedule(smap: ScatterMap, sched: V3Schedule) -> None:
     s = sched.slots.astype(np.int64)
     assert s.shape[0] % sched.block == 0, "slot count not a multiple of the block"
     lane = np.arange(s.shape[0]) % sched.block
-    begin, count, cell, team_end = s.T
+    begin, count, cell, _ = s.T
+    team_end = team_end_of(s)
+    assert np.array_equal(s[:, 3] >> TEAM_FLAG_SHIFT, cross_warp_flags(team_end, sched.block, sched.warp)), \
+        "cross-warp flags wrong"
     assert np.all(count >= 0) and np.all(count <= sched.points_per_slot), "slot longer than K"
     assert np.all(team_end > lane) and np.all(team_end <= sched.block), "team end outside the block"
     # every point covered exactly once
@@ -173,7 +197,8 @@ def emulate_v3(smap: ScatterMap, sched: V3Schedule, depth: np.ndarray, feat: np.
     d = np.asarray(depth, np.float64).reshape(-1)
     f = np.asarray(feat, np.float64).reshape(-1)
     s = sched.slots.astype(np.int64)
-    begin, count, cell, team_end = s.T
+    begin, count, cell, _ = s.T
+    team_end = team_end_of(s)
     # per-slot partial sums (what one lane accumulates)
     prod = d[sched.pidx[:, 0], None] * f[sched.pidx[:, 1].astype(np.int64)[:, None] + np.arange(C)]
     csum = np.vstack([np.zeros((1, C)), np.cumsum(prod, axis=0)])
