@@ -128,3 +128,26 @@ def test_node_starts_with_every_shipped_config_then_exits_cleanly():
         requested = config_params(config)["backend"]
         if f"backend {requested} " not in text:  # it fell back: one warning must say so
             assert "unavailable here" in text or "failed to start" in text, text
+
+
+@pytest.mark.ros
+def test_camera_subset_and_extrinsics_from_parameters_at_start_up():
+    import signal
+
+    from ros_harness import isolate_ros_env
+
+    isolate_ros_env()
+    proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args",
+                             "-p", "camera_names:=[CAM_BACK,CAM_FRONT]",
+                             "-p", "extrinsics.CAM_FRONT:=[1.7,0.0,1.5,0.5,-0.5,0.5,-0.5]"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "ready:" in line or "invalid configuration" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    text = "".join(lines) + out
+    # rig order is kept whatever order the parameter lists
+    assert proc.returncode == 0 and "ready: 2 cameras ['CAM_FRONT', 'CAM_BACK']" in text, text

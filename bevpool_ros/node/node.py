@@ -107,13 +107,29 @@ class BevPoolNode(Node):
         values, errors = {}, []
         for spec in P.PARAMS:
             try:
-                values[spec.name] = self.declare_parameter(spec.name, spec.default, descriptor(spec)).value
+                values[spec.name] = self._declare(spec.name, spec.default, descriptor(spec))
             except Exception as e:  # wrong type or out of range in the overrides: say which
                 errors.append(f"{spec.name}: {e}")
         errors += P.check_all(values) if not errors else []
         if errors:
             raise StartupError("; ".join(errors))
         return values
+
+    def _declare(self, name: str, default, desc: ParameterDescriptor):
+        """declare_parameter, except that an empty-list default keeps the descriptor's array type
+        (rclpy would infer a byte array from [] and then refuse every real value)."""
+        if isinstance(default, list) and not default:
+            from rclpy.exceptions import ParameterUninitializedException
+            from rclpy.parameter import Parameter
+
+            kind = {ParameterType.PARAMETER_STRING_ARRAY: Parameter.Type.STRING_ARRAY,
+                    ParameterType.PARAMETER_DOUBLE_ARRAY: Parameter.Type.DOUBLE_ARRAY}[desc.type]
+            self.declare_parameter(name, kind, desc)
+            try:
+                return list(self.get_parameter(name).value)
+            except ParameterUninitializedException:
+                return []
+        return self.declare_parameter(name, default, desc).value
 
     def _load_calibration(self) -> LiveCalibration:
         path = self.cfg["rig_file"] or str(config_dir() / DEFAULT_RIG)
@@ -136,7 +152,7 @@ class BevPoolNode(Node):
                                     description=f"camera->ego pose of {cam}: [tx, ty, tz, qw, qx, qy, qz]; "
                                                 "empty = rig YAML (TF overrides both when enabled)")
             try:
-                value = list(self.declare_parameter(name, [], d).value or [])
+                value = self._declare(name, [], d)
             except Exception as e:
                 raise StartupError(f"{name}: {e}") from None
             if value:

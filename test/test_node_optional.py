@@ -1,0 +1,151 @@
+"""Optional ROS packages (not installable here) through minimal stand-ins: message_filters and
+tf2_ros paths of the node run in-process against fakes with the real API's call shapes."""
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+pytest.importorskip("bevpool_msgs.msg", reason="bevpool_msgs not built (scripts/build_msgs.sh)")
+
+from ros_harness import isolate_ros_env, spin_until  # noqa: E402
+
+pytestmark = pytest.mark.ros
+
+
+@pytest.fixture
+def ros_context():
+    isolate_ros_env()
+    import rclpy
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    yield ctx
+    rclpy.try_shutdown(context=ctx)
+
+
+def make_node(ctx, **params):
+    from rclpy.parameter import Parameter
+
+    from bevpool_ros.node.node import BevPoolNode
+
+    overrides = [Parameter(k, value=v) for k, v in {"backend": "cpu", **params}.items()]
+    return BevPoolNode(context=ctx, parameter_overrides=overrides)
+
+
+def fake_message_filters(record):
+    mf = types.ModuleType("message_filters")
+
+    class Subscriber:
+        def __init__(self, node, msg_type, topic, qos_profile=None):
+            record.setdefault("topics", []).append(topic)
+
+    class ApproximateTimeSynchronizer:
+        def __init__(self, fs, queue_size, slop):
+            record.update(filters=len(fs), queue_size=queue_size, slop=slop)
+
+        def registerCallback(self, cb):
+            record["callback"] = cb
+
+    mf.Subscriber, mf.ApproximateTimeSynchronizer = Subscriber, ApproximateTimeSynchronizer
+    return mf
+
+
+def test_message_filters_path_when_installed_and_asked(ros_context, monkeypatch, nuscenes_rig):
+    from rclpy.executors import SingleThreadedExecutor
+
+    from bevpool_ros.node.consumer import BevConsumer
+    from bevpool_ros.node.tensor_codec import make_tensor
+    from bevpool_ros.reference import pool_reference
+    from bevpool_ros.scatter_map import build_scatter_map
+    from bevpool_ros.synthetic import SyntheticScene
+
+    record = {}
+    monkeypatch.setitem(sys.modules, "message_filters", fake_message_filters(record))
+    node = make_node(ros_context, **{"sync.use_message_filters": True, "sync.slop_s": 0.03})
+    con = BevConsumer(context=ros_context, subscribe_image=False)
+    ex = SingleThreadedExecutor(context=ros_context)
+    ex.add_node(node)
+    ex.add_node(con)
+    try:
+        assert record["filters"] == 12 and record["slop"] == pytest.approx(0.03)
+        assert record["topics"][:2] == ["cameras/CAM_FRONT/depth", "cameras/CAM_FRONT/feat"]
+        assert spin_until(ex, lambda: con.bev_sub.get_publisher_count() > 0, 20)
+        depth, feat = SyntheticScene(nuscenes_rig).frame(0)
+        msgs = []
+        for n in range(6):
+            for arr, layout in ((depth[n], "DHW"), (feat[n], "HWC")):
+                m = make_tensor(arr, layout=layout)
+                m.header.stamp.sec = 42
+                msgs.append(m)
+        record["callback"](*msgs)
+        assert spin_until(ex, lambda: con.count > 0, 20)
+        ref = pool_reference(depth, feat, build_scatter_map(nuscenes_rig))
+        np.testing.assert_allclose(con.bevs[-1].bev, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    finally:
+        ex.shutdown()
+        con.destroy_node()
+        node.destroy_node()
+
+
+def test_without_message_filters_the_builtin_synchroniser_runs(ros_context, monkeypatch):
+    monkeypatch.setitem(sys.modules, "message_filters", None)  # import fails
+    node = make_node(ros_context, **{"sync.use_message_filters": True})
+    try:
+        assert not hasattr(node, "_mf_sync") and len(node._subs) == 18  # 12 tensor + 6 CameraInfo
+    finally:
+        node.destroy_node()
+
+
+def test_tf_extrinsics_update_the_calibration(ros_context, monkeypatch):
+    tf2 = types.ModuleType("tf2_ros")
+    calls = []
+
+    class Buffer:
+        def lookup_transform(self, target, source, when):
+            calls.append((target, source))
+            t = types.SimpleNamespace(x=1.5, y=0.25, z=1.6)
+            q = types.SimpleNamespace(w=0.5, x=-0.5, y=0.5, z=-0.5)
+            return types.SimpleNamespace(transform=types.SimpleNamespace(translation=t, rotation=q))
+
+    class TransformListener:
+        def __init__(self, buffer, node):
+            pass
+
+    tf2.Buffer, tf2.TransformListener = Buffer, TransformListener
+    monkeypatch.setitem(sys.modules, "tf2_ros", tf2)
+    from bevpool_ros.node.synthetic_publisher import camera_info_msg
+
+    node = make_node(ros_context, ego_frame="ego")
+    try:
+        v0 = node.calibration.version
+        info = camera_info_msg(node.calibration.rig, 0, node.get_clock().now().to_msg(), "cam_front_optical")
+        node._on_camera_info(info, "CAM_FRONT")
+        node._update_from_tf()
+        assert calls == [("ego", "cam_front_optical")]
+        assert node.calibration.version == v0 + 1
+        assert node.calibration.camera("CAM_FRONT").translation == (1.5, 0.25, 1.6)
+        node._update_from_tf()  # same transform again: no change, no rebuild
+        assert node.calibration.version == v0 + 1
+    finally:
+        node.destroy_node()
+
+
+def test_extrinsics_parameter_at_run_time(ros_context):
+    from rclpy.parameter import Parameter
+
+    node = make_node(ros_context)
+    try:
+        v0 = node.calibration.version
+        bad = node.set_parameters([Parameter("extrinsics.CAM_BACK", value=[0.0] * 7)])[0]
+        assert not bad.successful and "zero norm" in bad.reason
+        ok = node.set_parameters([Parameter("extrinsics.CAM_BACK", value=[0.0, 0.0, 1.6, 0.5, -0.5, -0.5, 0.5])])[0]
+        assert ok.successful and node.calibration.version == v0 + 1
+        assert node.calibration.camera("CAM_BACK").translation == (0.0, 0.0, 1.6)
+        r = node.set_parameters([Parameter("sync.min_cameras", value=9)])[0]
+        assert not r.successful and "min_cameras" in r.reason
+        assert node.counts["parameter_rejected"] == 2
+    finally:
+        node.destroy_node()
