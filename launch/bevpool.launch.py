@@ -13,7 +13,8 @@ from launch_ros.actions import Node
 
 PACKAGE = "bevpool_ros"
 ARGUMENTS = {
-    "config_file": ("", "Parameter YAML for bevpool_node (empty: config/cpu.yaml of the package)"),
+    "config_file": ("", "Parameter YAML for bevpool_node: a path, or a file name in the package's config/ "
+                        "(cpu.yaml, desktop_rtx.yaml, drive_thor.yaml); empty: cpu.yaml"),
     "namespace": ("", "Namespace of the node and of its relative topics"),
     "backend": ("", "Override: best | tensorrt | cuda | cpu (empty: keep the config file's)"),
     "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),
@@ -21,18 +22,27 @@ ARGUMENTS = {
 OVERRIDES = ("backend", "precision")  # launch arguments that are also node parameters
 
 
-def _default_config() -> str:
+def _config_dir() -> str:
     try:
         from ament_index_python.packages import get_package_share_directory
 
-        return os.path.join(get_package_share_directory(PACKAGE), "config", "cpu.yaml")
+        return os.path.join(get_package_share_directory(PACKAGE), "config")
     except Exception:  # running from a source checkout
-        return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config", "cpu.yaml")
+        return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config")
+
+
+def _resolve_config(value: str) -> str:
+    """'' -> cpu.yaml; a bare name that is not a file here -> that file in the package config/."""
+    if not value:
+        return os.path.join(_config_dir(), "cpu.yaml")
+    if os.path.dirname(value) == "" and not os.path.exists(value):
+        return os.path.join(_config_dir(), value)
+    return value
 
 
 def _node(context, *args, **kwargs):
     value = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
-    parameters = [value["config_file"] or _default_config()]
+    parameters = [_resolve_config(value["config_file"])]
     overrides = {k: value[k] for k in OVERRIDES if value[k]}
     if overrides:
         parameters.append(overrides)  # later entries win over the file

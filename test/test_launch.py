@@ -93,3 +93,8 @@ def test_overrides_are_node_parameters_with_valid_values(fake_launch):
     for name, value in overrides.items():
         assert name in P.BY_NAME and P.check(name, value) is None
     assert set(fake_launch[0].OVERRIDES) <= set(P.BY_NAME)
+
+
+def test_bare_config_names_resolve_to_the_package_config(fake_launch):
+    made = run(*fake_launch, config_file="drive_thor.yaml")
+    assert Path(made["parameters"][0]).is_file() and made["parameters"][0].endswith("config/drive_thor.yaml")

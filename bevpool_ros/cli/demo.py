@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", default="best", choices=("best", "tensorrt", "cuda", "cpu"))
     ap.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "fp8", "auto"))
     ap.add_argument("--rig", default=None, help="rig YAML (default: the nuScenes BEVDet-R50 rig)")
-    ap.add_argument("--png", default="bev_demo.png", help="where to write the BEV image")
+    ap.add_argument("--png", default="out/bev_demo.png", help="where to write the BEV image (default out/bev_demo.png)")
     args = ap.parse_args(argv)
 
     import numpy as np
