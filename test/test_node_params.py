@@ -104,27 +104,42 @@ def test_bad_parameters_at_start_up_exit_non_zero_with_a_clear_error(args, expec
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.ros
-def test_node_starts_with_every_shipped_config_then_exits_cleanly():
-    """Each config through rcl's YAML parser; here tensorrt/cuda fall back to cpu with a warning."""
+def run_until_ready(*ros_args) -> tuple[int, str]:
+    """Start the node, read its output until it is ready (or refuses), stop it with SIGINT."""
     import signal
 
     from ros_harness import isolate_ros_env
 
     isolate_ros_env()
-    for config in CONFIGS:
-        proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args",
-                                 "--params-file", str(REPO / "config" / config)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
-        lines = []
-        for line in proc.stdout:  # wait for the ready line, not a fixed time
-            lines.append(line)
-            if "ready:" in line or "invalid configuration" in line:
-                break
+    proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    lines = []
+    for line in proc.stdout:  # wait for the ready line, not a fixed time
+        lines.append(line)
+        if "ready:" in line or "invalid configuration" in line:
+            break
+    if lines and "ready:" in lines[-1]:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-        text = "".join(lines) + out
-        assert proc.returncode == 0 and "ready:" in text, f"{config}:\n{text}"
+    out, _ = proc.communicate(timeout=30)
+    return proc.returncode, "".join(lines) + out
+
+
+@pytest.mark.ros
+def test_unavailable_backend_falls_back_with_exactly_one_warning():
+    rc, text = run_until_ready("-p", "backend:=cuda")
+    assert rc == 0 and "backend cpu" in text, text
+    warnings = [line for line in text.splitlines() if "WARN" in line or "Warning" in line]
+    assert len(warnings) == 1 and "'cuda'" in warnings[0] and "running 'cpu'" in warnings[0], text
+    rc, text = run_until_ready("-p", "backend:=cuda", "-p", "backend_fallback:=false")
+    assert rc == 2 and "backend 'cuda'" in text, text
+
+
+@pytest.mark.ros
+def test_node_starts_with_every_shipped_config_then_exits_cleanly():
+    """Each config through rcl's YAML parser; here tensorrt/cuda fall back to cpu with a warning."""
+    for config in CONFIGS:
+        rc, text = run_until_ready("--params-file", str(REPO / "config" / config))
+        assert rc == 0 and "ready:" in text, f"{config}:\n{text}"
         requested = config_params(config)["backend"]
         if f"backend {requested} " not in text:  # it fell back: one warning must say so
             assert "unavailable here" in text or "failed to start" in text, text
@@ -132,22 +147,7 @@ def test_node_starts_with_every_shipped_config_then_exits_cleanly():
 
 @pytest.mark.ros
 def test_camera_subset_and_extrinsics_from_parameters_at_start_up():
-    import signal
-
-    from ros_harness import isolate_ros_env
-
-    isolate_ros_env()
-    proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args",
-                             "-p", "camera_names:=[CAM_BACK,CAM_FRONT]",
-                             "-p", "extrinsics.CAM_FRONT:=[1.7,0.0,1.5,0.5,-0.5,0.5,-0.5]"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if "ready:" in line or "invalid configuration" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
-    text = "".join(lines) + out
+    rc, text = run_until_ready("-p", "camera_names:=[CAM_BACK,CAM_FRONT]",
+                               "-p", "extrinsics.CAM_FRONT:=[1.7,0.0,1.5,0.5,-0.5,0.5,-0.5]")
     # rig order is kept whatever order the parameter lists
-    assert proc.returncode == 0 and "ready: 2 cameras ['CAM_FRONT', 'CAM_BACK']" in text, text
+    assert rc == 0 and "ready: 2 cameras ['CAM_FRONT', 'CAM_BACK']" in text, text

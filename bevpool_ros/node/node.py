@@ -6,6 +6,8 @@ asked and installed), pooling runs in ``pooling.PoolingWorker``'s thread.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
 from collections import Counter
@@ -46,6 +48,26 @@ NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected"
 
 class StartupError(RuntimeError):
     """Invalid configuration found at start-up; main() prints it and exits non-zero."""
+
+
+@contextlib.contextmanager
+def _captured_log(name: str):
+    """Collect the messages of a Python logger instead of printing them (no double warning)."""
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler, propagate = Collect(logging.INFO), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 def descriptor(spec: P.Param) -> ParameterDescriptor:
@@ -164,20 +186,21 @@ class BevPoolNode(Node):
     def _create_backend(self):
         requested = self.cfg["backend"]
         fallback = self.cfg["backend_fallback"]
-        try:
-            backend = create_backend(requested, self.cfg["precision"], fallback=fallback)
-        except (BackendUnavailable, ValueError) as e:
-            raise StartupError(f"backend {requested!r}: {e}") from None
-        except Exception as e:  # a backend that breaks while probing must not take the node down
-            if not fallback:
-                raise StartupError(f"backend {requested!r} failed to start: {type(e).__name__}: {e}") from None
-            self.get_logger().warning(f"backend {requested!r} failed to start ({type(e).__name__}: {e}); "
-                                      "falling back to 'cpu'")
-            return create_backend("cpu", self.cfg["precision"]), requested
+        with _captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
+            try:
+                backend = create_backend(requested, self.cfg["precision"], fallback=fallback)
+            except (BackendUnavailable, ValueError) as e:
+                raise StartupError(f"backend {requested!r}: {e}") from None
+            except Exception as e:  # a backend that breaks while probing must not take the node down
+                if not fallback:
+                    raise StartupError(f"backend {requested!r} failed to start: {type(e).__name__}: {e}") from None
+                self.get_logger().warning(f"backend {requested!r} failed to start ({type(e).__name__}: {e}); "
+                                          "falling back to 'cpu'")
+                return create_backend("cpu", self.cfg["precision"]), requested
         if requested not in ("best", backend.name):
-            # create_backend logged the reason through Python logging; say it once in ROS too
-            self.get_logger().warning(f"backend {requested!r} unavailable here; running {backend.name!r} "
-                                      f"(precision {backend.precision}) instead")
+            why = "; ".join(r for r in reasons) or "unavailable"
+            self.get_logger().warning(f"backend {requested!r} unavailable here, running {backend.name!r} "
+                                      f"(precision {backend.precision}) instead: {why}")
         return backend, requested
 
     def _sync_args(self):
