@@ -266,9 +266,10 @@ def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys):
     from bevpool_ros.workloads import get_workload
 
     assert prebuild.main(["--workload", "small", "--arch", "sm_89", "--precision", "fp16",
-                          "--cache-dir", str(tmp_path / "engines")]) == 0
+                          "--cache-dir", str(tmp_path / "engines"), "--onnx", str(tmp_path / "g.onnx")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["arch"] == "sm_89" and report["bytes"] > 0
+    assert (tmp_path / "g.onnx").stat().st_size > 0
     b = _prepare(fake_gpu("sm_89"), get_workload("small"))
     assert b.cache.hits == 1 and b.cache.stores == 0
 

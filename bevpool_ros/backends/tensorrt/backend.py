@@ -103,6 +103,8 @@ class TensorRTBackend(Backend):
     def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
         smap = self._require_map()
         r = self.runner
+        if r is None:
+            raise RuntimeError("tensorrt backend: closed; call prepare(scatter_map) again")
         if self.precision == "fp16":
             check_inputs(smap, depth, feat, FP16_INPUT_DTYPES)
             with np.errstate(over="ignore"):  # overflow is checked right below

@@ -41,6 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fp8-scales", type=float, nargs=2, default=(1.0, 1.0), metavar=("DEPTH", "FEAT"),
                     help="FP8 input scales the engine is built for (TensorRTBackend fp8_scales)")
     ap.add_argument("--cache-dir", help="engine cache folder (default: BEVPOOL_ENGINE_CACHE or ~/.cache/...)")
+    ap.add_argument("--onnx", help="also write the one-node ONNX graph here (for inspection, e.g. Netron)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
@@ -57,6 +58,12 @@ def main(argv=None) -> int:
     except (TensorRTMissing, TargetError, RuntimeError, ValueError, OSError) as e:
         print(f"prebuild failed: {e}", file=sys.stderr)
         return 1
+    if args.onnx:
+        from .network import onnx_model_bytes
+        from .plugin_config import constant_arrays
+
+        with open(args.onnx, "wb") as f:
+            f.write(onnx_model_bytes(cfg, constant_arrays(cfg, smap, sched)))
     path = EngineCache(args.cache_dir).store(key, built.data)
     print(json.dumps({"engine": str(path), "bytes": len(built.data), "arch": target.arch,
                       "precision": args.precision, "kernel": cfg.plan.kernel, "grid": cfg.plan.grid,
