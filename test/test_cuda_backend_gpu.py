@@ -25,7 +25,7 @@ from bevpool_ros.workloads import WORKLOADS, get_workload  # noqa: E402
 FP16_ATOL = 1e-2
 # __half2/__hfma2 accumulation option: each lane sums up to K points in FP16 before the FP32
 # team reduction, so its error grows with K (docs/kernels.md); it is not the default.
-FP16_H2ACC_ATOL = 1e-1
+FP16_H2ACC_ATOL = 1e-2  # + 2e-3 * K
 CASES = [("v2", "fp16", "half2"), ("v2do", "fp16", "half2"), ("v3", "fp16", "half2"),
          ("v3", "fp16", "f32"), ("v3", "fp8", "half2")]
 
@@ -87,7 +87,10 @@ class Prepared:
             err = np.abs(a - self.ref16)
             rec["max_abs_err"] = float(err.max())
             report(rec)
-            tol = FP16_ATOL if acc == "f32" else FP16_H2ACC_ATOL
+            # half2 option: error grows with the points one lane sums in FP16 (K)
+            K = self.md.sched_for(plan.kernel).points_per_slot
+            tol = FP16_ATOL if acc == "f32" else FP16_H2ACC_ATOL + 2e-3 * K
+            rec["points_per_slot"] = K
             assert err.max() <= tol, f"{label} {plan.kernel}: max err {err.max():.4g}"
         else:
             ok, err = fp8_within_tolerance(a, self.ref64, self.abs64)

@@ -45,33 +45,9 @@ def make_inputs(smap, seed: int):
 
 
 def time_plan(md, plan, inputs: dict, precision: str, rotate: bool, inner: int, reps: int) -> dict:
-    from ..backends.cuda.timing import rotation_sets, time_graph
-
-    rt = md.rt
     d = inputs["depth16" if precision == "fp16" else "depth8"]
     f = inputs["feat16" if precision == "fp16" else "feat8"]
-    probe = md.io_buffers(precision, plan.out_dtype)
-    set_bytes = sum(b.nbytes for b in probe.values())
-    for b in probe.values():
-        b.free()
-    R = rotation_sets(set_bytes, rt.device.l2_bytes) if rotate else 1
-    ios = []
-    try:
-        for _ in range(R):
-            io = md.io_buffers(precision, plan.out_dtype)
-            rt.stream.h2d(io["depth"], d.ctypes.data, d.nbytes)
-            rt.stream.h2d(io["feat"], f.ctypes.data, f.nbytes)
-            rt.stream.memset8(io["out"], 0xFF, io["out"].nbytes)
-            ios.append(io)
-        rt.stream.synchronize()
-        n_inner = R * -(-inner // R)
-        res = time_graph(rt.stream, lambda i, s: md.enqueue(plan, ios[i % R], s), inner=n_inner, reps=reps)
-    finally:
-        for io in ios:
-            for b in io.values():
-                b.free()
-    res["rotation_sets"] = R
-    return res
+    return md.time(plan, d, f, rotate=rotate, inner=inner, reps=reps)
 
 
 def check_plan(md, plan, inputs: dict, precision: str, refs: dict) -> dict:
@@ -125,9 +101,19 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
         row = {"workload": name, "variant": variant, "precision": precision,
                "channels": smap.channels, "points": smap.num_points, "intervals": smap.num_intervals,
                "max_interval": st["max_interval"], "mean_interval": st["interval_lengths"].get("mean", 0.0)}
+        scale = inputs["fp8_out_scale"] if precision == "fp8" else 1.0
+        k_min = threads = None
         try:
-            plan = md.plan(variant, precision, acc=args.acc,
-                           out_scale=inputs["fp8_out_scale"] if precision == "fp8" else 1.0)
+            if variant == "v3" and args.autotune:
+                from ..backends.cuda.autotune import tune_v3
+
+                choice, table = tune_v3(md, precision, seed=args.seed + 7)
+                k_min, threads = choice.k_min, choice.threads
+                plan = md.plan("v3", precision, kernel=choice.kernel, k_min=k_min, threads=threads,
+                               out_scale=scale)
+                row["autotune"] = table
+            else:
+                plan = md.plan(variant, precision, acc=args.acc, out_scale=scale)
         except ValueError as e:  # e.g. unsupported channel count for a baseline
             row["error"] = str(e)
             rows.append(row)
@@ -140,9 +126,10 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
                    companion_memset=plan.zero_output_first, compulsory_bytes=bytes_,
                    bw_floor_us=bw_us, launch_us=launch_us, floor_us=bw_us + launch_us)
         if variant == "v3":
-            sc = md.sched_for(plan.kernel)
+            sc = md.sched_for(plan.kernel, plan.block[0], k_min)
             row.update(points_per_slot=sc.points_per_slot, teams=sc.num_teams, max_team=sc.max_team,
-                       slots=sc.num_slots, shared_bytes=plan.shared_bytes)
+                       slots=sc.num_slots, shared_bytes=plan.shared_bytes, k_min=k_min or md.k_min,
+                       threads=plan.block[0])
         if refs is not None:
             row.update(check_plan(md, plan, inputs, precision, refs))
         rot = time_plan(md, plan, inputs, precision, not args.no_rotate, args.inner, args.reps)
@@ -253,10 +240,12 @@ def main(argv=None) -> int:
     p.add_argument("--inner", type=int, default=32, help="launches per graph replay")
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--acc", default="f32", choices=("half2", "f32"), help="V3 FP16 accumulation")
-    p.add_argument("--k-min", type=int, default=8, help="schedule: minimum points per slot")
-    p.add_argument("--threads", type=int, default=512, help="V3 threads per block")
+    p.add_argument("--k-min", type=int, default=16, help="schedule: minimum points per slot")
+    p.add_argument("--threads", type=int, default=256, help="V3 threads per block")
     p.add_argument("--no-rotate", action="store_true", help="time without input/output rotation")
     p.add_argument("--hot", action="store_true", help="also time without rotation (median_hot_us)")
+    p.add_argument("--no-autotune", dest="autotune", action="store_false",
+                   help="V3 with the default launch instead of the per-map measured choice")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the FP64 accuracy check")
     p.add_argument("--tune", default="", help="comma list of workloads to sweep V3 kernels/schedules on")
     p.add_argument("--tune-k", default="4,8,16")
@@ -313,7 +302,7 @@ def main(argv=None) -> int:
                            inner=args.inner, reps=args.reps)["median_us"]
     meta = {"device": dev.name, "arch": dev.arch, "l2_mib": dev.l2_bytes / 2**20, "sms": dev.sm_count,
             "d2d_gbps": bw / 1e9, "launch_us": launch_us, "reps": args.reps, "inner": args.inner,
-            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "rotate": not args.no_rotate,
+            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "autotune": args.autotune, "rotate": not args.no_rotate,
             "command": "bevpool-bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(f"{dev.name} {dev.arch} L2 {meta['l2_mib']:.0f} MiB, D2D {bw / 1e9:.0f} GB/s, "
           f"empty launch {launch_us:.2f} us", flush=True)

@@ -30,12 +30,15 @@ class CudaBackend(Backend):
     name = "cuda"
 
     def __init__(self, precision: str = "fp16", device: int = 0, accumulate: str = "f32",
-                 kernel: str | None = None, k_min: int = 8, threads: int = 512, **_ignored):
+                 kernel: str | None = None, k_min: int = 16, threads: int = 256, autotune: bool = True,
+                 **_ignored):
         super().__init__(precision)
         if precision == "fp32":
             raise InputError("cuda backend runs fp16 or fp8 (or auto); fp32 is the cpu backend's")
         self.rt = get_runtime(int(device))  # raises BackendUnavailable without a GPU
         self.accumulate, self.kernel_override, self.k_min, self.threads = accumulate, kernel, k_min, threads
+        self.autotune = autotune and kernel is None
+        self.launch_choice = None  # (kernel, k_min, threads) from autotune
         self.md: MapOnDevice | None = None
         self.plan = None
         self.graph = None
@@ -52,14 +55,20 @@ class CudaBackend(Backend):
             self.precision = self._auto_precision()
         else:
             self.precision = self.requested_precision
+        self.launch_choice = self._tuned_launch() if self.autotune else None
         self._build(out_scale=1.0)
 
     def _build(self, out_scale: float) -> None:
         md, smap = self.md, self.smap
         if self.graph is not None:
             self.graph.destroy()
-        self.plan = md.plan("v3", self.precision, acc=self.accumulate, kernel=self.kernel_override,
-                            out_scale=out_scale)
+        if self.launch_choice:
+            kernel, k_min, threads = self.launch_choice
+            self.plan = md.plan("v3", self.precision, kernel=kernel, k_min=k_min, threads=threads,
+                                out_scale=out_scale)
+        else:
+            self.plan = md.plan("v3", self.precision, acc=self.accumulate, kernel=self.kernel_override,
+                                out_scale=out_scale)
         if not hasattr(self, "io") or self.io is None:
             self.io = md.io_buffers(self.precision, self.plan.out_dtype)
             in_dt = np.float16 if self.precision == "fp16" else np.uint8
@@ -77,7 +86,7 @@ class CudaBackend(Backend):
         self._captured_scale = out_scale
         log.info("cuda backend: %s, %s, kernel %s grid %s block %s (K=%d, %d teams)", self.precision,
                  md.regime(self.precision), self.plan.kernel, self.plan.grid, self.plan.block,
-                 md.sched_for(self.plan.kernel).points_per_slot, md.sched_for(self.plan.kernel).num_teams)
+                 self._sched().points_per_slot, self._sched().num_teams)
 
     # --- per frame --------------------------------------------------------------------------
     def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
@@ -109,6 +118,20 @@ class CudaBackend(Backend):
         self.graph.replay()
         self.rt.stream.synchronize()
         return self.h_out.array.copy()
+
+    # --- launch choice by measurement (cached per GPU and map) --------------------------------
+    def _tuned_launch(self):
+        from .autotune import tune_v3
+
+        key = f"{self.rt.device.name}|{self.smap.key or 'unkeyed'}|C{self.smap.channels}|" \
+              f"{self.md.sched.digest()}|{self.precision}|launch"
+        cached = load_choice(key)
+        if cached:
+            return tuple(cached)
+        choice, _ = tune_v3(self.md, self.precision)
+        store_choice(key, {"precision": [choice.kernel, choice.k_min, choice.threads],
+                           "median_us": choice.median_us})
+        return (choice.kernel, choice.k_min, choice.threads)
 
     # --- precision: auto ----------------------------------------------------------------------
     def _auto_precision(self) -> str:
@@ -151,12 +174,16 @@ class CudaBackend(Backend):
         if self.md is not None:
             d.update(regime=self.md.regime(self.precision), kernel=self.plan.kernel,
                      grid=list(self.plan.grid), block=list(self.plan.block),
-                     points_per_slot=self.md.sched_for(self.plan.kernel).points_per_slot,
-                     teams=self.md.sched_for(self.plan.kernel).num_teams,
+                     points_per_slot=self._sched().points_per_slot, teams=self._sched().num_teams,
+                     launch_choice=list(self.launch_choice) if self.launch_choice else None,
                      input_dtype=PRECISION_INPUT[self.precision], output_dtype=self.plan.out_dtype)
         if self.auto_record:
             d["auto"] = self.auto_record
         return d
+
+    def _sched(self):
+        k_min = self.launch_choice[1] if self.launch_choice else None
+        return self.md.sched_for(self.plan.kernel, self.plan.block[0], k_min)
 
     def _release(self) -> None:
         if self.graph is not None:

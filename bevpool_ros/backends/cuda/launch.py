@@ -53,7 +53,7 @@ OTHER_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pa
                  "bevpool_empty_kernel")
 ALL_KERNELS = (*OTHER_KERNELS, *V3_KERNELS)
 V3_MAX_THREADS = 512          # BEVPOOL_V3G_MAX_BLOCK (grouped); the first design allows 256
-V3_DEFAULT_THREADS = 512
+V3_DEFAULT_THREADS = 256
 SMEM_LIMIT = 48 * 1024        # without the opt-in attribute
 
 

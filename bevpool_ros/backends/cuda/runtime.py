@@ -57,22 +57,23 @@ class MapOnDevice:
         arrays.update(intervals3=v2do_intervals(smap), pidx=self.sched.pidx, empty_cells=self.sched.empty_cells)
         self.arrays = DeviceArrays.upload(arrays, rt.stream)
 
-    def schedule(self, info: L.KernelInfo | None, threads: int | None = None):
+    def schedule(self, info: L.KernelInfo | None, threads: int | None = None, k_min: int | None = None):
         """The V3 schedule for a kernel's geometry (built once per geometry, slots uploaded lazily)."""
+        k_min = k_min or self.k_min
         if info is None:
-            key = (32, 32)
+            key = (32, 32, k_min)
         else:
             g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-            key = (g.groups_per_block, g.groups_per_warp)
+            key = (g.groups_per_block, g.groups_per_warp, k_min)
         if key not in self._scheds:
-            self._scheds[key] = build_v3_schedule(self.smap, k_min=self.k_min, block=key[0], warp=key[1])
+            self._scheds[key] = build_v3_schedule(self.smap, k_min=k_min, block=key[0], warp=key[1])
         return self._scheds[key]
 
-    def sched_for(self, kernel: str, threads: int | None = None):
-        return self.schedule(L.V3_KERNELS[kernel], threads)
+    def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None):
+        return self.schedule(L.V3_KERNELS[kernel], threads, k_min)
 
-    def _slots_buffer(self, sched) -> str:
-        name = f"slots_{sched.block}_{sched.warp}"
+    def _slots_buffer(self, sched, k_min: int) -> str:
+        name = f"slots_{sched.block}_{sched.warp}_{k_min}"
         if name not in self.arrays.buffers:
             self.arrays.buffers.update(DeviceArrays.upload({name: sched.slots}, self.rt.stream).buffers)
         return name
@@ -81,7 +82,7 @@ class MapOnDevice:
         return regime_for(self.smap, precision, self.rt.device.l2_bytes)
 
     def plan(self, variant: str, precision: str = "fp16", *, acc: str = "f32", kernel: str | None = None,
-             out_scale: float = 1.0, threads: int | None = None) -> L.LaunchPlan:
+             out_scale: float = 1.0, threads: int | None = None, k_min: int | None = None) -> L.LaunchPlan:
         if variant == "v2":
             return L.plan_v2(self.smap)
         if variant == "v2do":
@@ -91,8 +92,8 @@ class MapOnDevice:
         info = L.V3_KERNELS[kernel] if kernel else L.choose_v3_kernel(
             self.smap.channels, precision, self.regime(precision), acc)
         geom = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-        sched = self.schedule(info, threads)
-        return L.plan_v3(self.smap, sched, info, geom, out_scale, self._slots_buffer(sched))
+        sched = self.schedule(info, threads, k_min)
+        return L.plan_v3(self.smap, sched, info, geom, out_scale, self._slots_buffer(sched, k_min or self.k_min))
 
     def io_buffers(self, precision: str, out_dtype: str) -> dict:
         s = self.smap
@@ -125,3 +126,33 @@ class MapOnDevice:
         for b in io.values():
             b.free()
         return out
+
+    def time(self, plan: L.LaunchPlan, depth: np.ndarray, feat: np.ndarray, rotate: bool = True,
+             inner: int = 32, reps: int = 100) -> dict:
+        """Graph-replay timing of one plan (timing.time_graph). With ``rotate``, enough input/output
+        sets to cover twice the L2 are cycled, so no launch finds its inputs left in L2 by itself."""
+        from .timing import rotation_sets, time_graph
+
+        precision = "fp8" if depth.dtype == np.uint8 else "fp16"
+        probe = self.io_buffers(precision, plan.out_dtype)
+        set_bytes = sum(b.nbytes for b in probe.values())
+        for b in probe.values():
+            b.free()
+        R = rotation_sets(set_bytes, self.rt.device.l2_bytes) if rotate else 1
+        st, ios = self.rt.stream, []
+        try:
+            for _ in range(R):
+                io = self.io_buffers(precision, plan.out_dtype)
+                st.h2d(io["depth"], depth.ctypes.data, depth.nbytes)
+                st.h2d(io["feat"], feat.ctypes.data, feat.nbytes)
+                st.memset8(io["out"], 0xFF, io["out"].nbytes)
+                ios.append(io)
+            st.synchronize()
+            n_inner = R * -(-inner // R)
+            res = time_graph(st, lambda i, s: self.enqueue(plan, ios[i % R], s), inner=n_inner, reps=reps)
+        finally:
+            for io in ios:
+                for b in io.values():
+                    b.free()
+        res["rotation_sets"] = R
+        return res

@@ -30,7 +30,7 @@ from ...scatter_map import ScatterMap
 
 WARP = 32
 MAX_BLOCK = 256  # BEVPOOL_MAX_BLOCK in plugin/bevpool_v3.cuh
-DEFAULT_K_MIN = 8
+DEFAULT_K_MIN = 16
 DEFAULT_BLOCK = 256
 
 
