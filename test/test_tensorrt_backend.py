@@ -107,6 +107,7 @@ def fake_gpu(monkeypatch, tmp_path):
 
     def make(arch="sm_89", precision="fp16", **kw):
         monkeypatch.setattr(B, "_gpu_runtime", lambda ordinal: fake_rt(arch))
+        kw.setdefault("autotune", False)  # tuning measures on a GPU; tested with a fake below
         return TensorRTBackend(precision, cache_dir=tmp_path / "engines", **kw)
 
     make.lib = lib
@@ -270,8 +271,8 @@ def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["arch"] == "sm_89" and report["bytes"] > 0
     assert (tmp_path / "g.onnx").stat().st_size > 0
-    b = _prepare(fake_gpu("sm_89"), get_workload("small"))
-    assert b.cache.hits == 1 and b.cache.stores == 0
+    b = _prepare(fake_gpu("sm_89", autotune=True), get_workload("small"))  # prebuilt wins over tuning
+    assert b.cache.hits == 1 and b.cache.stores == 0 and b.tuned == {}
 
 
 def test_prebuild_refuses_fp8_below_sm89(tmp_path, capsys):
@@ -296,3 +297,20 @@ def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
     monkeypatch.setattr(B.importlib.util, "find_spec", lambda n, *a: None if n == "onnx" else real_find(n, *a))
     with pytest.raises(BackendUnavailable, match="onnx"):
         TensorRTBackend("fp16")
+
+
+def test_autotuned_launch_is_baked_into_the_engine(fake_gpu, monkeypatch, tmp_path):
+    monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))
+    measured = []
+
+    def measure(self, precision):
+        measured.append(precision)
+        return ("bevpool_v3_fp16_dram", 32, 128)
+
+    monkeypatch.setattr(TensorRTBackend, "_measure_launch", measure)
+    smap = tiny_map(channels=16)
+    b = _prepare(fake_gpu("sm_89", autotune=True), smap)
+    plan = b.runner.cfg.plan
+    assert plan.kernel == "bevpool_v3_fp16_dram" and plan.block[0] == 128
+    b2 = _prepare(fake_gpu("sm_89", autotune=True), smap)  # choice cached per (GPU, map): not re-measured
+    assert measured == ["fp16"] and b2.cache.hits == 1

@@ -4,6 +4,11 @@ Construction fails with BackendUnavailable (so create_backend falls back to cuda
 when there is no TensorRT module, no GPU, or a GPU this TensorRT cannot run on (TensorRT-RTX
 refuses compute capability 9.0), or fp8 is asked for below SM89.
 
+Launch: with ``autotune`` (default, as in the cuda backend) the kernel/k_min/threads of the plan
+baked into the engine are measured on this GPU by the cuda backend's tuner; otherwise the launch
+description's defaults for the GPU's memory regime are used. An engine prebuilt with those
+defaults (prebuild.py) is used as found, without tuning.
+
 precision: fp16 | fp8 | auto. auto follows the cuda backend's rule (precision_select.decide):
 FP8 only on SM89+, and only when its engine is measured faster than the FP16 engine AND its
 output is within the documented FP8 tolerance of the FP64 reference. The choice is cached per
@@ -36,8 +41,9 @@ class TensorRTBackend(Backend):
     name = "tensorrt"
 
     def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, fp8_scales=(1.0, 1.0),
-                 accumulate: str | None = None, kernel: str | None = None, k_min: int = 8,
-                 threads: int | None = None, trt_module: str | None = None, **_ignored):
+                 accumulate: str | None = None, kernel: str | None = None, k_min: int | None = None,
+                 threads: int | None = None, autotune: bool = True, trt_module: str | None = None,
+                 **_ignored):
         super().__init__(precision)
         if precision == "fp32":
             raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
@@ -59,6 +65,9 @@ class TensorRTBackend(Backend):
         self.fp8_scales = (float(fp8_scales[0]), float(fp8_scales[1]))
         # same knobs as the cuda backend; None = the launch description's default
         self.launch_options = {"acc": accumulate, "kernel": kernel, "k_min": k_min, "threads": threads}
+        self.launch_options = {k: v for k, v in self.launch_options.items() if v is not None or k == "kernel"}
+        self.autotune = autotune and kernel is None
+        self.tuned: dict[str, tuple] = {}  # precision -> (kernel, k_min, threads) measured here
         self.runner = None
         self.auto_record: dict | None = None
 
@@ -87,6 +96,12 @@ class TensorRTBackend(Backend):
             opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
         cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
         key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
+        prebuilt = self.cache.path(key) is not None and self.cache.path(key).is_file()
+        if self.autotune and not prebuilt:  # a prebuilt (untuned) engine wins over tuning
+            kernel, k_min, threads = self._tuned_launch(precision)
+            opts.update(kernel=kernel, k_min=k_min, threads=threads)
+            cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
+            key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
         build = lambda: build_engine(self.lib, self.smap, precision, self.target, **opts).data  # noqa: E731
         data, cached = self.cache.get_or_build(key, build)
         try:
@@ -98,6 +113,38 @@ class TensorRTBackend(Backend):
             data = build()
             self.cache.store(key, data)
             return EngineRunner(self.lib, data, cfg, self.rt)
+
+    def _tuned_launch(self, precision: str) -> tuple[str, int, int]:
+        """(kernel, k_min, threads) measured on this GPU with the cuda backend's tuner (cuda/autotune.py),
+        cached per (GPU, map, precision). The engine then bakes that plan; an untuned engine (prebuild,
+        autotune=False) uses the launch description's defaults instead."""
+        from ..cuda.precision_select import load_choice, store_choice
+
+        if precision in self.tuned:
+            return self.tuned[precision]
+        smap = self.smap
+        key = f"tensorrt|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{_map_digest(smap)}|{precision}|launch"
+        cached = load_choice(key)
+        if cached and len(cached) == 3:
+            choice = (str(cached[0]), int(cached[1]), int(cached[2]))
+        else:
+            choice = self._measure_launch(precision)
+            store_choice(key, {"precision": list(choice)})
+        self.tuned[precision] = choice
+        log.info("tensorrt launch for %s: kernel %s, k_min %d, %d threads", precision, *choice)
+        return choice
+
+    def _measure_launch(self, precision: str) -> tuple[str, int, int]:
+        from ..cuda.autotune import tune_v3
+        from ..cuda.runtime import MapOnDevice
+
+        md = MapOnDevice(self.rt, self.smap)
+        try:
+            choice, _ = tune_v3(md, precision)
+        finally:
+            for buf in md.arrays.buffers.values():
+                buf.free()
+        return (choice.kernel, choice.k_min, choice.threads)
 
     # --- per frame --------------------------------------------------------------------------
     def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
@@ -141,8 +188,7 @@ class TensorRTBackend(Backend):
             self.auto_record = {"precision": "fp16", "reason": f"no FP8 on {self.target.arch}"}
             return "fp16"
         smap = self.smap
-        digest = hashlib.sha256(b"".join(a.tobytes() for a in smap.arrays().values())).hexdigest()[:16]
-        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{digest}"
+        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{_map_digest(smap)}"
         cached = load_choice(key)
         if cached in ("fp16", "fp8"):
             log.info("precision auto (tensorrt): %s (cached for %s)", cached, key)
@@ -184,6 +230,10 @@ class TensorRTBackend(Backend):
         if self.runner is not None:
             self.runner.close()
         self.runner = None
+
+
+def _map_digest(smap: ScatterMap) -> str:
+    return hashlib.sha256(b"".join(a.tobytes() for a in smap.arrays().values())).hexdigest()[:16]
 
 
 def _check_network_route(lib) -> None:
