@@ -18,7 +18,7 @@
 
 #define BEVPOOL_V3G_MAX_BLOCK 512  // threads; caps registers at 128 per thread
 
-template <typename IN, int VEC, bool ACC_F32, bool STREAM, int UNROLL, int G_FIXED, int C_FIXED>
+template <typename IN, int VEC, bool ACC_F32, bool STREAM, int UNROLL, int G_FIXED, int C_FIXED, bool PREFETCH>
 __device__ __forceinline__ void bevpool_v3g_body(const IN* __restrict__ depth, const IN* __restrict__ feat,
                                                  const int4* __restrict__ slots, const int2* __restrict__ pidx,
                                                  const int* __restrict__ empty_cells, int n_empty,
@@ -68,16 +68,28 @@ __device__ __forceinline__ void bevpool_v3g_body(const IN* __restrict__ depth, c
     for (int k = 0; k < PAIRS; k++) acch[k] = __float2half2_rn(0.f);
   }
 
-  for (int j = 0; j < count; j += UNROLL) {
-    int2 ix[UNROLL];
+  // PREFETCH: the next batch's index pairs are requested before this batch's products, so a
+  // lane's chain per batch is one dependent load (features) instead of two (indices, features).
+  int2 ix[UNROLL];
+  if (PREFETCH && count > 0) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; u++) ix[u] = __ldg(pidx + begin + min(j + u, count - 1));
+    for (int u = 0; u < UNROLL; u++) ix[u] = __ldg(pidx + begin + min(u, count - 1));
+  }
+  for (int j = 0; j < count; j += UNROLL) {
+    if (!PREFETCH) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; u++) ix[u] = __ldg(pidx + begin + min(j + u, count - 1));
+    }
     __half dv[UNROLL];
     unsigned int fw[UNROLL][IN_WORDS];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
       dv[u] = Io<IN>::depth_h(depth, ix[u].x);
       load_words<IN_BYTES>(feat + ix[u].y + c0, fw[u]);
+    }
+    if (PREFETCH && j + UNROLL < count) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; u++) ix[u] = __ldg(pidx + begin + min(j + UNROLL + u, count - 1));
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
@@ -156,10 +168,10 @@ __device__ __forceinline__ void bevpool_v3g_body(const IN* __restrict__ depth, c
   }
 }
 
-#define BEVPOOL_V3G_ENTRY(NAME, IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED)                        \
+#define BEVPOOL_V3G_ENTRY(NAME, IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH)              \
   extern "C" __global__ void __launch_bounds__(BEVPOOL_V3G_MAX_BLOCK) NAME(                                                 \
       const IN* depth, const IN* feat, const int4* slots, const int2* pidx, const int* empty_cells,        \
       int n_empty, int compute_blocks, int c, int g, float out_scale, Io<IN>::Out* out) {                  \
-    bevpool_v3g_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED>(                                  \
+    bevpool_v3g_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH>(                        \
         depth, feat, slots, pidx, empty_cells, n_empty, compute_blocks, c, g, out_scale, out);             \
   }

@@ -67,12 +67,13 @@ class Prepared:
         self.ref8 = pool_reference(dd, fd, smap) * self.scale8
         self.abs8 = pool_reference(np.abs(dd), np.abs(fd), smap) * self.scale8
 
-    def check(self, variant, precision, acc, label):
+    def check(self, variant, precision, acc, label, kernel=None, k_min=None, threads=None):
         from bevpool_ros.backends.cuda.launch import UnsupportedShape
         from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
 
         try:
-            plan = self.md.plan(variant, precision, acc=acc, out_scale=self.scale8 if precision == "fp8" else 1.0)
+            plan = self.md.plan(variant, precision, acc=acc, out_scale=self.scale8 if precision == "fp8" else 1.0,
+                                kernel=kernel, k_min=k_min, threads=threads)
         except UnsupportedShape:
             return None
         ins = (self.d16, self.f16) if precision == "fp16" else (self.d8, self.f8)
@@ -90,7 +91,7 @@ class Prepared:
             tol = FP16_ATOL
             if variant == "v3" and acc == "half2":
                 # half2 option: error grows with the points one lane sums in FP16 (K)
-                K = self.md.sched_for(plan.kernel).points_per_slot
+                K = self.md.sched_for(plan.kernel, threads, k_min).points_per_slot
                 tol = FP16_H2ACC_ATOL + 2e-3 * K
                 rec["points_per_slot"] = K
             assert err.max() <= tol, f"{label} {plan.kernel}: max err {err.max():.4g}"
@@ -118,6 +119,25 @@ def prepared(rt, name) -> Prepared:
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_variant_matches_fp64_reference(rt, workload, variant, precision, acc):
     prepared(rt, workload).check(variant, precision, acc, workload)
+
+
+def _v3_kernels():
+    from bevpool_ros.backends.cuda.launch import V3_KERNELS
+
+    return sorted(V3_KERNELS)
+
+
+@pytest.mark.parametrize("kernel", _v3_kernels())
+@pytest.mark.parametrize("workload", ["canonical", "wide_c256"])
+def test_every_v3_kernel_and_launch_shape(rt, workload, kernel):
+    """Every V3 entry point (prefetch twins, first design, generic tiles) at several schedules."""
+    from bevpool_ros.backends.cuda.launch import V3_KERNELS
+
+    info = V3_KERNELS[kernel]
+    p = prepared(rt, workload)
+    for k_min, threads in ((4, 128), (16, 256), (32, 512)):
+        p.check("v3", info.precision, info.acc, f"{workload}-{kernel}-{k_min}-{threads}", kernel=kernel,
+                k_min=k_min, threads=threads)
 
 
 def random_rig_map(rng):

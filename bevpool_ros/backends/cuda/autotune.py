@@ -44,6 +44,7 @@ def candidate_kernels(channels: int, precision: str, regime: str) -> list[str]:
                 names.append(k)
             except L.UnsupportedShape:
                 pass
+    names += [n + "_pf" for n in names if n + "_pf" in L.V3_KERNELS]  # index-prefetch twins
     return list(dict.fromkeys(names))
 
 
