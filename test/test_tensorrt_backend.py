@@ -35,7 +35,7 @@ def _no_gpu() -> bool:
 # --- unavailability -------------------------------------------------------------------------
 @pytest.mark.skipif(not _no_gpu(), reason="needs a machine without a GPU")
 def test_no_gpu_raises_backend_unavailable():
-    with pytest.raises(BackendUnavailable):
+    with pytest.raises(BackendUnavailable, match="CUDA driver|GPU"):
         TensorRTBackend("fp16")
 
 
@@ -44,6 +44,7 @@ def test_no_tensorrt_raises_backend_unavailable(monkeypatch):
         raise TensorRTMissing("no TensorRT Python module: tensorrt: not installed")
 
     monkeypatch.setattr(B, "load_tensorrt", missing)
+    monkeypatch.setattr(B, "_gpu_runtime", lambda ordinal: fake_rt("sm_89"))
     with pytest.raises(BackendUnavailable, match="no TensorRT"):
         TensorRTBackend("fp16")
 
@@ -289,6 +290,7 @@ def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
 
     lib = trt_rtx_or_skip()
     unsafe = TrtLib(lib.trt, lib.module_name, lib.version, onnx_parser_safe=False)
+    monkeypatch.setattr(B, "_gpu_runtime", lambda ordinal: fake_rt("sm_89"))
     monkeypatch.setattr(B, "load_tensorrt", lambda _=None: unsafe)
     with pytest.raises(BackendUnavailable, match="would abort"):
         TensorRTBackend("fp16")

@@ -85,3 +85,17 @@ def test_unknown_module_name_is_a_config_error(tmp_path):
             "try:\n    load_tensorrt()\nexcept ValueError as e:\n    print('BAD', e)\n")
     r = run_py(code, tmp_path, BEVPOOL_TRT_MODULE="tensorrt_llm")
     assert "BAD BEVPOOL_TRT_MODULE" in r.stdout
+
+
+def test_no_gpu_means_tensorrt_is_never_loaded(tmp_path):
+    """Node start-up on a CPU machine: backend 'best' must not pay for loading TensorRT (~0.8 s)."""
+    code = ("import sys\nfrom bevpool_ros.regime import live_l2_bytes\n"
+            "from bevpool_ros.backends import create_backend\n"
+            "b = create_backend('best', 'fp16')\n"
+            "print('GPU' if live_l2_bytes() else 'NOGPU', b.name, any(m.startswith('tensorrt') for m in sys.modules))\n")
+    r = run_py(code, tmp_path)
+    assert r.returncode == 0, r.stderr
+    gpu, name, loaded = r.stdout.split()
+    if gpu == "GPU":
+        pytest.skip("a GPU is present")
+    assert name == "cpu" and loaded == "False"

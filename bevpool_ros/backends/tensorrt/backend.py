@@ -47,12 +47,13 @@ class TensorRTBackend(Backend):
         super().__init__(precision)
         if precision == "fp32":
             raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
+        # GPU first: without one, importing TensorRT (~0.8 s for the RTX libraries) is wasted start-up
+        self.rt = _gpu_runtime(int(device))
         try:
             self.lib = load_tensorrt(trt_module)
         except TensorRTMissing as e:
             raise BackendUnavailable(str(e)) from e
-        _check_network_route(self.lib)  # before touching the GPU: cheap, and says why
-        self.rt = _gpu_runtime(int(device))
+        _check_network_route(self.lib)
         dev = self.rt.device
         try:
             check_runnable(self.lib, dev.arch)
