@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .plugin import fields_to_collection, plugin_classes, register_plugin
+from .plugin import plugin_classes, register_plugin
 from .plugin_config import PLUGIN_NAME, PluginConfig
 
 INPUT_NAMES = ("depth", "feat")
@@ -99,4 +99,4 @@ def populate(lib, builder, network, cfg: PluginConfig, constants: dict[str, np.n
     return populate_with_onnx(lib, builder, network, cfg, constants)
 
 
-__all__ = ["NetworkError", "onnx_model_bytes", "create_network", "populate", "fields_to_collection"]
+__all__ = ["NetworkError", "onnx_model_bytes", "create_network", "populate"]
