@@ -19,7 +19,6 @@ from .driver import Graph, PinnedBuffer
 from .launch import PRECISION_INPUT
 from .precision_select import decide, fp8_within_tolerance, load_choice, store_choice
 from .runtime import MapOnDevice, get_runtime
-from .timing import time_graph
 
 log = logging.getLogger(__name__)
 FP16_INPUT_DTYPES = (np.float16, np.float32)
