@@ -144,6 +144,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default="HWC", choices=("HWC", "CHW"))
     ap.add_argument("--seed", type=int, default=0)
     args, ros_args = ap.parse_known_args(argv)
+    from .main import use_large_data_profile
+
+    use_large_data_profile()  # same Fast DDS profile as the node (multi-MB bursts)
     rclpy.init(args=ros_args)
     node = SyntheticRigPublisher(load_rig(args.rig), seed=args.seed, dtype=args.dtype, feature_layout=args.layout)
     node.start(args.rate, args.frames)
