@@ -18,10 +18,10 @@ DISCOVERY_TIMEOUT = 20.0
 
 
 def isolate_ros_env() -> int:
-    """Own domain per run + localhost discovery. Domain ids 1..232 keep Fast DDS's port numbers
-    valid; pid and time spread concurrent runs (CI jobs, developers) over them."""
+    """Own domain per run + localhost discovery. Domain ids 1..101 keep Fast DDS's port numbers
+    below Linux's ephemeral port range; pid and time spread concurrent runs over them."""
     if "BEVPOOL_TEST_DOMAIN" not in os.environ:
-        os.environ["BEVPOOL_TEST_DOMAIN"] = str(1 + (os.getpid() * 7919 + time.time_ns() // 1000) % 232)
+        os.environ["BEVPOOL_TEST_DOMAIN"] = str(1 + (os.getpid() * 7919 + time.time_ns() // 1000) % 101)
     os.environ["ROS_DOMAIN_ID"] = os.environ["BEVPOOL_TEST_DOMAIN"]
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.pop("ROS_LOCALHOST_ONLY", None)

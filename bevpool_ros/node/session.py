@@ -25,7 +25,7 @@ def isolate(domain: int | None = None) -> int:
     from .main import use_large_data_profile
 
     if domain is None:
-        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 232))  # Fast DDS ports stay valid
+        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))  # 0..101: ports below the ephemeral range
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     use_large_data_profile()
