@@ -25,6 +25,7 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         *share("launch"),
         *share("config", "**/*.yaml"),
+        *share("config", "**/*.xml"),  # Fast DDS profile for multi-MB tensors (config/dds/)
         *share("plugin", "**/*"),
     ],
     python_requires=">=3.10",
