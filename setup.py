@@ -47,6 +47,7 @@ setup(
             "bevpool-bench = bevpool_ros.cli.bench:main",
             "bevpool-demo = bevpool_ros.cli.demo:main",
             "bevpool_node = bevpool_ros.node.main:main",
+            "bevpool-trt-build = bevpool_ros.backends.tensorrt.prebuild:main",
         ],
     },
 )

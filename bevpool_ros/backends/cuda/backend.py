@@ -12,7 +12,7 @@ import logging
 
 import numpy as np
 
-from ..base import Backend, InputError, check_inputs
+from ..base import Backend, BackendUnavailable, InputError, check_inputs
 from ...scatter_map import ScatterMap
 from . import fp8
 from .driver import Graph, PinnedBuffer
@@ -33,7 +33,7 @@ class CudaBackend(Backend):
                  **_ignored):
         super().__init__(precision)
         if precision == "fp32":
-            raise InputError("cuda backend runs fp16 or fp8 (or auto); fp32 is the cpu backend's")
+            raise BackendUnavailable("cuda backend runs fp16 or fp8 (or auto); fp32 is the cpu backend's")
         self.rt = get_runtime(int(device))  # raises BackendUnavailable without a GPU
         self.accumulate, self.kernel_override, self.k_min, self.threads = accumulate, kernel, k_min, threads
         self.autotune = autotune and kernel is None
