@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
-# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--tune W1,W2]
+# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
-# pytest.log, bench.log, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
+# pytest.log, bench.log, frame_latency_cuda_*.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export BEVPOOL_KERNEL_CACHE=${BEVPOOL_KERNEL_CACHE:-/tmp/bevpool_kcache}
-RUN_TESTS=1 RUN_NCU=1 TUNE=""
+RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 TUNE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) RUN_TESTS=0 ;;
     --no-ncu) RUN_NCU=0 ;;
+    --no-frame) RUN_FRAME=0 ;;
     --tune) TUNE="$2"; shift ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
@@ -33,13 +34,23 @@ cat "$OUT/env.txt"
 
 if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
+  # every gpu-marked test that needs no rclpy (the node tests run on the CPU machines)
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q -x --no-header -p no:cacheprovider \
-      test/test_cuda_backend_gpu.py -m gpu 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
+      -m gpu -rs test/test_cuda_backend_gpu.py test/test_backend_fallback.py \
+      test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
 # shellcheck disable=SC2086
 timeout 280 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
     ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^tune" || status=1
+
+# the node's pooling stage per frame (no ROS on this machine): stack -> pool -> copy back
+if [ "$RUN_FRAME" = 1 ]; then
+  for prec in fp16 fp8; do
+    timeout 120 $PY bench/frame_latency.py --backend cuda --precision $prec --out "$OUT" \
+        2>&1 | tee -a "$OUT/frame_latency.log" | tail -4 || status=1
+  done
+fi
 
 if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
   timeout 100 ncu --clock-control none -k regex:bevpool_ \

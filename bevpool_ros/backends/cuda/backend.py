@@ -118,6 +118,14 @@ class CudaBackend(Backend):
         self.rt.stream.synchronize()
         return self.h_out.array.copy()
 
+    def kernel_time_us(self, reps: int = 100) -> float:
+        """Graph-replay median of the prepared kernel alone (no copies): the frame's GPU floor."""
+        from .timing import time_graph
+
+        self._require_map()
+        return time_graph(self.rt.stream, lambda i, s: self.md.enqueue(self.plan, self.io, s),
+                          reps=reps)["median_us"]
+
     # --- launch choice by measurement (cached per GPU and map) --------------------------------
     def _tuned_launch(self):
         from .autotune import tune_v3
