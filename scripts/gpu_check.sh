@@ -40,10 +40,6 @@ if [ "$RUN_TESTS" = 1 ]; then
       test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
-# shellcheck disable=SC2086
-timeout 280 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
-    ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^tune" || status=1
-
 # the node's pooling stage per frame (no ROS on this machine): stack -> pool -> copy back
 if [ "$RUN_FRAME" = 1 ]; then
   for prec in fp16 fp8; do
@@ -51,6 +47,10 @@ if [ "$RUN_FRAME" = 1 ]; then
         2>&1 | tee -a "$OUT/frame_latency.log" | tail -4 || status=1
   done
 fi
+
+# shellcheck disable=SC2086
+timeout 280 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
+    ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^tune" || status=1
 
 if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
   timeout 100 ncu --clock-control none -k regex:bevpool_ \
