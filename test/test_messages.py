@@ -143,3 +143,18 @@ def test_bev_feature_message_places_every_cell(nuscenes_rig):
 def test_fill_msg_refuses_unsupported_encodings():
     with pytest.raises(TensorError):
         fill_msg(msgs.Tensor(), np.zeros(3, np.complex64))
+
+
+def test_reusable_buffer_casts_in_place_and_keeps_its_memory():
+    from bevpool_ros.node.tensor_codec import ReusableBuffer
+
+    reuse = ReusableBuffer()
+    a = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)
+    m1 = fill_msg(msgs.Tensor(), a, dtype="float16", reuse=reuse)
+    first = m1.data
+    np.testing.assert_array_equal(from_msg(m1), a.astype(np.float16))
+    m2 = fill_msg(msgs.Tensor(), a * 2, dtype="float16", reuse=reuse)
+    assert m2.data is first  # same storage, rewritten
+    np.testing.assert_array_equal(from_msg(m2), (a * 2).astype(np.float16))
+    m3 = deserialize_message(serialize_message(fill_msg(msgs.Tensor(), a, reuse=reuse)), msgs.Tensor)
+    np.testing.assert_array_equal(from_msg(m3), a)

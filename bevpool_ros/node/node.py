@@ -30,7 +30,7 @@ from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
-from .tensor_codec import TensorError, inspect_header, to_float
+from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
 DEFAULT_RIG = "rigs/nuscenes_bevdet_r50.yaml"
@@ -108,6 +108,7 @@ class BevPoolNode(Node):
         self._camera_frames: dict[str, str] = {}
 
         self._make_publishers()
+        self._bev_payload = ReusableBuffer()  # publish() copies synchronously: safe to reuse after it
         self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
                                     self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild)
         self.worker.start()
@@ -377,7 +378,7 @@ class BevPoolNode(Node):
             r.bev, r.rig, s.stamp_ns, self.cfg["ego_frame"], cameras=list(s.frames),
             camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
             backend=str(d.get("backend", self.backend.name)), precision=str(d.get("precision", "")),
-            dtype=self.cfg["output.bev_dtype"])
+            dtype=self.cfg["output.bev_dtype"], reuse=self._bev_payload)
         t_pub = time.perf_counter()
         self.bev_pub.publish(msg)
         done = time.perf_counter()

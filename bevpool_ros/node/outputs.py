@@ -5,7 +5,7 @@ import numpy as np
 
 from ..rig import Rig
 from ..visualize import bev_to_rgb
-from .tensor_codec import fill_msg
+from .tensor_codec import _set_payload, fill_msg
 
 
 def stamp_to_ns(stamp) -> int:
@@ -19,8 +19,8 @@ def ns_to_time(ns: int):
 
 
 def bev_feature_msg(bev: np.ndarray, rig: Rig, stamp_ns: int, frame_id: str, cameras, camera_stamps_ns,
-                    missing, backend: str, precision: str, dtype: str = "float32"):
-    """BevFeature for ``bev`` [Z, Y, X, C] pooled on ``rig``'s grid."""
+                    missing, backend: str, precision: str, dtype: str = "float32", reuse=None):
+    """BevFeature for ``bev`` [Z, Y, X, C] pooled on ``rig``'s grid (``reuse``: see fill_msg)."""
     from bevpool_msgs.msg import BevFeature
 
     Z, Y, X = rig.grid_shape
@@ -33,7 +33,7 @@ def bev_feature_msg(bev: np.ndarray, rig: Rig, stamp_ns: int, frame_id: str, cam
     m.resolution_x, m.resolution_y, m.resolution_z = float(rig.x.step), float(rig.y.step), float(rig.z.step)
     m.width, m.height, m.layers, m.channels = X, Y, Z, rig.channels
     m.layout = "ZYXC"
-    fill_msg(m.tensor, bev, name="bev", layout="ZYXC", dtype=dtype)
+    fill_msg(m.tensor, bev, name="bev", layout="ZYXC", dtype=dtype, reuse=reuse)
     m.tensor.header = m.header
     m.cameras = list(cameras)
     m.camera_stamps = [ns_to_time(s) for s in camera_stamps_ns]
@@ -62,7 +62,7 @@ def image_msg(rgb: np.ndarray, header):
     img.step = img.width * 3
     data = array.array("B")
     data.frombytes(memoryview(rgb).cast("B"))
-    img.data = data
+    _set_payload(img, data)
     return img
 
 

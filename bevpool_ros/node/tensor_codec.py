@@ -116,11 +116,14 @@ def decode_any(msg, max_bytes: int = 1 << 31) -> np.ndarray:
     return raw.astype(raw.dtype.newbyteorder("="), copy=False)
 
 
-def fill_msg(msg, arr: np.ndarray, name: str = "", layout: str = "", dtype: str | None = None):
+def fill_msg(msg, arr: np.ndarray, name: str = "", layout: str = "", dtype: str | None = None,
+             reuse: "ReusableBuffer | None" = None):
     """Write ``arr`` into a Tensor message (shape, dtype code, little-endian bytes); returns msg.
 
     ``dtype="float8_e4m3"`` encodes a float array to FP8 codes; otherwise the dtype is the
-    array's own (or ``dtype`` casts to it).
+    array's own (or ``dtype`` casts to it). With ``reuse``, the payload is written (and cast)
+    straight into a buffer kept from the previous call: one pass, no fresh multi-MB allocation.
+    Only valid once the previous message using that buffer has been published.
     """
     arr = np.asarray(arr)
     if dtype == "float8_e4m3":
@@ -129,17 +132,53 @@ def fill_msg(msg, arr: np.ndarray, name: str = "", layout: str = "", dtype: str 
         dtype = dtype or arr.dtype.name
         if dtype not in DTYPE_CODES or dtype in ("bfloat16", "float8_e5m2"):
             raise TensorError("bad_dtype", f"cannot encode dtype {dtype}")
-        payload = np.ascontiguousarray(arr, dtype=STORAGE[dtype])
+        payload = arr if reuse is not None else np.ascontiguousarray(arr, dtype=STORAGE[dtype])
     if layout and len(layout) != arr.ndim:
         raise TensorError("bad_shape", f"layout {layout!r} does not match {arr.ndim} dims")
     msg.name = name
     msg.layout = layout
     msg.shape = [int(s) for s in arr.shape]
     msg.dtype = DTYPE_CODES[dtype]
+    if reuse is not None:
+        _set_payload(msg, reuse.write(payload, STORAGE[dtype]))
+        return msg
     data = array.array("B")
     data.frombytes(memoryview(np.ascontiguousarray(payload)).cast("B"))  # one copy, no Python loop
-    msg.data = data
+    _set_payload(msg, data)
     return msg
+
+
+def _set_payload(msg, data: array.array) -> None:
+    """msg.data = data without another copy.
+
+    The generated setter copies an ``array.array`` unless field checking is on, in which case it
+    only checks the type code and keeps the reference; so checking is switched on for this one
+    assignment. Messages without that switch (other generators) get the plain assignment.
+    """
+    checking = getattr(msg, "_check_fields", None)
+    if checking is False:
+        msg._check_fields = True
+        try:
+            msg.data = data
+        finally:
+            msg._check_fields = False
+    else:
+        msg.data = data
+
+
+class ReusableBuffer:
+    """One ``array.array('B')`` payload reused from message to message (same size, same dtype)."""
+
+    def __init__(self):
+        self._data = array.array("B")
+
+    def write(self, arr: np.ndarray, storage: str) -> array.array:
+        nbytes = arr.size * np.dtype(storage).itemsize
+        if len(self._data) != nbytes:
+            self._data = array.array("B", bytes(nbytes))
+        view = np.frombuffer(self._data, dtype=storage).reshape(arr.shape)
+        np.copyto(view, arr, casting="same_kind")  # cast + copy in one pass
+        return self._data
 
 
 def make_tensor(arr: np.ndarray, name: str = "", layout: str = "", dtype: str | None = None, header=None):
