@@ -16,7 +16,7 @@ PY=$VENV/bin/python
 BUILD=${BEVPOOL_MSGS_BUILD:-$ROOT/build/bevpool_msgs}
 mkdir -p "$(dirname "$BUILD")"
 
-inputs_hash() { cat "$ROOT"/msg/*.msg "$ROOT/msg/CMakeLists.txt" "$ROOT/msg/package.xml" "$0" | sha256sum | cut -c1-16; }
+inputs_hash() { cat "$ROOT"/msg/*.msg "$ROOT/msg/CMakeLists.txt" "$ROOT/msg/package.xml" "$ROOT/scripts/build_msgs.sh" | sha256sum | cut -c1-16; }
 STAMP_FILE=$VENV/share/bevpool_msgs/.build_stamp
 STAMP=$(inputs_hash)
 if [ -f "$STAMP_FILE" ] && [ "$(cat "$STAMP_FILE")" = "$STAMP" ] \
@@ -28,7 +28,7 @@ fi
 # (3) fix the hard-coded include paths, only in files that still carry them
 PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 NP_INC=$("$PY" -c "import numpy; print(numpy.get_include())")
-grep -rl --include='*.cmake' '/opt/python/cp311-cp311' "$VENV/share" 2>/dev/null | while read -r f; do
+{ grep -rl --include='*.cmake' '/opt/python/cp311-cp311' "$VENV/share" 2>/dev/null || true; } | while read -r f; do
   sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NP_INC#g" \
          -e "s#/opt/python/cp311-cp311/include/python3.11#$PY_INC#g" "$f"
 done
