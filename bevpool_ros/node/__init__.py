@@ -1,6 +1,14 @@
-"""ROS 2 glue for bevpool_ros: the node, message conversion, the camera-set synchroniser.
+"""ROS 2 glue for bevpool_ros (docs/ros_interface.md is the contract).
 
-Modules with no ROS import (``tensor_codec``'s numpy half, ``sync``, ``params``,
-``calibration``, ``latency``) are testable without a ROS graph; ``node``, ``main``,
-``synthetic_publisher`` and ``consumer`` need rclpy and the generated ``bevpool_msgs``.
+No ROS import, testable alone:
+  tensor_codec, fp8   numpy <-> bevpool_msgs/Tensor (zero-copy reads, size checks first)
+  sync                camera-set synchroniser (slop, timeout, missing-camera policy, counters)
+  params              every parameter: type, default, range, description, validation
+  calibration         rig YAML + CameraInfo + TF/parameter extrinsics, versioned
+  pooling             the pooling thread: set -> stacked tensors -> backend.pool
+  latency, throttle, diagnostics   rolling percentiles, throttled logs, DiagnosticArray
+With rclpy and the generated messages:
+  node, main          bevpool_node (``bevpool_node`` console script)
+  outputs, qos        BevFeature / Image messages, QoS profiles
+  synthetic_publisher, consumer, session   the demo / benchmark / test counterparts
 """
