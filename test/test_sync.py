@@ -159,3 +159,13 @@ def test_every_message_has_exactly_one_outcome(events):
     stamps = [e.stamp_ns for e in emitted]
     assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
     assert s.pending_sets == 0
+
+
+def test_clock_jumping_back_restarts_instead_of_dropping_forever():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    assert len(full_set(s, 100_000 * MS, 0.0)) == 1
+    feed(s, "A", 100_100 * MS, 0.1)                    # pending when the clock jumps
+    out = full_set(s, 5 * MS, 0.2)                       # bag looped back to t = 5 ms
+    assert [o.stamp_ns for o in out] == [5 * MS]
+    assert s.counts["clock_reset"] == 1 and s.counts["discarded_on_reset"] == 1
+    assert s.counts["out_of_order"] == 0 and s.counts["late"] == 0

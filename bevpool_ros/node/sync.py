@@ -18,7 +18,9 @@ Policy (docs/ros_interface.md, "Synchronisation"):
   messages wait in the pending set until the late one arrives or the timeout resolves it.
 * Per-message drops: ``duplicate`` (same stamp again on a stream), ``out_of_order`` (older
   than the stream's newest accepted stamp), ``late`` (older than the last emitted set: its
-  set is gone). At most ``max_pending`` sets wait; one more evicts the oldest (resolved by
+  set is gone). A stamp more than 2 s behind its stream's newest is a clock reset (a bag
+  loops, a simulator restarts): everything pending is discarded and counted, and the
+  synchroniser starts over (``clock_reset``). At most ``max_pending`` sets wait; one more evicts the oldest (resolved by
   the policy, counted ``evicted``), which bounds memory under any flood.
 Every outcome increments exactly one counter in :attr:`CameraSetSynchronizer.counts`.
 """
@@ -29,6 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 STREAMS = ("depth", "feat")
+# A stamp this far behind a stream's newest is a clock reset (bag loop, simulator restart),
+# not a straggler: the synchroniser starts over instead of calling everything out of order.
+CLOCK_RESET_NS = 2_000_000_000
 POLICIES = ("drop", "zero_fill")
 
 
@@ -112,6 +117,10 @@ class CameraSetSynchronizer:
             return []
         key = (camera, stream)
         newest = self._newest.get(key)
+        if newest is not None and stamp_ns < newest - CLOCK_RESET_NS:
+            self.reset()
+            self.counts["clock_reset"] += 1
+            newest = None
         if newest is not None and stamp_ns <= newest:
             self.counts["duplicate" if stamp_ns == newest else "out_of_order"] += 1
             return []
