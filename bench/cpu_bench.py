@@ -12,7 +12,6 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

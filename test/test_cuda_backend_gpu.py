@@ -251,7 +251,6 @@ def test_backend_fp8_float_and_raw_inputs(rt):
 
 def test_backend_auto_precision_is_cached(rt, tmp_path, monkeypatch):
     from bevpool_ros.backends.cuda import CudaBackend
-    from bevpool_ros.backends.cuda.precision_select import load_choice
 
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))
     smap = get_workload("canonical")

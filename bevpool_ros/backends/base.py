@@ -11,6 +11,17 @@ PRECISIONS = ("fp32", "fp16", "fp8", "auto")
 PRECISION_DTYPE = {"fp32": "float32", "fp16": "float16", "fp8": "float8_e4m3"}
 
 
+def all_finite(arr: np.ndarray) -> bool:
+    """``np.isfinite(arr).all()``, fast for float16 too.
+
+    numpy's float16 isfinite runs scalar code (1.5 ms per canonical frame); the exponent-bit
+    test on the raw codes is ten times faster: all-ones exponent = Inf or NaN.
+    """
+    if arr.dtype == np.float16:
+        return not np.any((arr.view(np.uint16) & 0x7C00) == 0x7C00)
+    return bool(np.isfinite(arr).all())
+
+
 class BackendUnavailable(RuntimeError):
     """The backend cannot run here (no GPU, library missing); the caller may fall back."""
 
@@ -29,7 +40,7 @@ def check_inputs(smap: ScatterMap, depth: np.ndarray, feat: np.ndarray,
             raise InputError(f"{name}: dtype {arr.dtype} not in {[np.dtype(d).name for d in allowed_dtypes]}")
         if tuple(arr.shape) != tuple(shape):
             raise InputError(f"{name}: shape {tuple(arr.shape)} != expected {tuple(shape)}")
-        if not np.isfinite(arr).all():
+        if not all_finite(arr):
             raise InputError(f"{name}: contains NaN or Inf")
 
 

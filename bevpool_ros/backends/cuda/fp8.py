@@ -1,4 +1,4 @@
-"""FP8 E4M3 (the 'fn' variant: no inf, NaN = 0x7F/0xFF, max 448) in plain numpy, and the scaling rule.
+"""FP8 inputs for the kernels: the scaling rule and quantisation (codec: bevpool_ros/fp8.py).
 
 Scaling rule (documented in docs/kernels.md): depth and features each get one power-of-two
 scale s = 2^k chosen so that max|x| * s lies in (8, 16]. Powers of two are exact, values near
@@ -8,49 +8,22 @@ multiplies each output by 1 / (s_depth * s_feat) before its one FP16 write.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-E4M3_MAX = 448.0
+from ...fp8 import DECODE, E4M3_MAX, decode, has_nan_codes  # noqa: F401  (the kernels' codec)
+from ...fp8 import encode as _encode
+
 SCALE_TARGET = 16.0
 
 
-def _decode_table() -> np.ndarray:
-    codes = np.arange(256)
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    exp = (codes >> 3) & 0xF
-    man = codes & 0x7
-    val = np.where(exp == 0, man / 8.0 * 2.0 ** -6, (1.0 + man / 8.0) * 2.0 ** (exp - 7.0))
-    val = sign * val
-    val[(codes & 0x7F) == 0x7F] = np.nan
-    return val
-
-
-DECODE = _decode_table()
-_POS = DECODE[:0x7F]  # codes 0..126: the finite non-negative values, ascending
-
-
-def decode(codes: np.ndarray) -> np.ndarray:
-    """E4M3 bytes (uint8) -> float32."""
-    return DECODE[np.asarray(codes, np.uint8)].astype(np.float32)
-
-
 def encode(x: np.ndarray) -> np.ndarray:
-    """float -> E4M3 bytes, round to nearest (ties to even code), saturating at +-448; NaN raises."""
-    x = np.asarray(x, np.float64)
+    """Strict encode for kernel inputs: NaN/Inf are refused, not turned into NaN codes."""
+    x = np.asarray(x)
     if not np.isfinite(x).all():
         raise ValueError("encode: input contains NaN or Inf")
-    a = np.minimum(np.abs(x), E4M3_MAX)
-    hi = np.clip(np.searchsorted(_POS, a, side="left"), 1, 0x7E)
-    lo = hi - 1
-    dl, dh = a - _POS[lo], _POS[hi] - a
-    pick_hi = (dh < dl) | ((dh == dl) & (hi % 2 == 0))
-    code = np.where(pick_hi, hi, lo)
-    code = np.where(a <= 0.0, 0, code)  # +-0 -> +0
-    return (code | np.where(x < 0, 0x80, 0)).astype(np.uint8)
-
-
-def has_nan_codes(codes: np.ndarray) -> bool:
-    return bool(np.any((np.asarray(codes, np.uint8) & 0x7F) == 0x7F))
+    return _encode(x)
 
 
 def pow2_scale(x: np.ndarray, target: float = SCALE_TARGET) -> float:
@@ -62,4 +35,9 @@ def pow2_scale(x: np.ndarray, target: float = SCALE_TARGET) -> float:
 
 
 def quantize(x: np.ndarray, scale: float) -> np.ndarray:
-    return encode(np.asarray(x, np.float64) * scale)
+    """E4M3 codes of x * scale. float16 input with a power-of-two scale stays exact in float16
+    (no double rounding: the product only moves the exponent), so it takes the table path."""
+    x = np.asarray(x)
+    if x.dtype == np.float16 and math.frexp(scale)[0] == 0.5:
+        return encode((x.astype(np.float32) * np.float32(scale)).astype(np.float16))
+    return encode(x.astype(np.float64) * scale)

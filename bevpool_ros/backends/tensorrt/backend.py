@@ -26,15 +26,14 @@ import logging
 
 import numpy as np
 
-from ..base import Backend, BackendUnavailable, InputError, check_inputs
+from ..base import Backend, BackendUnavailable
+from ..staging import stage_fp16, stage_fp8
 from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
 from .targets import Target, TargetError, check_runnable, fp8_supported
 from .trt_import import TensorRTMissing, load_tensorrt
 
 log = logging.getLogger(__name__)
-FP16_INPUT_DTYPES = (np.float16, np.float32)
-FP8_INPUT_DTYPES = (np.uint8, np.float16, np.float32)
 
 
 class TensorRTBackend(Backend):
@@ -154,31 +153,10 @@ class TensorRTBackend(Backend):
         if r is None:
             raise RuntimeError("tensorrt backend: closed; call prepare(scatter_map) again")
         if self.precision == "fp16":
-            check_inputs(smap, depth, feat, FP16_INPUT_DTYPES)
-            with np.errstate(over="ignore"):  # overflow is checked right below
-                np.copyto(r.h_depth.array, depth, casting="unsafe")
-                np.copyto(r.h_feat.array, feat, casting="unsafe")
-            if not (np.isfinite(r.h_depth.array).all() and np.isfinite(r.h_feat.array).all()):
-                raise InputError("inputs overflow FP16")
-        else:
-            self._stage_fp8(smap, depth, feat)
+            stage_fp16(smap, depth, feat, r.h_depth.array, r.h_feat.array)
+        else:  # float inputs quantised with the engine's fixed scales; raw codes carry them
+            stage_fp8(smap, depth, feat, r.h_depth.array, r.h_feat.array, self.fp8_scales)
         return r.run()
-
-    def _stage_fp8(self, smap: ScatterMap, depth: np.ndarray, feat: np.ndarray) -> None:
-        from ..cuda import fp8
-
-        check_inputs(smap, depth, feat, FP8_INPUT_DTYPES)
-        if depth.dtype != feat.dtype:
-            raise InputError(f"fp8: depth and feat must share a dtype, got {depth.dtype}/{feat.dtype}")
-        r = self.runner
-        if depth.dtype == np.uint8:
-            if fp8.has_nan_codes(depth) or fp8.has_nan_codes(feat):
-                raise InputError("fp8: NaN code (0x7F/0xFF) in the inputs")
-            np.copyto(r.h_depth.array, depth)
-            np.copyto(r.h_feat.array, feat)
-        else:  # host quantisation with the engine's fixed scales (slow path)
-            r.h_depth.array[...] = fp8.quantize(depth, self.fp8_scales[0])
-            r.h_feat.array[...] = fp8.quantize(feat, self.fp8_scales[1])
 
     # --- precision: auto ----------------------------------------------------------------------
     def _auto_precision(self) -> str:
@@ -200,7 +178,7 @@ class TensorRTBackend(Backend):
         runners = {p: self._runner(p) for p in ("fp16", "fp8")}
         times = {p: r.time_us() for p, r in runners.items()}
         self.runner, self.precision = runners["fp8"], "fp8"
-        self._stage_fp8(smap, depth, feat)
+        stage_fp8(smap, depth, feat, self.runner.h_depth.array, self.runner.h_feat.array, self.fp8_scales)
         out8 = runners["fp8"].run()
         ref = pool_reference(depth, feat, smap)
         ok, err = fp8_within_tolerance(out8, ref, pool_reference(np.abs(depth), np.abs(feat), smap))
