@@ -59,7 +59,7 @@ class RunResult:
 
 class PipelineSession:
     def __init__(self, rig_path: str | None = None, node_params: dict | None = None,
-                 params_file: str | None = None, subscribe_image: bool = False):
+                 params_file: str | None = None, subscribe_image: bool = False, publisher: bool = True):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -80,12 +80,14 @@ class PipelineSession:
         self.node = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
         self.context = rclpy.Context()
-        rclpy.init(context=self.context)
+        rclpy.init(args=[sys.argv[0]], context=self.context)  # our own argv is not ROS arguments
         self.executor = SingleThreadedExecutor(context=self.context)
-        self.pub = SyntheticRigPublisher(self.rig, context=self.context)
+        # publisher=False: the caller brings its own source (a bag player, a test's publisher)
+        self.pub = SyntheticRigPublisher(self.rig, context=self.context) if publisher else None
         self.con = BevConsumer(context=self.context, subscribe_image=subscribe_image)
-        self.executor.add_node(self.pub)
-        self.executor.add_node(self.con)
+        for node in (self.pub, self.con):
+            if node is not None:
+                self.executor.add_node(node)
 
     def spin_until(self, predicate, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -141,8 +143,9 @@ class PipelineSession:
                 self.node.kill()
                 self.node.wait(5)
         self.executor.shutdown()
-        self.pub.destroy_node()
-        self.con.destroy_node()
+        for node in (self.pub, self.con):
+            if node is not None:
+                node.destroy_node()
         rclpy.try_shutdown(context=self.context)
         self._log.flush()
         log = Path(self._log.name).read_text()

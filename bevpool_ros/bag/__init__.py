@@ -1,0 +1,1 @@
+"""rosbag2 replay evaluation without rosbag2: record, inspect, play and evaluate bags (rosbags)."""

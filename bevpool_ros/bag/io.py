@@ -1,0 +1,114 @@
+"""rosbag2 (MCAP) files through ``rosbags``, with rclpy messages on both sides.
+
+Messages are (de)serialised by rclpy itself (CDR), so a bag written here replays into any ROS 2
+node and ``ros2 bag play`` reads it; ``rosbags`` only handles the container and the message
+definitions it stores (``bevpool_msgs`` registered from its .msg files).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+
+OUR_TYPES = ("bevpool_msgs/msg/Tensor", "bevpool_msgs/msg/BevFeature")
+
+
+def _msg_dir() -> Path:
+    """The bevpool_msgs .msg files: installed share folder, else the source checkout."""
+    candidates = [Path(sys.prefix) / "share" / "bevpool_msgs" / "msg",
+                  Path(__file__).resolve().parents[2] / "msg"]
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        candidates.insert(0, Path(get_package_share_directory("bevpool_msgs")) / "msg")
+    except Exception:
+        pass
+    for c in candidates:
+        if (c / "Tensor.msg").is_file():
+            return c
+    raise FileNotFoundError("bevpool_msgs .msg files not found in " + ", ".join(map(str, candidates)))
+
+
+def typestore():
+    """ROS 2 kilted standard types plus bevpool_msgs."""
+    store = get_typestore(Stores.ROS2_KILTED)
+    folder = _msg_dir()
+    types = {}
+    for name in OUR_TYPES:
+        types.update(get_types_from_msg((folder / f"{name.rsplit('/', 1)[1]}.msg").read_text(), name))
+    store.register(types)
+    return store
+
+
+def camera_stream(topic: str) -> tuple[str, str] | None:
+    """'/ns/cameras/CAM_FRONT/depth' -> ('CAM_FRONT', 'depth'): the node's default topic pattern."""
+    parts = topic.strip("/").split("/")
+    if len(parts) >= 3 and parts[-1] in ("depth", "feat", "camera_info"):
+        return parts[-2], parts[-1]
+    return None
+
+
+def message_class(msgtype: str):
+    """'pkg/msg/Name' -> the rclpy message class."""
+    pkg, kind, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
+
+
+class BagWriter:
+    """Write rclpy messages into a new rosbag2 directory (MCAP storage)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.store = typestore()
+        self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
+        self._connections = {}
+
+    def __enter__(self) -> "BagWriter":
+        self._writer.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._writer.close()
+
+    def write(self, topic: str, msg, t_ns: int) -> None:
+        from rclpy.serialization import serialize_message
+
+        conn = self._connections.get(topic)
+        if conn is None:
+            t = type(msg)
+            msgtype = f"{t.__module__.split('.')[0]}/msg/{t.__name__}"
+            conn = self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self.store)
+        self._writer.write(conn, int(t_ns), serialize_message(msg))
+
+
+@dataclass(frozen=True)
+class BagMessage:
+    topic: str
+    msgtype: str
+    t_ns: int          # receive (log) time in the bag
+    raw: bytes         # CDR, publishable as is
+
+    def decode(self):
+        from rclpy.serialization import deserialize_message
+
+        return deserialize_message(self.raw, message_class(self.msgtype))
+
+
+def read_bag(path: str | Path, topics=None) -> Iterator[BagMessage]:
+    """Messages in log-time order (all topics, or those in ``topics``)."""
+    with Reader(Path(path)) as reader:
+        conns = [c for c in reader.connections if topics is None or c.topic in topics]
+        for conn, t_ns, raw in reader.messages(connections=conns):
+            yield BagMessage(conn.topic, conn.msgtype, t_ns, bytes(raw))
+
+
+def bag_summary(path: str | Path) -> dict:
+    with Reader(Path(path)) as reader:
+        return {"path": str(path), "messages": reader.message_count,
+                "duration_s": reader.duration / 1e9 if reader.message_count else 0.0,
+                "topics": {c.topic: {"type": c.msgtype, "count": c.msgcount} for c in reader.connections}}
