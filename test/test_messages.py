@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-msgs = pytest.importorskip("bevpool_msgs.msg", reason="bevpool_msgs not built (scripts/build_msgs.sh)")
+import bevpool_msgs.msg as msgs  # noqa: E402  (built by scripts/build_msgs.sh; missing = a real failure)
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 
-from bevpool_ros.node import fp8  # noqa: E402
+from bevpool_ros import fp8  # noqa: E402
 from bevpool_ros.node.outputs import bev_feature_msg, stamp_to_ns  # noqa: E402
 from bevpool_ros.node.consumer import cell_center  # noqa: E402
 from bevpool_ros.node.tensor_codec import (DTYPE_CODES, TensorError, decode_any, fill_msg, from_msg,  # noqa: E402

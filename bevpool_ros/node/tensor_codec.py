@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fp8
+from .. import fp8
+from ..backends.base import all_finite
 
 # Codes as in msg/Tensor.msg (kept here too so this module imports without the messages).
 DTYPE_CODES = {
@@ -93,7 +94,7 @@ def to_float(msg, header: TensorHeader, check_finite: bool = True) -> np.ndarray
             raise TensorError("non_finite", "float8_e4m3 tensor holds NaN codes")
         return fp8.decode(raw, np.float16)  # every E4M3 value is exact in float16
     arr = raw if sys.byteorder == "little" else raw.astype(raw.dtype.newbyteorder("="))
-    if check_finite and not np.isfinite(arr).all():
+    if check_finite and not all_finite(arr):
         raise TensorError("non_finite", "tensor holds NaN or Inf")
     return arr
 
