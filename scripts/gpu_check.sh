@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
-# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--tune W1,W2]
+# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
 # pytest.log, bench.log, frame_latency_cuda_*.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 set -u -o pipefail
@@ -9,12 +9,13 @@ mkdir -p "$OUT"
 PY=${PY:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export BEVPOOL_KERNEL_CACHE=${BEVPOOL_KERNEL_CACHE:-/tmp/bevpool_kcache}
-RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 TUNE=""
+RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 TUNE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) RUN_TESTS=0 ;;
     --no-ncu) RUN_NCU=0 ;;
     --no-frame) RUN_FRAME=0 ;;
+    --no-bench) RUN_BENCH=0 ;;
     --tune) TUNE="$2"; shift ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
@@ -48,9 +49,11 @@ if [ "$RUN_FRAME" = 1 ]; then
   done
 fi
 
-# shellcheck disable=SC2086
-timeout 280 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
-    ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^tune" || status=1
+if [ "$RUN_BENCH" = 1 ]; then
+  # shellcheck disable=SC2086
+  timeout 280 $PY -m bevpool_ros.cli.bench --json "$OUT/h200.json" --md "$OUT/h200.md" --hot \
+      ${TUNE:+--tune $TUNE} ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -av "^tune" || status=1
+fi
 
 if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
   timeout 100 ncu --clock-control none -k regex:bevpool_ \
