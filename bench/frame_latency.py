@@ -43,6 +43,27 @@ def camera_set(rig, depth, feat, stamp_ns: int) -> CameraSet:
     return CameraSet(frames, tuple(frames), (), now, now, True)
 
 
+def cuda_breakdown(backend, depth, feat, frames: int) -> dict:
+    """Split CudaBackend.pool into host staging, graph replay + sync (H2D, kernel, D2H), result copy."""
+    from bevpool_ros.backends.staging import stage_fp16
+
+    stage, replay, copy = [], [], []
+    for _ in range(frames):
+        t0 = time.perf_counter()
+        stage_fp16(backend.smap, depth, feat, backend.h_depth.array, backend.h_feat.array)
+        t1 = time.perf_counter()
+        backend.graph.replay()
+        backend.rt.stream.synchronize()
+        t2 = time.perf_counter()
+        backend.h_out.array.copy()
+        t3 = time.perf_counter()
+        stage.append(t1 - t0)
+        replay.append(t2 - t1)
+        copy.append(t3 - t2)
+    return {k: {"p50": pct(v, 50), "p99": pct(v, 99)} for k, v in
+            (("stage_ms", stage), ("replay_sync_ms", replay), ("result_copy_ms", copy))}
+
+
 def kernel_only_us(backend) -> float | None:
     """Graph-replay median of the backend's own launch, when the backend can say (cuda)."""
     timer = getattr(backend, "kernel_time_us", None)
@@ -92,6 +113,9 @@ def main() -> int:
         "assemble_ms": {"p50": pct(assemble, 50), "p99": pct(assemble, 99)},
         "kernel_us": kernel_us,
     }
+    if row["backend"] == "cuda" and row["precision"] == "fp16":
+        d, f = frames[0]
+        row["pool_breakdown"] = cuda_breakdown(backend, np.stack(d) if isinstance(d, list) else d, f, args.frames)
     k_ms = (kernel_us or 0.0) / 1e3
     row["overhead_beyond_kernel_ms"] = {q: row["process_ms"][q] - k_ms for q in ("p50", "p99")}
     print(json.dumps(row, indent=1))
