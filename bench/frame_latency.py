@@ -114,8 +114,7 @@ def main() -> int:
         "kernel_us": kernel_us,
     }
     if row["backend"] == "cuda" and row["precision"] == "fp16":
-        d, f = frames[0]
-        row["pool_breakdown"] = cuda_breakdown(backend, np.stack(d) if isinstance(d, list) else d, f, args.frames)
+        row["pool_breakdown"] = cuda_breakdown(backend, *frames[0], args.frames)
     k_ms = (kernel_us or 0.0) / 1e3
     row["overhead_beyond_kernel_ms"] = {q: row["process_ms"][q] - k_ms for q in ("p50", "p99")}
     print(json.dumps(row, indent=1))
