@@ -17,6 +17,7 @@ import json
 import platform
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,9 @@ def main() -> int:
 
     rig = base_rig()
     backend = create_backend(args.backend, args.precision, fallback=False)
-    results, drops = [], []
+    # keep only the latest result, as the node does once it has published (retaining every grid
+    # would grow the heap by 5 MB a frame and time page faults instead of the pooling path)
+    results, drops = deque(maxlen=1), []
     worker = PoolingWorker(backend, LiveCalibration(rig), results.append,
                            lambda reason, detail: drops.append((reason, detail)))
     worker.prepare()
