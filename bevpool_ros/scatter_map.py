@@ -299,7 +299,9 @@ class ScatterMapCache:
         return self.directory / f"scatter_map_{key}.npz"
 
     def _load_file(self, key: str) -> ScatterMap | None:
-        if not self.directory or not self._path(key).is_file():
+        from .private_cache import trusted_file
+
+        if not self.directory or not trusted_file(self._path(key)):
             return None
         try:
             smap = ScatterMap.load(self._path(key))
@@ -308,7 +310,10 @@ class ScatterMapCache:
             return None  # corrupt cache entry: rebuild and overwrite
 
     def _store_file(self, key: str, smap: ScatterMap) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from .private_cache import private_dir
+
+        if private_dir(self.directory, "scatter-map cache") is None:
+            return
         tmp = self._path(key).with_suffix(f".{os.getpid()}.tmp")
         smap.save(tmp)
         os.replace(tmp, self._path(key))

@@ -14,7 +14,6 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType,
                                 SetParametersResult)
 from rclpy.node import Node

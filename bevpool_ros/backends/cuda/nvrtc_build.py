@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
+
+from ... import private_cache
 
 log = logging.getLogger(__name__)
 
@@ -89,42 +90,19 @@ def cache_key(arch: str, options: tuple[str, ...], sources: dict[str, bytes] | N
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("BEVPOOL_KERNEL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bevpool_ros", "kernels")
-    return Path(base)
-
-
-def _private_dir(path: Path) -> Path | None:
-    """Create/verify a 0700 directory we own; None (no caching) if it cannot be made private."""
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        st = path.stat()
-        if st.st_uid != os.getuid():
-            log.warning("kernel cache %s is owned by uid %d: not used", path, st.st_uid)
-            return None
-        if stat.S_IMODE(st.st_mode) & 0o077:
-            os.chmod(path, 0o700)
-        return path
-    except OSError as e:
-        log.warning("kernel cache %s unusable (%s): compiling without cache", path, e)
-        return None
+    return private_cache.cache_dir("BEVPOOL_KERNEL_CACHE", "kernels")
 
 
 def _trusted_file(path: Path) -> bool:
-    try:
-        st = path.lstat()
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
-        log.warning("refusing cached kernel %s (foreign owner or group/world-writable): rebuilding", path)
+    if private_cache.trusted_file(path):
+        return True
+    if path.exists() or path.is_symlink():
+        log.warning("refusing cached kernel %s (not a private regular file): rebuilding", path)
         try:
             path.unlink()
         except OSError:
             pass
-        return False
-    return True
+    return False
 
 
 def compile_source(arch: str, extra_options: tuple[str, ...] = (), sources: dict[str, bytes] | None = None,
@@ -169,7 +147,7 @@ def get_kernel_image(arch: str, extra_options: tuple[str, ...] = (), cache_dir: 
     sources = source_bundle()
     options = (*BASE_OPTIONS, *extra_options, want)
     key = cache_key(arch, options, sources)
-    directory = _private_dir(Path(cache_dir) if cache_dir else default_cache_dir())
+    directory = private_cache.private_dir(Path(cache_dir) if cache_dir else default_cache_dir(), "kernel cache")
     path = directory / f"bevpool_{arch}_{key}.{want}" if directory else None
     if path is not None and path.exists() and _trusted_file(path):
         data = path.read_bytes()

@@ -29,9 +29,10 @@ def fp8_within_tolerance(out: np.ndarray, ref: np.ndarray, abs_ref: np.ndarray) 
 
 
 def _cache_file() -> Path:
-    from .nvrtc_build import _private_dir, default_cache_dir
+    from ...private_cache import private_dir
+    from .nvrtc_build import default_cache_dir
 
-    d = _private_dir(default_cache_dir())
+    d = private_dir(default_cache_dir(), "kernel cache")
     return (d / "precision_choices.json") if d else None
 
 
@@ -39,10 +40,11 @@ def load_choice(key: str) -> str | None:
     path = _cache_file()
     if not path or not path.is_file():
         return None
+    from ...private_cache import trusted_file
+
+    if not trusted_file(path):
+        return None
     try:
-        st = path.stat()
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return None
         return json.loads(path.read_text()).get(key, {}).get("precision")
     except (OSError, ValueError):
         return None

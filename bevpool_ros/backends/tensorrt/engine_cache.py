@@ -13,12 +13,13 @@ import hashlib
 import json
 import logging
 import os
-import stat
 import struct
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ...private_cache import cache_dir, private_dir, trusted_file
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,7 @@ class EngineKey:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("BEVPOOL_ENGINE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "bevpool_ros", "engines")
-    return Path(base)
+    return cache_dir("BEVPOOL_ENGINE_CACHE", "engines")
 
 
 def wrap(payload: bytes) -> bytes:
@@ -69,24 +68,9 @@ def unwrap(blob: bytes) -> bytes | None:
 
 class EngineCache:
     def __init__(self, directory: str | Path | None = None):
-        self.directory = self._private(Path(directory) if directory else default_cache_dir())
+        self.directory = private_dir(Path(directory) if directory else default_cache_dir(), "engine cache")
         self.hits = self.misses = self.corrupt = self.stores = 0
         self._lock = threading.Lock()
-
-    @staticmethod
-    def _private(path: Path) -> Path | None:
-        try:
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
-            st = path.stat()
-            if st.st_uid != os.getuid():
-                log.warning("engine cache %s is owned by uid %d: caching disabled", path, st.st_uid)
-                return None
-            if stat.S_IMODE(st.st_mode) & 0o077:
-                os.chmod(path, 0o700)
-            return path
-        except OSError as e:
-            log.warning("engine cache %s unusable (%s): caching disabled", path, e)
-            return None
 
     def path(self, key: EngineKey) -> Path | None:
         return self.directory / key.filename() if self.directory else None
@@ -95,16 +79,11 @@ class EngineCache:
         path = self.path(key)
         if path is None:
             return None
-        try:
-            st = path.lstat()
-        except FileNotFoundError:
+        if not (path.exists() or path.is_symlink()):
             with self._lock:
                 self.misses += 1
             return None
-        except OSError as e:
-            log.warning("engine cache: cannot stat %s (%s)", path, e)
-            return None
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        if not trusted_file(path):
             self._discard(path, "not a regular file of ours, or group/world-writable")
             return None
         try:

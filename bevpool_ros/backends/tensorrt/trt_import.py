@@ -19,11 +19,12 @@ import importlib
 import importlib.util
 import logging
 import os
-import stat
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from ...private_cache import cache_root, require_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,7 @@ class TrtLib:
 
 
 def default_libfix_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "bevpool_ros" / "trt_rtx_libs"
+    return cache_root() / "trt_rtx_libs"
 
 
 def _rtx_libs_dir() -> Path | None:
@@ -77,16 +77,6 @@ def _rtx_libs_dir() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0])
-
-
-def _private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = path.stat()
-    if st.st_uid != os.getuid():
-        raise OSError(f"{path} is owned by uid {st.st_uid}, not us")
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, 0o700)
-    return path
 
 
 def _symlink(target: Path, link: Path) -> None:
@@ -118,7 +108,7 @@ def prepare_rtx_libs(libfix_dir: Path | None = None) -> tuple[bool, str]:
     if os.environ.get("BEVPOOL_TRT_NO_LIBFIX"):
         return False, ""
     try:
-        d = _private_dir(Path(libfix_dir) if libfix_dir else default_libfix_dir())
+        d = require_private_dir(Path(libfix_dir) if libfix_dir else default_libfix_dir())
         for name in RTX_LIBS:
             _symlink(libs / name, d / name)
         _symlink(libs / RTX_LIBS[0], d / RTX_UNVERSIONED)
