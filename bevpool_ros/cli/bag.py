@@ -95,26 +95,14 @@ def main(argv=None) -> int:
 
 
 def _play(bag: str, rate: float) -> int:
-    import rclpy
-
     from ..bag.play import BagPlayer
-    from ..node.main import use_large_data_profile
+    from ..node.session import run_until_done
 
-    use_large_data_profile()
-    rclpy.init()
-    player = BagPlayer(bag)
-    print(f"playing {len(player.messages)} messages over {player.duration_s:.2f} s x {1 / rate:.2f}")
-    player.start(rate)
-    try:
-        while rclpy.ok() and not player.done:
-            rclpy.spin_once(player, timeout_sec=0.05)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        player.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    def start(player):
+        print(f"playing {len(player.messages)} messages over {player.duration_s:.2f} s x {1 / rate:.2f}")
+        player.start(rate)
 
+    return run_until_done(lambda: BagPlayer(bag), start=start)
 
 if __name__ == "__main__":
     sys.exit(main())

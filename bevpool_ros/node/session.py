@@ -40,6 +40,28 @@ def ros_param_args(params: dict) -> list[str]:
     return out
 
 
+def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) -> int:
+    """Standalone tools (synthetic publisher, bag player): large-data DDS profile, rclpy up,
+    ``start(node)``, spin until ``node.done`` or Ctrl-C, then shut down cleanly."""
+    import rclpy
+
+    from .main import use_large_data_profile
+
+    use_large_data_profile()  # same Fast DDS profile as the node (multi-MB bursts)
+    rclpy.init(args=ros_args)
+    node = make_node()
+    start(node)
+    try:
+        while rclpy.ok() and not node.done:
+            rclpy.spin_once(node, timeout_sec=0.05)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
 @dataclass
 class RunResult:
     sent: int

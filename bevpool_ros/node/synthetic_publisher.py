@@ -131,8 +131,6 @@ class SyntheticRigPublisher(Node):
 
 
 def main(argv=None) -> int:
-    import rclpy
-
     from ..paths import config_dir
     from ..rig import load_rig
 
@@ -144,22 +142,12 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", default="HWC", choices=("HWC", "CHW"))
     ap.add_argument("--seed", type=int, default=0)
     args, ros_args = ap.parse_known_args(argv)
-    from .main import use_large_data_profile
+    from .session import run_until_done
 
-    use_large_data_profile()  # same Fast DDS profile as the node (multi-MB bursts)
-    rclpy.init(args=ros_args)
-    node = SyntheticRigPublisher(load_rig(args.rig), seed=args.seed, dtype=args.dtype, feature_layout=args.layout)
-    node.start(args.rate, args.frames)
-    try:
-        while rclpy.ok() and not node.done:
-            rclpy.spin_once(node, timeout_sec=0.1)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
-
+    rig = load_rig(args.rig)
+    return run_until_done(lambda: SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
+                                                        feature_layout=args.layout),
+                          ros_args, start=lambda node: node.start(args.rate, args.frames))
 
 if __name__ == "__main__":
     sys.exit(main())
