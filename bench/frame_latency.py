@@ -8,7 +8,7 @@ tensors, ``backend.pool`` = validate + H2D + CUDA-graph replay + D2H + sync, fin
 with synthetic nuScenes-rig frames at the wire dtype a GPU deployment sends (float16), and
 reports p50/p99 of each stage plus the kernel alone (graph replay of the same launch). The
 ROS half (DDS transport, message decode/encode, publish) is measured by bench/latency.py on
-the machine that has rclpy; the H200 has none (bench/results/README.md says how they combine).
+the machine that has rclpy; the H200 has none (README.md, "Benchmarks", says how they combine).
 """
 from __future__ import annotations
 
