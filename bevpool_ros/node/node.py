@@ -371,12 +371,11 @@ class BevPoolNode(Node):
     def _publish_result(self, r: PoolResult) -> None:
         """Runs in the pooling thread."""
         s = r.camera_set
-        d = self.backend.describe()
         t_msg = time.perf_counter()
         msg = bev_feature_msg(
             r.bev, r.rig, s.stamp_ns, self.cfg["ego_frame"], cameras=list(s.frames),
             camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
-            backend=str(d.get("backend", self.backend.name)), precision=str(d.get("precision", "")),
+            backend=self.backend.name, precision=self.backend.precision,  # fixed per prepare()
             dtype=self.cfg["output.bev_dtype"], reuse=self._bev_payload)
         t_pub = time.perf_counter()
         self.bev_pub.publish(msg)
