@@ -6,9 +6,12 @@ else is refused and rebuilt: a cache must never let another user choose the code
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import stat
+import struct
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -51,3 +54,73 @@ def trusted_file(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+# --- one trusted read/write for every cache -------------------------------------------------
+# Envelope: magic | u64 payload length | sha256(payload) | payload. A truncated, corrupted or
+# foreign file fails the check and reads as a miss; it never reaches a parser or the GPU.
+MAGIC = b"BEVPOOL1"
+_HEADER = struct.Struct("<8sQ32s")
+
+
+def seal(payload: bytes) -> bytes:
+    return _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
+
+
+def unseal(blob: bytes) -> bytes | None:
+    """The payload when the envelope is intact, else None."""
+    if len(blob) < _HEADER.size:
+        return None
+    magic, n, digest = _HEADER.unpack_from(blob)
+    payload = blob[_HEADER.size:]
+    if magic != MAGIC or n != len(payload) or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload
+
+
+def read_trusted(path: Path, what: str = "cache entry") -> bytes | None:
+    """The payload of a sealed private file, or None (missing, untrusted or corrupt).
+
+    An untrusted or corrupt file is logged and deleted so that the caller's rebuild replaces it.
+    """
+    path = Path(path)
+    if not (path.exists() or path.is_symlink()):
+        return None
+    why = None
+    if not trusted_file(path):
+        why = "not a private regular file of ours"
+    else:
+        try:
+            payload = unseal(path.read_bytes())
+        except OSError as e:
+            payload, why = None, f"unreadable ({e})"
+        if payload is not None:
+            return payload
+        why = why or "truncated or corrupt"
+    log.warning("%s %s is %s: deleting it, it will be rebuilt", what, path, why)
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return None
+
+
+def write_trusted(path: Path, payload: bytes, what: str = "cache entry") -> bool:
+    """Seal and write atomically (0600, readers see the old file or the whole new one).
+
+    The directory must be private (``private_dir``); False (logged) when the write fails.
+    """
+    path = Path(path)
+    if private_dir(path.parent, what) is None:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(seal(payload))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+        return True
+    except OSError as e:
+        log.warning("could not store %s %s: %s", what, path, e)
+        Path(tmp).unlink(missing_ok=True)
+        return False

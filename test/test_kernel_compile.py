@@ -48,8 +48,18 @@ def test_cache_hit_and_private_dir(cubins, kernel_cache):
     files = list(kernel_cache.glob("bevpool_sm_90_*.cubin"))
     assert len(files) == 1
     assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
-    # a cache hit returns the stored bytes without compiling
-    assert nvrtc_build.get_kernel_image("sm_90", cache_dir=kernel_cache) == files[0].read_bytes()
+    # a cache hit returns the stored (sealed) bytes without compiling
+    from bevpool_ros.private_cache import unseal
+
+    assert nvrtc_build.get_kernel_image("sm_90", cache_dir=kernel_cache) == unseal(files[0].read_bytes())
+
+
+def test_corrupt_cache_file_recompiles(tmp_path):
+    cache = tmp_path / "c"
+    first = nvrtc_build.get_kernel_image("sm_90", cache_dir=cache)
+    (path,) = cache.glob("*.cubin")
+    path.write_bytes(path.read_bytes()[:100])  # truncated, still ours and 0600
+    assert nvrtc_build.get_kernel_image("sm_90", cache_dir=cache) == first
 
 
 def test_world_writable_cache_file_is_refused(tmp_path):

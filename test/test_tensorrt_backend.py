@@ -156,7 +156,7 @@ def test_engine_refused_by_tensorrt_is_rebuilt_once(fake_gpu):
     smap = tiny_map()
     b1 = _prepare(fake_gpu(), smap)
     # an intact envelope around an engine TensorRT refuses (e.g. from another TensorRT build)
-    from bevpool_ros.backends.tensorrt.engine_cache import wrap
+    from bevpool_ros.private_cache import seal as wrap
 
     (path,) = list(b1.cache.directory.glob("*.engine"))
     stale = b"stale engine from another TensorRT build"

@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from bevpool_ros.backends.tensorrt.engine_cache import MAGIC, EngineCache, EngineKey, unwrap, wrap
+from bevpool_ros.backends.tensorrt.engine_cache import EngineCache, EngineKey
+from bevpool_ros.private_cache import MAGIC, seal as wrap, unseal as unwrap
 
 
 def key(**kw):

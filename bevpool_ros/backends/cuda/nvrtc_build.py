@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
@@ -93,18 +92,6 @@ def default_cache_dir() -> Path:
     return private_cache.cache_dir("BEVPOOL_KERNEL_CACHE", "kernels")
 
 
-def _trusted_file(path: Path) -> bool:
-    if private_cache.trusted_file(path):
-        return True
-    if path.exists() or path.is_symlink():
-        log.warning("refusing cached kernel %s (not a private regular file): rebuilding", path)
-        try:
-            path.unlink()
-        except OSError:
-            pass
-    return False
-
-
 def compile_source(arch: str, extra_options: tuple[str, ...] = (), sources: dict[str, bytes] | None = None,
                    want: str = "cubin") -> tuple[bytes, str]:
     """Compile the plugin TU for ``arch`` (e.g. 'sm_90'); returns (cubin or ptx, compile log)."""
@@ -149,8 +136,8 @@ def get_kernel_image(arch: str, extra_options: tuple[str, ...] = (), cache_dir: 
     key = cache_key(arch, options, sources)
     directory = private_cache.private_dir(Path(cache_dir) if cache_dir else default_cache_dir(), "kernel cache")
     path = directory / f"bevpool_{arch}_{key}.{want}" if directory else None
-    if path is not None and path.exists() and _trusted_file(path):
-        data = path.read_bytes()
+    if path is not None:
+        data = private_cache.read_trusted(path, "cached kernel")
         if data:
             log.debug("kernel cache hit %s", path)
             return data
@@ -158,13 +145,5 @@ def get_kernel_image(arch: str, extra_options: tuple[str, ...] = (), cache_dir: 
     if text:
         log.debug("NVRTC log (%s): %s", arch, text)
     if path is not None:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp_")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(image)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, path)
-        except OSError as e:
-            log.warning("could not store kernel cache %s: %s", path, e)
-            Path(tmp).unlink(missing_ok=True)
+        private_cache.write_trusted(path, image, "cached kernel")
     return image

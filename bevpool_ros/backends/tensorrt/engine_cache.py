@@ -1,9 +1,7 @@
 """On-disk engine cache: one file per (map, schedule, target GPU, TensorRT, precision, plugin).
 
 Engines are code that runs on the GPU, so the cache is a private 0700 folder we own; files are
-0600, written atomically, and wrapped in a small envelope
-    magic b"BEVTRTE1" | u64 payload length | sha256(payload) | payload
-so a truncated, corrupted or foreign file is detected before TensorRT ever sees it. A bad file
+0600, written atomically, and sealed in private_cache's hash envelope, so a truncated, corrupted or foreign file is detected before TensorRT ever sees it. A bad file
 is counted, deleted and rebuilt by the caller; it never crashes the node. ``invalidate`` covers
 the remaining case: the envelope is intact but TensorRT refuses to deserialize the engine.
 """
@@ -13,18 +11,13 @@ import hashlib
 import json
 import logging
 import os
-import struct
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...private_cache import cache_dir, private_dir, trusted_file
+from ...private_cache import cache_dir, private_dir, read_trusted, write_trusted
 
 log = logging.getLogger(__name__)
-
-MAGIC = b"BEVTRTE1"
-_HEADER = struct.Struct("<8sQ32s")  # magic, payload length, sha256
 
 
 @dataclass(frozen=True)
@@ -51,21 +44,6 @@ def default_cache_dir() -> Path:
     return cache_dir("BEVPOOL_ENGINE_CACHE", "engines")
 
 
-def wrap(payload: bytes) -> bytes:
-    return _HEADER.pack(MAGIC, len(payload), hashlib.sha256(payload).digest()) + payload
-
-
-def unwrap(blob: bytes) -> bytes | None:
-    """Payload if the envelope is intact, else None (truncated, corrupt, not ours)."""
-    if len(blob) < _HEADER.size:
-        return None
-    magic, n, digest = _HEADER.unpack_from(blob)
-    payload = blob[_HEADER.size:]
-    if magic != MAGIC or n != len(payload) or hashlib.sha256(payload).digest() != digest:
-        return None
-    return payload
-
-
 class EngineCache:
     def __init__(self, directory: str | Path | None = None):
         self.directory = private_dir(Path(directory) if directory else default_cache_dir(), "engine cache")
@@ -83,16 +61,10 @@ class EngineCache:
             with self._lock:
                 self.misses += 1
             return None
-        if not trusted_file(path):
-            self._discard(path, "not a regular file of ours, or group/world-writable")
-            return None
-        try:
-            payload = unwrap(path.read_bytes())
-        except OSError as e:
-            self._discard(path, f"unreadable ({e})")
-            return None
+        payload = read_trusted(path, "engine cache file")
         if payload is None:
-            self._discard(path, "truncated or corrupt")
+            with self._lock:
+                self.corrupt += 1
             return None
         with self._lock:
             self.hits += 1
@@ -102,15 +74,7 @@ class EngineCache:
         path = self.path(key)
         if path is None:
             return None
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp_")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(wrap(payload))
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, path)  # readers see the old file or the whole new one
-        except OSError as e:
-            log.warning("engine cache: could not store %s (%s)", path, e)
-            Path(tmp).unlink(missing_ok=True)
+        if not write_trusted(path, payload, "engine cache file"):
             return None
         with self._lock:
             self.stores += 1
