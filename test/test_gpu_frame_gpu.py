@@ -189,9 +189,10 @@ def test_backend_from_other_threads_prepare_recalibrate_rescale_pool():
         be = backend(precision)  # this thread
         for smap in maps:  # the second prepare is a calibration change
             in_thread(lambda: be.prepare(smap))
+            out = np.empty(smap.bev_shape, np.float32)  # published float32: x 100 sums exceed FP16
             for seed, mag in enumerate((1.0, 100.0, 0.01)):  # fp8: a new scale each frame, no re-capture
                 d, f = inputs(smap, seed, mag, mag)
-                out = in_thread(lambda: be.pool(d.astype(np.float32), f.astype(np.float32)))
+                in_thread(lambda: be.pool(d.astype(np.float32), f.astype(np.float32), out=out))
                 ref_in = (d.astype(np.float32).astype(np.float16), f.astype(np.float32).astype(np.float16)) \
                     if precision == "fp16" else (d, f)
                 assert_matches(out, smap, precision, *ref_in, f"thread {precision} {smap.key} x{mag}")
@@ -200,7 +201,7 @@ def test_backend_from_other_threads_prepare_recalibrate_rescale_pool():
                 for s in ((16.0, 16.0), (64.0, 8.0)):
                     d, f = inputs(smap, 7)
                     in_thread(lambda: setattr(be, "fp8_scales", s))
-                    out = in_thread(lambda: be.pool(fp8.quantize(d, s[0]), fp8.quantize(f, s[1])))
+                    in_thread(lambda: be.pool(fp8.quantize(d, s[0]), fp8.quantize(f, s[1]), out=out))
                     assert_matches(out, smap, "fp8", fp8.decode(fp8.quantize(d, s[0]), np.float64) / s[0],
                                    fp8.decode(fp8.quantize(f, s[1]), np.float64) / s[1], f"raw {s}")
                 assert len(be.frame._graphs) == 2  # float32 and E4M3 wire: one graph each
