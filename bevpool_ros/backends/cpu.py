@@ -54,9 +54,11 @@ class CpuBackend(Backend):
             check_out(smap, out)
         # float32 out: the grid is summed straight into it; float16 out: one cast at the end
         direct = out is not None and out.dtype == np.float32
-        grid = out.reshape(smap.num_cells, smap.channels) if direct else \
-            np.empty((smap.num_cells, smap.channels), dtype=np.float32)
-        grid[self._empty] = 0
+        if direct:
+            grid = out.reshape(smap.num_cells, smap.channels)
+            grid[self._empty] = 0  # the other cells are written below
+        else:
+            grid = np.zeros((smap.num_cells, smap.channels), dtype=np.float32)
         if smap.num_points:
             weights = depth.reshape(-1)[smap.ranks_depth].astype(np.float32, copy=False)
             A = sparse.csr_matrix((weights, smap.ranks_feat, self._indptr),

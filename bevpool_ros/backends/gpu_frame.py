@@ -98,6 +98,7 @@ class GpuFrame:
                  check_finite: bool = True, host_memory: str = "auto", fp8_scales=(1.0, 1.0)):
         self.rt, self.smap, self.precision = rt, smap, precision
         self.enqueue_kernel = enqueue_kernel
+        self._graphs: dict[tuple, tuple[Graph, DeviceOutput]] = {}
         self.check_finite = check_finite
         dev = rt.device
         self.host_memory = choose_host_memory(dev.integrated, dev.can_map_host, host_memory)
@@ -124,12 +125,22 @@ class GpuFrame:
         self._small = PinnedBuffer((4,), np.int32)     # host: k depth, k feat (raw E4M3) | flags
         self._own_out: dict[np.dtype, PinnedBuffer] = {}
         self._registered: dict[int, HostRegistration] = {}
-        self._graphs: dict[tuple, tuple[Graph, DeviceOutput]] = {}
         self.after_frame: list[Callable[[DeviceOutput], None]] = []
         self.last_output: DeviceOutput | None = None
         self.fp8_scales = fp8_scales
 
     # --- configuration ---------------------------------------------------------------------------
+    @property
+    def check_finite(self) -> bool:
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, on: bool) -> None:
+        """Input value checks in the graph (input.check_finite); a change re-captures on the next frame."""
+        if getattr(self, "_check_finite", None) is not None and bool(on) != self._check_finite:
+            self._drop_graphs(lambda k: True)
+        self._check_finite = bool(on)
+
     @property
     def fp8_scales(self) -> tuple[float, float]:
         return self._fp8_scales
