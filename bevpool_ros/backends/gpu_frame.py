@@ -155,9 +155,9 @@ class GpuFrame:
     # --- per frame -------------------------------------------------------------------------------
     def run(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
         """Stage, replay, sync, check the flags; the BEV lands in ``out`` (or a fresh array)."""
-        wire = self.staging.stage(cameras)  # header checks: refused before any device work
         if out is not None:
             check_out(self.smap, out)
+        wire = self.staging.stage(cameras)  # header checks: refused before any device work
         target = out if out is not None else self._own_output(self.kout).array
         graph, dev_out = self._graph(wire, target)
         graph.replay()
