@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sparse
 
 from ..scatter_map import ScatterMap
-from .base import Backend, InputError, NonFiniteOutput, all_finite, check_inputs, check_out
+from .base import Backend, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out
 
 FLOAT32_SAFE = 1e38  # a bound on |sum| below float32's maximum: no overflow possible
 
@@ -48,7 +48,7 @@ class CpuBackend(Backend):
         if self.check_finite:
             m_d, m_f = magnitude(depth), magnitude(feat)
             if not np.isfinite(m_d * m_f):
-                raise InputError(f"{'depth' if not np.isfinite(m_d) else 'feat'}: contains NaN or Inf")
+                raise NonFiniteInput(f"{'depth' if not np.isfinite(m_d) else 'feat'}: contains NaN or Inf")
             bound = self._max_len * m_d * m_f
         if out is not None:
             check_out(smap, out)

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..scatter_map import ScatterMap
-from .base import InputError, NonFiniteOutput, check_out
+from .base import NonFiniteInput, NonFiniteOutput, check_out
 from .cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
 from .planning import FP8_KERNEL_OUT_SCALE
 from .staging import ALL_WIRE, CameraStaging
@@ -167,7 +167,7 @@ class GpuFrame:
         self.rt.stream.synchronize()
         flags = int(self._small.array[2])
         if flags & FLAG_INPUT:
-            raise InputError("inputs hold NaN/Inf or values beyond the kernel precision's range")
+            raise NonFiniteInput("inputs hold NaN/Inf (or values beyond FP16's range)")
         if flags & FLAG_OUTPUT:
             raise NonFiniteOutput(f"{self.precision} grid holds NaN/Inf (overflow of the published dtype?)")
         return out if out is not None else target.copy()
