@@ -265,9 +265,13 @@ def test_device_output_and_frame_hook_for_zero_copy_consumers():
     copy = DeviceBuffer(out.nbytes)
     seen = []
 
+    before = be.device_output()  # before any frame: where a float32 grid would land, for sizing
+    assert before.dtype == np.float32 and before.nbytes >= out.nbytes and before.device is be.rt.device
+
     def hook(dev_out):  # what the hand-off does: a D2D copy into its ring, ordered on the frame's stream
         seen.append(dev_out)
-        dev_out.stream.d2d(copy, dev_out, dev_out.nbytes)
+        assert dev_out.stream == be.rt.stream.handle
+        be.rt.stream.d2d(copy, dev_out, dev_out.nbytes)
 
     be.add_frame_hook(hook)
     d, f = inputs(smap, 4)

@@ -70,13 +70,15 @@ def pow2_exponent(scale: float) -> int:
 @dataclass(frozen=True)
 class DeviceOutput:
     """Where the published-dtype BEV of the last frame lives on the device (for a zero-copy
-    consumer): valid until the next frame; ``stream`` orders any copy after the frame's work."""
+    consumer): valid until the next frame. ``stream`` is the frame's CUstream handle (work
+    enqueued there runs after the frame's), ``device`` the driver.Device it belongs to."""
 
     ptr: int
     nbytes: int
     dtype: np.dtype
     shape: tuple
     stream: object
+    device: object
 
 
 class _Ptr:
@@ -237,7 +239,19 @@ class GpuFrame:
         if not mapped:
             s.d2h(host.ptr, bev, nbytes)
         s.d2h(self._small.ptr + 8, self._scratch, 4)
-        return DeviceOutput(bev.ptr, nbytes, out_dtype, tuple(self.smap.bev_shape), s)
+        return DeviceOutput(bev.ptr, nbytes, out_dtype, tuple(self.smap.bev_shape), s.handle, self.rt.device)
+
+    def device_output(self) -> DeviceOutput:
+        """The last frame's output; before the first frame, where a float32 grid (the widest
+        published dtype) would land: a consumer sizing its buffers from it fits any grid."""
+        if self.last_output is not None:
+            return self.last_output
+        f32 = np.dtype(np.float32)
+        if self.kout != f32 and f32 not in self._bev:
+            self._bev[f32] = DeviceBuffer(self.n["out"] * f32.itemsize)
+        buf = self._kout if self.kout == f32 else self._bev[f32]
+        return DeviceOutput(buf.ptr, buf.nbytes, f32, tuple(self.smap.bev_shape), self.rt.stream.handle,
+                            self.rt.device)
 
     def _record_input(self, s, stream: str, wire: np.dtype, i: int, flags, mapped: bool):
         """H2D (unless mapped), then convert/check; returns what the pooling step reads."""

@@ -112,15 +112,18 @@ class CudaBackend(Backend):
         self._fp8_scales = (float(scales[0]), float(scales[1]))
 
     # --- zero-copy consumers (same-host hand-off) --------------------------------------------
-    def device_output(self) -> DeviceOutput | None:
-        """The last frame's BEV on the device (pointer, bytes, dtype, shape, stream), in the
-        published dtype; valid until the next frame."""
-        return self.frame.last_output if self.frame is not None else None
+    def device_output(self) -> DeviceOutput:
+        """The last frame's BEV on the device (pointer, bytes, published dtype, shape, CUstream
+        handle, Device), valid until the next frame; before the first frame, the kernel's output
+        buffer (for sizing). After ``prepare``."""
+        self._require_map()
+        return self.frame.device_output()
 
     def add_frame_hook(self, hook) -> None:
         """``hook(DeviceOutput)`` runs in every pool after the frame's graph is launched and before
         the host waits for it: enqueue a device-to-device copy and an event record on
-        ``output.stream`` there, and they run right after the frame's own work."""
+        ``output.stream`` there, and they run right after the frame's own work (a copy made after
+        ``pool_cameras`` returns, from ``device_output()``, is as correct, one sync later)."""
         self._hooks.append(hook)
 
     def remove_frame_hook(self, hook) -> None:
