@@ -186,7 +186,7 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     # the widest tiles only: narrow generic tiles exist for odd channel counts, not for speed
     kernels = [k for k, v in L.V3_KERNELS.items() if v.vec >= 8 and smap.channels % v.vec == 0
                and v.c_fixed in (0, smap.channels)
-               and (not args.tune_kernels or any(t in k for t in args.tune_kernels))]
+               and (not args.tune_kernels or k in args.tune_kernels)]
     for kern, k_min, block, order in itertools.product(kernels, args.tune_k, args.tune_threads, args.tune_orders):
         prec = L.V3_KERNELS[kern].precision
         plan = md.plan("v3", prec, kernel=kern, k_min=k_min, threads=block, order=order,
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
     p.add_argument("--tune-k", default="8,16,32")
     p.add_argument("--tune-threads", default="128,256")
     p.add_argument("--tune-orders", default="length,tiles")
-    p.add_argument("--tune-kernels", default="", help="comma list of substrings of kernel names to sweep")
+    p.add_argument("--tune-kernels", default="", help="comma list of kernel names to sweep (default: every wide one)")
     p.add_argument("--ncu-once", default="", help="launch each variant once on these workloads (for ncu)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)

@@ -18,9 +18,9 @@ interface; these are extra precomputed arrays:
 * ``empty_cells`` int32 [E]: cells without points; the launch's trailing blocks zero them.
 
 K = max(k_min, ceil(max interval / block)) at most. Placement order (``order``):
-``length``: teams first (largest first), then lone intervals longest first: lanes of one warp get
-similar work, so a warp does not idle behind one lane. ``tiles``: cells in Morton order of square
-tiles of ``tile`` x ``tile`` cells, longest first inside a tile: a block's cells are neighbours,
+``length`` (default): teams first (largest first), then lone intervals longest first: lanes of one warp get
+similar work, so a warp does not idle behind one lane. ``tiles`` (or ``tilesN``): cells in Morton
+order of square tiles of ``tile`` (N) x ``tile`` cells, longest first inside a tile: a block's cells are neighbours,
 whose points share feature rows (one pixel's ray crosses several cells), so rows are re-read from
 L1 instead of L2. Either way, a gap at a block's end that a team does not fit is filled with the
 next lone intervals of the order.
@@ -157,7 +157,8 @@ def placement_sequence(smap: ScatterMap, cells: np.ndarray, lengths: np.ndarray,
         lone = np.flatnonzero(team_sizes == 1)
         return np.concatenate([teams[np.argsort(-team_sizes[teams], kind="stable")],
                                lone[np.argsort(-lengths[lone], kind="stable")]])
-    if order == "tiles":
+    if order.startswith("tiles") and (order == "tiles" or order[5:].isdigit()):
+        tile = int(order[5:] or tile)  # "tiles16": 16 x 16 cells
         _, Y, X = smap.grid_shape
         z, y, x = cells // (Y * X), (cells // X) % Y, cells % X
         tile_key = z * (1 << 32) + morton_key(y // tile, x // tile)
