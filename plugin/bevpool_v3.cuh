@@ -19,8 +19,7 @@
 //                    flag is set on every slot of a block holding a team that crosses a warp)
 //   pidx[e]  = int2 {ranks_depth, ranks_feat * C}; with DEPTH_PAIRS bit 31 of .y marks a pair:
 //                    the entry's weight is depth[.x] + depth[.x + pair_stride] (one row load)
-//   empty[i] = a cell without points: zeroed by the zero blocks of the same launch
-//              (the first grid.x - compute_blocks blocks with ZERO_FIRST, else the last ones).
+//   empty[i] = a cell without points: zeroed by the trailing blocks of the same launch.
 // grid = (compute_blocks + zero_blocks, C / (G * VEC)); blockIdx.y selects a G*VEC channel chunk.
 // Dynamic shared memory: (blockDim.x / 32) * G * VEC floats (cross-warp team partials).
 // Entry points: generated from launch.V3_KERNELS (nvrtc_build.entry_points_source).
@@ -28,7 +27,7 @@
 #include "bevpool_v3_device.cuh"
 
 template <typename IN, int VEC, bool ACC_F32, bool STREAM, int UNROLL, int G_FIXED, int C_FIXED, bool PREFETCH,
-          bool DEPTH_PAIRS, bool ZERO_FIRST>
+          bool DEPTH_PAIRS>
 __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, const IN* __restrict__ feat,
                                                 const int4* __restrict__ slots, const int2* __restrict__ pidx,
                                                 const int* __restrict__ empty_cells, int n_empty,
@@ -48,17 +47,12 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
   const int gib = warp * GPW + q;
   const int c0 = blockIdx.y * (G * VEC) + sub * VEC;
 
-  // zero blocks: the empty cells' single write (first in the grid with ZERO_FIRST, so their
-  // stores drain while the compute blocks start their gathers)
-  const int zero_blocks = (int)gridDim.x - compute_blocks;
-  int block = blockIdx.x;
-  const int zb = ZERO_FIRST ? block : block - compute_blocks;
-  if (ZERO_FIRST ? zb < zero_blocks : zb >= 0) {
-    const int e = zb * gpb + gib;
+  const int block = blockIdx.x;
+  if (block >= compute_blocks) {  // trailing blocks: the empty cells' single write
+    const int e = (block - compute_blocks) * gpb + gib;
     if (active && e < n_empty) write_zeros<IN, VEC>(out + (size_t)__ldg(empty_cells + e) * C + c0, STREAM);
     return;
   }
-  if (ZERO_FIRST) block -= zero_blocks;
 
   // idle lanes read their warp's first slot only for the block-uniform flag
   const int4 s = __ldg(slots + block * gpb + (active ? gib : warp * GPW));
@@ -81,15 +75,15 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
 #pragma unroll
       for (int u = 0; u < UNROLL; u++) ix[u] = __ldg(pidx + begin + min(j + u, count - 1));
     }
-    __half dv[UNROLL];
+    typename LaneAcc<IN, VEC, ACC_F32>::Weight dv[UNROLL];
     unsigned int fw[UNROLL][IN_WORDS];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
       int off = ix[u].y;
-      dv[u] = Io<IN>::depth_h(depth, ix[u].x);
+      dv[u] = LaneAcc<IN, VEC, ACC_F32>::weight(Io<IN>::depth_h(depth, ix[u].x));
       if constexpr (DEPTH_PAIRS) {
         if (off < 0) {  // two depth bins of one pixel in this cell: one row, summed weights
-          dv[u] = __hadd(dv[u], Io<IN>::depth_h(depth, ix[u].x + pair_stride));
+          dv[u] += LaneAcc<IN, VEC, ACC_F32>::weight(Io<IN>::depth_h(depth, ix[u].x + pair_stride));
           off &= 0x7fffffff;
         }
       }
@@ -141,10 +135,10 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
 
 // One extern "C" entry point per row of launch.V3_KERNELS (the generated bevpool_entries.cuh).
 #define BEVPOOL_V3_ENTRY(NAME, IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS,       \
-                         ZERO_FIRST, MAX_THREADS, MIN_BLOCKS)                                                   \
-  extern "C" __global__ void __launch_bounds__(MAX_THREADS, MIN_BLOCKS) NAME(                                   \
+                         MAX_THREADS)                                                                           \
+  extern "C" __global__ void __launch_bounds__(MAX_THREADS) NAME(                                               \
       const IN* depth, const IN* feat, const int4* slots, const int2* pidx, const int* empty_cells,             \
       int n_empty, int compute_blocks, int c, int g, int pair_stride, float out_scale, Io<IN>::Out* out) {      \
-    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS, ZERO_FIRST>(     \
+    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS>(                 \
         depth, feat, slots, pidx, empty_cells, n_empty, compute_blocks, c, g, pair_stride, out_scale, out);     \
   }

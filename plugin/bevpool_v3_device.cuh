@@ -66,12 +66,21 @@ template <> struct Io<fp8_e4m3> {
   }
 };
 
+template <bool B, typename T, typename F> struct Pick { typedef T type; };  // std::conditional, no <type_traits>
+template <typename T, typename F> struct Pick<false, T, F> { typedef F type; };
+
 // ---- a lane's accumulator: VEC channels, FP32 (default) or __half2 ------------------------
+// Weight: a point's (or a depth pair's summed) depth value, in the accumulator's precision.
 template <typename IN, int VEC, bool ACC_F32>
 struct LaneAcc {
   static constexpr int PAIRS = VEC / 2;
+  typedef typename Pick<ACC_F32, float, __half>::type Weight;
   float f[ACC_F32 ? VEC : 1];
   __half2 h[ACC_F32 ? 1 : PAIRS];
+
+  static __device__ __forceinline__ Weight weight(__half d) {
+    if constexpr (ACC_F32) return __half2float(d); else return d;
+  }
 
   __device__ __forceinline__ void zero() {
     if constexpr (ACC_F32) {
@@ -83,9 +92,9 @@ struct LaneAcc {
     }
   }
   // acc += w * row, row = the lane's VEC channels as 32-bit words
-  __device__ __forceinline__ void fma(__half w, const unsigned int* row) {
+  __device__ __forceinline__ void fma(Weight w, const unsigned int* row) {
     if constexpr (ACC_F32) {
-      const float wf = __half2float(w);
+      const float wf = w;
 #pragma unroll
       for (int k = 0; k < PAIRS; k++) {
         const float2 v = __half22float2(Io<IN>::pair(row[k / Io<IN>::PAIRS_PER_WORD], k % Io<IN>::PAIRS_PER_WORD));

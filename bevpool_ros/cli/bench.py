@@ -116,15 +116,15 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
                "channels": smap.channels, "points": smap.num_points, "intervals": smap.num_intervals,
                "max_interval": st["max_interval"], "mean_interval": st["interval_lengths"].get("mean", 0.0)}
         scale = inputs["fp8_out_scale"] if precision == "fp8" else 1.0
-        k_min = threads = order = None
+        k_min = threads = None
         try:
             if variant == "v3" and args.autotune:
                 from ..backends.cuda.autotune import tune_v3
 
                 choice, table = tune_v3(md, precision, seed=args.seed + 7)
-                k_min, threads, order = choice.k_min, choice.threads, choice.order
+                k_min, threads = choice.k_min, choice.threads
                 plan = md.plan("v3", precision, kernel=choice.kernel, k_min=k_min, threads=threads,
-                               order=order, out_scale=scale)
+                               out_scale=scale)
                 row["autotune"] = table
             else:
                 plan = md.plan(variant, precision, acc=args.acc, out_scale=scale)
@@ -140,10 +140,10 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
                    companion_memset=plan.zero_output_first, compulsory_bytes=bytes_,
                    bw_floor_us=bw_us, launch_us=launch_us, floor_us=bw_us + launch_us)
         if variant == "v3":
-            sc = md.sched_for(plan.kernel, plan.block[0], k_min, order)
+            sc = md.sched_for(plan.kernel, plan.block[0], k_min)
             tight = v3_touched_bytes(smap, sc, precision)
             row.update(points_per_slot=sc.points_per_slot, teams=sc.num_teams, max_team=sc.max_team,
-                       slots=sc.num_slots, entries=int(sc.pidx.shape[0]), order=sc.order,
+                       slots=sc.num_slots, entries=int(sc.pidx.shape[0]),
                        shared_bytes=plan.shared_bytes, k_min=k_min or md.k_min, threads=plan.block[0],
                        touched_bytes=tight, tight_floor_us=tight / bw * 1e6 + launch_us)
         if refs is not None:
@@ -172,7 +172,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
 
 
 def tune_workload(rt, name, smap, args) -> list[dict]:
-    """Sweep: V3 kernel x k_min x block size x placement order, each checked then timed
+    """Sweep: V3 kernel x k_min x block size, each checked then timed
     (recorded in the meta file; the autotuner makes the per-map choice)."""
     import itertools
 
@@ -187,16 +187,16 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     kernels = [k for k, v in L.V3_KERNELS.items() if v.vec >= 8 and smap.channels % v.vec == 0
                and v.c_fixed in (0, smap.channels)
                and (not args.tune_kernels or k in args.tune_kernels)]
-    for kern, k_min, block, order in itertools.product(kernels, args.tune_k, args.tune_threads, args.tune_orders):
+    for kern, k_min, block in itertools.product(kernels, args.tune_k, args.tune_threads):
         prec = L.V3_KERNELS[kern].precision
-        plan = md.plan("v3", prec, kernel=kern, k_min=k_min, threads=block, order=order,
+        plan = md.plan("v3", prec, kernel=kern, k_min=k_min, threads=block,
                        out_scale=inputs["fp8_out_scale"] if prec == "fp8" else 1.0)
-        sc = md.sched_for(kern, block, k_min, order)
+        sc = md.sched_for(kern, block, k_min)
         chk = check_plan(md, plan, inputs, prec, refs)
         rot = time_plan(md, plan, inputs, prec, not args.no_rotate, args.inner, args.reps)
-        out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min, "order": order,
+        out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min,
                     "threads": plan.block[0], "K": sc.points_per_slot, "median_us": rot["median_us"], **chk})
-        print(f"tune {name:11s} {kern:32s} k_min={k_min:2d} threads={plan.block[0]:3d} {order:6s} "
+        print(f"tune {name:11s} {kern:32s} k_min={k_min:2d} threads={plan.block[0]:3d} "
               f"K={sc.points_per_slot:3d} {rot['median_us']:8.2f} us err {chk['max_abs_err']:.4f} "
               f"ok={chk['all_finite'] and chk['repeat_identical']}", flush=True)
     return out
@@ -205,7 +205,7 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
 def launch_label(r: dict) -> str:
     if "kernel" not in r:
         return "n/a"
-    return f"{r['kernel'].replace('bevpool_v3_', '')} k{r.get('k_min')} t{r.get('threads')} {r.get('order', '')}"
+    return f"{r['kernel'].replace('bevpool_v3_', '')} k{r.get('k_min')} t{r.get('threads')}"
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -278,7 +278,6 @@ def main(argv=None) -> int:
     p.add_argument("--tune", default="", help="comma list of workloads to sweep V3 kernels/schedules on")
     p.add_argument("--tune-k", default="8,16,32")
     p.add_argument("--tune-threads", default="128,256")
-    p.add_argument("--tune-orders", default="length,tiles")
     p.add_argument("--tune-kernels", default="", help="comma list of kernel names to sweep (default: every wide one)")
     p.add_argument("--ncu-once", default="", help="launch each variant once on these workloads (for ncu)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -286,7 +285,6 @@ def main(argv=None) -> int:
     args.tune_k = [int(v) for v in args.tune_k.split(",") if v]
     args.tune_threads = [int(v) for v in args.tune_threads.split(",") if v]
     args.tune_kernels = [v for v in args.tune_kernels.split(",") if v]
-    args.tune_orders = [v for v in args.tune_orders.split(",") if v]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     names = [w for w in args.workloads.split(",") if w]

@@ -2,14 +2,13 @@
 
 The H200 sweeps (docs/kernels.md) showed no single setting wins everywhere: cutting intervals
 finer helps blog-like maps and hurts long-interval rig maps, the block size that wins moves with
-the channel count, and whether tile placement, depth pairs or a register budget pay depends on
-the map. So, like ``precision: auto``, the choice is measured once per (GPU, map) with graph
+the channel count, and depth pairs pay only on maps with many of them. So, like ``precision: auto``, the choice is measured once per (GPU, map) with graph
 replay on rotated random inputs, kept, and logged:
 
-1. the schedule: the base kernel at every k_min x block size x placement order;
-2. the kernel: every variant of the precision's family at stage 1's best schedule.
+1. the schedule: the base kernel at every k_min x block size;
+2. the kernel: every variant of the precision's families at stage 1's best schedule.
 
-About two dozen graph timings of ~30 replays: well under a second per map on the H200.
+About twenty graph timings of ~30 replays: well under a second per map on the H200.
 """
 from __future__ import annotations
 
@@ -20,14 +19,13 @@ import numpy as np
 
 from . import fp8
 from . import launch as L
-from .schedule import DEFAULT_ORDER, ORDERS
 
 log = logging.getLogger(__name__)
 
-K_MIN_CHOICES = (8, 16, 32, 64)
-THREAD_CHOICES = (128, 256)
-# stage 2: the variants of a base kernel worth measuring (suffixes of launch.V3_KERNELS names)
-VARIANT_SUFFIXES = ("", "_pf", "_pf_zf", "_pf_dp", "_pf_rb6", "_pf_u2", "_pf_u2_rb8")
+K_MIN_CHOICES = (8, 16, 32, 64, 128)
+THREAD_CHOICES = (64, 128, 256)
+# stage 2: the variants of a family worth measuring (suffixes of launch.V3_KERNELS names)
+VARIANT_SUFFIXES = ("", "_pf", "_pf_dp")
 
 
 @dataclass(frozen=True)
@@ -36,7 +34,6 @@ class V3Choice:
     k_min: int
     threads: int
     median_us: float
-    order: str = DEFAULT_ORDER
 
 
 def _fits(channels: int, name: str) -> bool:
@@ -77,22 +74,19 @@ def tune_v3(md, precision: str, reps: int = 30, seed: int = 0) -> tuple[V3Choice
     kernels = candidate_kernels(smap.channels, precision, md.regime(precision))
     table = []
 
-    def measure(kernel: str, k_min: int, threads: int, order: str) -> dict:
-        plan = md.plan("v3", precision, kernel=kernel, k_min=k_min, threads=threads, order=order, out_scale=scale)
+    def measure(kernel: str, k_min: int, threads: int) -> None:
+        plan = md.plan("v3", precision, kernel=kernel, k_min=k_min, threads=threads, out_scale=scale)
         t = md.time(plan, d, f, rotate=True, reps=reps)["median_us"]
-        row = {"kernel": kernel, "k_min": k_min, "threads": plan.block[0], "order": order, "median_us": t}
-        table.append(row)
-        return row
+        table.append({"kernel": kernel, "k_min": k_min, "threads": plan.block[0], "median_us": t})
 
-    for order in ORDERS:
-        for k_min in K_MIN_CHOICES:
-            for threads in THREAD_CHOICES:
-                measure(kernels[0], k_min, threads, order)
+    for k_min in K_MIN_CHOICES:
+        for threads in THREAD_CHOICES:
+            measure(kernels[0], k_min, threads)
     s1 = min(table, key=lambda r: r["median_us"])
     for kernel in kernels[1:]:
-        measure(kernel, s1["k_min"], s1["threads"], s1["order"])
+        measure(kernel, s1["k_min"], s1["threads"])
     best = min(table, key=lambda r: r["median_us"])
-    choice = V3Choice(best["kernel"], best["k_min"], best["threads"], best["median_us"], best["order"])
-    log.info("v3 autotune %s %s: %s (k_min %d, %d threads, %s order) %.2f us of %d candidates", smap.key,
-             precision, choice.kernel, choice.k_min, choice.threads, choice.order, choice.median_us, len(table))
+    choice = V3Choice(best["kernel"], best["k_min"], best["threads"], best["median_us"])
+    log.info("v3 autotune %s %s: %s (k_min %d, %d threads) %.2f us of %d candidates", smap.key,
+             precision, choice.kernel, choice.k_min, choice.threads, choice.median_us, len(table))
     return choice, table

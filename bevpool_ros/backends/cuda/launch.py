@@ -30,13 +30,11 @@ class KernelInfo:
     g_fixed: int = 0    # lanes per group compiled in (0: chosen at launch)
     c_fixed: int = 0    # compiled for this C only (0: any C the geometry fits)
     acc: str = "f32"    # f32 | half2
-    streaming: bool = False   # evict-first output stores
-    prefetch: bool = False    # next batch's index pairs requested before this batch's products
+    streaming: bool = False    # evict-first output stores
+    prefetch: bool = False     # next batch's index pairs requested before this batch's products
     depth_pairs: bool = False  # entries may merge two depth bins that share a feature row
-    zero_first: bool = False  # zero blocks lead the grid (else they trail it)
-    unroll: int = 4           # entries in flight per lane
-    max_threads: int = 512    # __launch_bounds__ (first argument)
-    min_blocks: int = 1       # __launch_bounds__ (second: resident blocks per SM at max_threads)
+    unroll: int = 4            # entries in flight per lane
+    max_threads: int = 512     # __launch_bounds__
 
     @property
     def template_args(self) -> tuple:
@@ -44,24 +42,16 @@ class KernelInfo:
         cxx = {True: "true", False: "false"}
         return ("__half" if self.precision == "fp16" else "fp8_e4m3", self.vec, cxx[self.acc == "f32"],
                 cxx[self.streaming], self.unroll, self.g_fixed, self.c_fixed, cxx[self.prefetch],
-                cxx[self.depth_pairs], cxx[self.zero_first], self.max_threads, self.min_blocks)
+                cxx[self.depth_pairs], self.max_threads)
 
 
 def _v3(precision: str, family: str, vec: int, g: int = 0, c: int = 0, *, h2: bool = False,
-        pf: bool = False, dp: bool = False, zf: bool = False, unroll: int = 4, min_blocks: int = 0,
-        **kw) -> KernelInfo:
-    """A table row; the name says what differs: _h2acc, _pf (prefetch), _dp (depth pairs),
-    _zf (zero blocks first), _uN (N entries in flight, default 4), _rbN (register budget: N
-    resident 256-thread blocks per SM)."""
-    name = (f"bevpool_v3_{precision}_{family}" + "_h2acc" * h2 + "_pf" * pf + "_dp" * dp + "_zf" * zf
-            + (f"_u{unroll}" if unroll != 4 else ""))
-    extra = {}
-    if min_blocks:
-        name += f"_rb{min_blocks}"
-        extra = dict(max_threads=256, min_blocks=min_blocks)
+        pf: bool = False, dp: bool = False, **kw) -> KernelInfo:
+    """A table row; the name says what differs: _h2acc (__half2 accumulation), _pf (index
+    prefetch), _dp (depth pairs). FP8 kernels always accumulate in __half2 per lane."""
+    name = f"bevpool_v3_{precision}_{family}" + "_h2acc" * h2 + "_pf" * pf + "_dp" * dp
     acc = "half2" if (h2 or precision == "fp8") else "f32"
-    return KernelInfo(name, precision, vec, g, c, acc=acc, prefetch=pf, depth_pairs=dp, zero_first=zf,
-                      unroll=unroll, **extra, **kw)
+    return KernelInfo(name, precision, vec, g, c, acc=acc, prefetch=pf, depth_pairs=dp, **kw)
 
 
 _FP8_FAMILIES = (("c80", 16, 5, 80), ("c128", 16, 8, 128), ("c256", 32, 8, 256), ("v8", 8, 0, 0))
@@ -71,15 +61,13 @@ V3_KERNELS = {k.name: k for k in (
     _v3("fp16", "dram", 16, pf=True, streaming=True),
     # FP16, L2-resident path: 8 channels (one LDG.128) per lane, twice the lanes per row
     _v3("fp16", "l2", 8), _v3("fp16", "l2", 8, h2=True), _v3("fp16", "l2", 8, pf=True),
-    _v3("fp16", "l2", 8, pf=True, zf=True), _v3("fp16", "l2", 8, pf=True, dp=True),
-    _v3("fp16", "l2", 8, pf=True, min_blocks=6), _v3("fp16", "l2", 8, pf=True, unroll=2, min_blocks=8),
-    _v3("fp16", "l2", 8, pf=True, unroll=2),
+    _v3("fp16", "l2", 8, pf=True, dp=True),
     _v3("fp16", "v4", 4),  # generic narrow (C % 4 == 0)
     # FP8 (E4M3 in, FP16 out) per channel count: C=80: 16 channels (one LDG.128) x 5 lanes;
     # C=128: 16 x 8; C=256: 32 channels (two LDG.128) x 8. Generic: 8 (LDG.64) or 4.
     *(_v3("fp8", f, v, g, c) for f, v, g, c in _FP8_FAMILIES),
     *(_v3("fp8", f, v, g, c, pf=True) for f, v, g, c in _FP8_FAMILIES),
-    _v3("fp8", "c80", 16, 5, 80, pf=True, zf=True), _v3("fp8", "c80", 16, 5, 80, pf=True, dp=True),
+    _v3("fp8", "c80", 16, 5, 80, pf=True, dp=True), _v3("fp8", "v8", 8, pf=True, dp=True),
     _v3("fp8", "v4", 4),
 )}
 # extern "C" kernels written by hand in plugin/*.cuh (not generated from V3_KERNELS)

@@ -16,7 +16,7 @@ from ...scatter_map import ScatterMap
 from . import launch as L
 from .driver import DeviceArrays, DeviceBuffer, Device, Module, Stream, launch as launch_kernel
 from .nvrtc_build import get_kernel_image
-from .schedule import DEFAULT_K_MIN, DEFAULT_ORDER, build_v3_schedule, v2do_intervals
+from .schedule import DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +45,10 @@ def regime_for(smap: ScatterMap, precision: str, l2_bytes: int) -> str:
 
 class MapOnDevice:
     def __init__(self, rt: KernelRuntime, smap: ScatterMap, k_min: int = DEFAULT_K_MIN,
-                 threads: int = L.V3_DEFAULT_THREADS, order: str = DEFAULT_ORDER):
+                 threads: int = L.V3_DEFAULT_THREADS):
         smap.validate()  # a bad index never reaches a kernel
         self.rt, self.smap = rt, smap
-        self.k_min, self.threads, self.order = k_min, threads, order
+        self.k_min, self.threads = k_min, threads
         self._scheds = {}
         self.sched = self.schedule(L.choose_v3_kernel(smap.channels, "fp16", "L2-resident")
                                    if smap.channels % 4 == 0 else None)
@@ -57,25 +57,23 @@ class MapOnDevice:
         arrays.update(intervals3=v2do_intervals(smap), pidx=self.sched.pidx, empty_cells=self.sched.empty_cells)
         self.arrays = DeviceArrays.upload(arrays, rt.stream)
 
-    def schedule(self, info: L.KernelInfo | None, threads: int | None = None, k_min: int | None = None,
-                 order: str | None = None):
-        """The V3 schedule for a kernel's geometry (built once per geometry, order and entry kind;
-        slots and depth-pair entries uploaded lazily)."""
-        k_min, order = k_min or self.k_min, order or self.order
+    def schedule(self, info: L.KernelInfo | None, threads: int | None = None, k_min: int | None = None):
+        """The V3 schedule for a kernel's geometry and entry kind (built once; slots and
+        depth-pair entries uploaded lazily)."""
+        k_min = k_min or self.k_min
         pairs = bool(info is not None and info.depth_pairs)
         if info is None:
-            key = (32, 32, k_min, order, pairs)
+            key = (32, 32, k_min, pairs)
         else:
             g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-            key = (g.groups_per_block, g.groups_per_warp, k_min, order, pairs)
+            key = (g.groups_per_block, g.groups_per_warp, k_min, pairs)
         if key not in self._scheds:
             self._scheds[key] = build_v3_schedule(self.smap, k_min=k_min, block=key[0], warp=key[1],
-                                                  order=order, depth_pairs=pairs)
+                                                  depth_pairs=pairs)
         return self._scheds[key]
 
-    def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None,
-                  order: str | None = None):
-        return self.schedule(L.V3_KERNELS[kernel], threads, k_min, order)
+    def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None):
+        return self.schedule(L.V3_KERNELS[kernel], threads, k_min)
 
     def _upload_once(self, name: str, array: np.ndarray) -> str:
         if name not in self.arrays.buffers:
@@ -86,8 +84,7 @@ class MapOnDevice:
         return regime_for(self.smap, precision, self.rt.device.l2_bytes)
 
     def plan(self, variant: str, precision: str = "fp16", *, acc: str = "f32", kernel: str | None = None,
-             out_scale: float = 1.0, threads: int | None = None, k_min: int | None = None,
-             order: str | None = None) -> L.LaunchPlan:
+             out_scale: float = 1.0, threads: int | None = None, k_min: int | None = None) -> L.LaunchPlan:
         if variant == "v2":
             return L.plan_v2(self.smap)
         if variant == "v2do":
@@ -97,8 +94,8 @@ class MapOnDevice:
         info = L.V3_KERNELS[kernel] if kernel else L.choose_v3_kernel(
             self.smap.channels, precision, self.regime(precision), acc)
         geom = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-        sched = self.schedule(info, threads, k_min, order)
-        tag = f"{sched.block}_{sched.warp}_{k_min or self.k_min}_{sched.order}_{int(sched.depth_pairs)}"
+        sched = self.schedule(info, threads, k_min)
+        tag = f"{sched.block}_{sched.warp}_{k_min or self.k_min}" + "_pairs" * sched.depth_pairs
         slots = self._upload_once(f"slots_{tag}", sched.slots)
         pidx = self._upload_once("pidx_pairs", sched.pidx) if sched.depth_pairs else "pidx"
         return L.plan_v3(self.smap, sched, info, geom, out_scale, slots, pidx)

@@ -17,13 +17,11 @@ interface; these are extra precomputed arrays:
   31 of .y set: the kernel adds the two depth values and loads the row once. Slots count entries.
 * ``empty_cells`` int32 [E]: cells without points; the launch's trailing blocks zero them.
 
-K = max(k_min, ceil(max interval / block)) at most. Placement order (``order``):
-``length`` (default): teams first (largest first), then lone intervals longest first: lanes of one warp get
-similar work, so a warp does not idle behind one lane. ``tiles`` (or ``tilesN``): cells in Morton
-order of square tiles of ``tile`` (N) x ``tile`` cells, longest first inside a tile: a block's cells are neighbours,
-whose points share feature rows (one pixel's ray crosses several cells), so rows are re-read from
-L1 instead of L2. Either way, a gap at a block's end that a team does not fit is filled with the
-next lone intervals of the order.
+K = max(k_min, ceil(max interval / block)) at most. Placement: teams first (largest first), then
+lone intervals longest first, so lanes of one warp get similar work and a warp does not idle
+behind one lane; a gap at a block's end that a team does not fit is filled with the longest lone
+intervals left. (A spatial order, Morton tiles of cells, was measured 3-15 % slower on the H200:
+docs/kernels.md.)
 """
 from __future__ import annotations
 
@@ -40,9 +38,6 @@ DEFAULT_K_MIN = 16
 DEFAULT_BLOCK = 256
 
 
-ORDERS = ("length", "tiles")
-DEFAULT_ORDER = "length"
-DEFAULT_TILE = 8
 PAIR_FLAG = 1 << 31
 
 
@@ -60,7 +55,6 @@ class V3Schedule:
     entry_lengths: np.ndarray  # int64 [I]: each interval's entry count
     depth_pairs: bool = False
     pair_stride: int = 0
-    order: str = DEFAULT_ORDER
 
     @property
     def num_slots(self) -> int:
@@ -141,34 +135,17 @@ def build_entries(smap: ScatterMap, depth_pairs: bool) -> tuple[np.ndarray, np.n
     return np.ascontiguousarray(pidx), starts, lengths, stride
 
 
-def morton_key(y: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Interleaved bits of two non-negative int arrays (< 2^16)."""
-    key = np.zeros(y.shape, np.int64)
-    for b in range(16):
-        key |= ((x >> b) & 1) << (2 * b) | ((y >> b) & 1) << (2 * b + 1)
-    return key
-
-
-def placement_sequence(smap: ScatterMap, cells: np.ndarray, lengths: np.ndarray, team_sizes: np.ndarray,
-                       order: str, tile: int) -> np.ndarray:
-    """Intervals in the order the schedule places them (see the module docstring)."""
-    if order == "length":
-        teams = np.flatnonzero(team_sizes > 1)
-        lone = np.flatnonzero(team_sizes == 1)
-        return np.concatenate([teams[np.argsort(-team_sizes[teams], kind="stable")],
-                               lone[np.argsort(-lengths[lone], kind="stable")]])
-    if order.startswith("tiles") and (order == "tiles" or order[5:].isdigit()):
-        tile = int(order[5:] or tile)  # "tiles16": 16 x 16 cells
-        _, Y, X = smap.grid_shape
-        z, y, x = cells // (Y * X), (cells // X) % Y, cells % X
-        tile_key = z * (1 << 32) + morton_key(y // tile, x // tile)
-        return np.lexsort((-lengths, tile_key))
-    raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
+def placement_sequence(lengths: np.ndarray, team_sizes: np.ndarray) -> np.ndarray:
+    """Intervals in the order the schedule places them: teams (largest first), then lone ones
+    (longest first)."""
+    teams = np.flatnonzero(team_sizes > 1)
+    lone = np.flatnonzero(team_sizes == 1)
+    return np.concatenate([teams[np.argsort(-team_sizes[teams], kind="stable")],
+                           lone[np.argsort(-lengths[lone], kind="stable")]])
 
 
 def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK,
-                      warp: int = WARP, *, order: str = DEFAULT_ORDER, depth_pairs: bool = False,
-                      tile: int = DEFAULT_TILE) -> V3Schedule:
+                      warp: int = WARP, *, depth_pairs: bool = False) -> V3Schedule:
     """``block``/``warp``: slots (groups) per block and per warp of the kernel that will run it
     (warp = 32 // G, block = warps * warp)."""
     if warp < 1 or block % warp or block < warp:
@@ -179,7 +156,7 @@ def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int =
     # only intervals longer than block * k_min get longer pieces, so a team never leaves its block
     team_sizes = np.minimum(-(-lengths // max(int(k_min), 1)), block)
     K = int((-(-lengths // team_sizes)).max()) if lengths.size else max(int(k_min), 1)
-    sequence = placement_sequence(smap, cells, lengths, team_sizes, order, tile)
+    sequence = placement_sequence(lengths, team_sizes)
     lone_queue = sequence[team_sizes[sequence] == 1]
 
     rows: list[tuple[int, int, int, int]] = []  # (begin, count, cell, team_end_lane)
@@ -190,7 +167,7 @@ def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int =
         placed[iv] = True
         rows.append((int(starts[iv]), int(lengths[iv]), int(cells[iv]), len(rows) % block + 1))
 
-    def fill(n: int) -> None:  # the next unplaced lone intervals of the order, else idle lanes
+    def fill(n: int) -> None:  # the longest unplaced lone intervals, else idle lanes
         nonlocal queue_pos
         while n > 0 and queue_pos < lone_queue.size:
             iv = int(lone_queue[queue_pos])
@@ -231,7 +208,7 @@ def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int =
                       block=block, warp=warp, num_teams=int((team_sizes > 1).sum()),
                       max_team=int(team_sizes.max()) if team_sizes.size else 0,
                       entry_starts=starts, entry_lengths=lengths, depth_pairs=depth_pairs,
-                      pair_stride=stride, order=order)
+                      pair_stride=stride)
 
 
 def entry_points(sched: V3Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
