@@ -121,7 +121,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
             if variant == "v3" and args.autotune:
                 from ..backends.cuda.autotune import tune_v3
 
-                choice, table = tune_v3(md, precision, seed=args.seed + 7)
+                choice, table = tune_v3(md, precision, seed=args.seed + 7, exclude=tuple(args.exclude_kernels))
                 k_min, threads = choice.k_min, choice.threads
                 plan = md.plan("v3", precision, kernel=choice.kernel, k_min=k_min, threads=threads,
                                out_scale=scale)
@@ -279,12 +279,16 @@ def main(argv=None) -> int:
     p.add_argument("--tune-k", default="8,16,32")
     p.add_argument("--tune-threads", default="128,256")
     p.add_argument("--tune-kernels", default="", help="comma list of kernel names to sweep (default: every wide one)")
+    p.add_argument("--exclude-kernels", default="", help="comma list of V3 kernels the autotuner skips")
     p.add_argument("--ncu-once", default="", help="launch each variant once on these workloads (for ncu)")
+    p.add_argument("--ncu-from", type=Path, help="with --ncu-once: V3 launches (kernel, k_min, threads) "
+                   "as autotuned in this bench JSON")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     args.tune_k = [int(v) for v in args.tune_k.split(",") if v]
     args.tune_threads = [int(v) for v in args.tune_threads.split(",") if v]
     args.tune_kernels = [v for v in args.tune_kernels.split(",") if v]
+    args.exclude_kernels = [v for v in args.exclude_kernels.split(",") if v]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     names = [w for w in args.workloads.split(",") if w]
@@ -308,12 +312,17 @@ def main(argv=None) -> int:
     if args.ncu_once:
         from ..backends.cuda.runtime import MapOnDevice
 
+        tuned = {}
+        if args.ncu_from:
+            tuned = {(r["workload"], r["precision"]): dict(kernel=r["kernel"], k_min=r["k_min"], threads=r["threads"])
+                     for r in json.loads(args.ncu_from.read_text()) if r["variant"] == "v3" and "kernel" in r}
         for w in args.ncu_once.split(","):
             smap = get_workload(w)
             md = MapOnDevice(rt, smap, k_min=args.k_min, threads=args.threads)
             inputs = make_inputs(smap, args.seed)
             for variant, precision in TABLE_VARIANTS:
-                plan = md.plan(variant, precision, acc=args.acc,
+                launch = tuned.get((w, precision), {}) if variant == "v3" else {}
+                plan = md.plan(variant, precision, acc=args.acc, **launch,
                                out_scale=inputs["fp8_out_scale"] if precision == "fp8" else 1.0)
                 d, f = ((inputs["depth16"], inputs["feat16"]) if precision == "fp16"
                         else (inputs["depth8"], inputs["feat8"]))

@@ -6,7 +6,8 @@ the channel count, and depth pairs pay only on maps with many of them. So, like 
 replay on rotated random inputs, kept, and logged:
 
 1. the schedule: the base kernel at every k_min x block size;
-2. the kernel: every variant of the precision's families at stage 1's best schedule.
+2. the kernel: every variant of the precision's families at stage 1's best schedule (kernels
+   for packed schedules also at half and twice its k_min, which for them is also the pack size).
 
 About twenty graph timings of ~30 replays: well under a second per map on the H200.
 """
@@ -24,8 +25,8 @@ log = logging.getLogger(__name__)
 
 K_MIN_CHOICES = (8, 16, 32, 64, 128)
 THREAD_CHOICES = (64, 128, 256)
-# stage 2: the variants of a family worth measuring (suffixes of launch.V3_KERNELS names)
-VARIANT_SUFFIXES = ("", "_pf", "_pf_dp")
+# stage 2: the variants of the main family worth measuring (suffixes of launch.V3_KERNELS names)
+VARIANT_SUFFIXES = ("", "_pf", "_pf_dp", "_pf_pk", "_pf_dp_pk")
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,9 @@ def candidate_kernels(channels: int, precision: str, regime: str) -> list[str]:
                                        for r in ("L2-resident", "DRAM-bound")]))
     elif _fits(channels, "bevpool_v3_fp8_v8"):
         families.append("bevpool_v3_fp8_v8")
-    names = [f + s for f in families for s in VARIANT_SUFFIXES if _fits(channels, f + s)]
+    # every variant of the main family; the other family's plain and prefetch kernels
+    names = [families[0] + s for s in VARIANT_SUFFIXES if _fits(channels, families[0] + s)]
+    names += [f + s for f in families[1:] for s in ("", "_pf") if _fits(channels, f + s)]
     base = families[0] + "_pf" if families[0] + "_pf" in names else families[0]
     return list(dict.fromkeys([base, *names]))
 
@@ -68,10 +71,11 @@ def random_inputs(smap, precision: str, seed: int):
     return fp8.quantize(d, s_d), fp8.quantize(f, s_f), 1.0 / (s_d * s_f)
 
 
-def tune_v3(md, precision: str, reps: int = 30, seed: int = 0) -> tuple[V3Choice, list[dict]]:
+def tune_v3(md, precision: str, reps: int = 30, seed: int = 0, exclude: tuple[str, ...] = ()
+            ) -> tuple[V3Choice, list[dict]]:
     smap = md.smap
     d, f, scale = random_inputs(smap, precision, seed)
-    kernels = candidate_kernels(smap.channels, precision, md.regime(precision))
+    kernels = [k for k in candidate_kernels(smap.channels, precision, md.regime(precision)) if k not in exclude]
     table = []
 
     def measure(kernel: str, k_min: int, threads: int) -> None:
@@ -84,7 +88,9 @@ def tune_v3(md, precision: str, reps: int = 30, seed: int = 0) -> tuple[V3Choice
             measure(kernels[0], k_min, threads)
     s1 = min(table, key=lambda r: r["median_us"])
     for kernel in kernels[1:]:
-        measure(kernel, s1["k_min"], s1["threads"])
+        k = s1["k_min"]
+        for k_min in ((k // 2, k, 2 * k) if L.V3_KERNELS[kernel].packed and k >= 16 else (k,)):
+            measure(kernel, k_min, s1["threads"])
     best = min(table, key=lambda r: r["median_us"])
     choice = V3Choice(best["kernel"], best["k_min"], best["threads"], best["median_us"])
     log.info("v3 autotune %s %s: %s (k_min %d, %d threads) %.2f us of %d candidates", smap.key,
