@@ -14,16 +14,12 @@
 // groups; slots[block * groups_per_block + g].
 //
 //   slots[s] = int4 {first entry, entry count, output cell (-1: not the writer),
-//                    team end | cross-warp flag << BEVPOOL_TEAM_FLAG_SHIFT | packed flag}
+//                    team end | cross-warp flag << BEVPOOL_TEAM_FLAG_SHIFT}
 //                    (team end = group index in the block one past the team's last group; the
 //                    flag is set on every slot of a block holding a team that crosses a warp)
 //   pidx[e]  = int2 {ranks_depth, ranks_feat * C}; with DEPTH_PAIRS bit 31 of .y marks a pair:
 //                    the entry's weight is depth[.x] + depth[.x + pair_stride] (one row load)
 //   empty[i] = a cell without points: zeroed by the trailing blocks of the same launch.
-// PACKED kernels: a slot with bit BEVPOOL_PACKED_FLAG_SHIFT of .w set is a pack of whole short
-//   intervals (.z = the first one's index into interval_cells); bit 30 of an entry's .x
-//   (BEVPOOL_INTERVAL_END_FLAG) marks its interval's last entry, where the group writes
-//   interval_cells[next] and clears its accumulator.
 // grid = (compute_blocks + zero_blocks, C / (G * VEC)); blockIdx.y selects a G*VEC channel chunk.
 // Dynamic shared memory: (blockDim.x / 32) * G * VEC floats (cross-warp team partials).
 // Entry points: generated from launch.V3_KERNELS (nvrtc_build.entry_points_source).
@@ -31,11 +27,10 @@
 #include "bevpool_v3_device.cuh"
 
 template <typename IN, int VEC, bool ACC_F32, bool STREAM, int UNROLL, int G_FIXED, int C_FIXED, bool PREFETCH,
-          bool DEPTH_PAIRS, bool PACKED>
+          bool DEPTH_PAIRS>
 __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, const IN* __restrict__ feat,
                                                 const int4* __restrict__ slots, const int2* __restrict__ pidx,
-                                                const int* __restrict__ empty_cells,
-                                                const int* __restrict__ interval_cells, int n_empty,
+                                                const int* __restrict__ empty_cells, int n_empty,
                                                 int compute_blocks, int c_runtime, int g_runtime, int pair_stride,
                                                 float out_scale, typename Io<IN>::Out* __restrict__ out) {
   constexpr int IN_BYTES = VEC * (int)sizeof(IN);
@@ -61,11 +56,9 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
 
   // idle lanes read their warp's first slot only for the block-uniform flag
   const int4 s = __ldg(slots + block * gpb + (active ? gib : warp * GPW));
-  const bool packed = PACKED && active && ((s.w >> BEVPOOL_PACKED_FLAG_SHIFT) & 1);
-  const int begin = s.x, count = active ? s.y : 0, cell = active && !packed ? s.z : -1;
-  int next_interval = s.z;  // packed: the interval whose cell the next interval end writes
+  const int begin = s.x, count = active ? s.y : 0, cell = active ? s.z : -1;
   const int team_end = active ? (int)((unsigned int)s.w & TEAM_MASK) : 0;
-  const bool block_has_cross_warp_team = (s.w >> BEVPOOL_TEAM_FLAG_SHIFT) & 1;  // same on the whole block
+  const bool block_has_cross_warp_team = (s.w >> BEVPOOL_TEAM_FLAG_SHIFT) != 0;  // same on the whole block
 
   LaneAcc<IN, VEC, ACC_F32> acc;
   acc.zero();
@@ -84,16 +77,13 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
     }
     typename LaneAcc<IN, VEC, ACC_F32>::Weight dv[UNROLL];
     unsigned int fw[UNROLL][IN_WORDS];
-    bool interval_end[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
-      int d = ix[u].x, off = ix[u].y;
-      interval_end[u] = PACKED && (d & BEVPOOL_INTERVAL_END_FLAG);
-      if constexpr (PACKED) d &= BEVPOOL_INTERVAL_END_FLAG - 1;
-      dv[u] = LaneAcc<IN, VEC, ACC_F32>::weight(Io<IN>::depth_h(depth, d));
+      int off = ix[u].y;
+      dv[u] = LaneAcc<IN, VEC, ACC_F32>::weight(Io<IN>::depth_h(depth, ix[u].x));
       if constexpr (DEPTH_PAIRS) {
         if (off < 0) {  // two depth bins of one pixel in this cell: one row, summed weights
-          dv[u] += LaneAcc<IN, VEC, ACC_F32>::weight(Io<IN>::depth_h(depth, d + pair_stride));
+          dv[u] += LaneAcc<IN, VEC, ACC_F32>::weight(Io<IN>::depth_h(depth, ix[u].x + pair_stride));
           off &= 0x7fffffff;
         }
       }
@@ -104,18 +94,8 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
       for (int u = 0; u < UNROLL; u++) ix[u] = __ldg(pidx + begin + min(j + UNROLL + u, count - 1));
     }
 #pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-      if (j + u < count) {
-        acc.fma(dv[u], fw[u]);
-        if (PACKED && packed && interval_end[u]) {  // a packed interval is complete: its one write
-          float r[VEC];
-          acc.to_float(r);
-          write_tile<IN, VEC>(out + (size_t)__ldg(interval_cells + next_interval) * C + c0, r, out_scale, STREAM);
-          ++next_interval;
-          acc.zero();
-        }
-      }
-    }
+    for (int u = 0; u < UNROLL; u++)
+      if (j + u < count) acc.fma(dv[u], fw[u]);
   }
 
   float r[VEC];
@@ -153,24 +133,12 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
   if (cell >= 0) write_tile<IN, VEC>(out + (size_t)cell * C + c0, r, out_scale, STREAM);  // the owner's one write
 }
 
-// One extern "C" entry point per row of launch.V3_KERNELS (the generated bevpool_entries.cuh);
-// kernels for packed schedules take the interval -> cell table as one more argument.
+// One extern "C" entry point per row of launch.V3_KERNELS (the generated bevpool_entries.cuh).
 #define BEVPOOL_V3_ENTRY(NAME, IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS,       \
                          MAX_THREADS)                                                                           \
   extern "C" __global__ void __launch_bounds__(MAX_THREADS) NAME(                                               \
       const IN* depth, const IN* feat, const int4* slots, const int2* pidx, const int* empty_cells,             \
       int n_empty, int compute_blocks, int c, int g, int pair_stride, float out_scale, Io<IN>::Out* out) {      \
-    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS, false>(          \
-        depth, feat, slots, pidx, empty_cells, nullptr, n_empty, compute_blocks, c, g, pair_stride, out_scale,  \
-        out);                                                                                                   \
-  }
-#define BEVPOOL_V3_PACKED_ENTRY(NAME, IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS, \
-                                MAX_THREADS)                                                                    \
-  extern "C" __global__ void __launch_bounds__(MAX_THREADS) NAME(                                               \
-      const IN* depth, const IN* feat, const int4* slots, const int2* pidx, const int* empty_cells,             \
-      const int* interval_cells, int n_empty, int compute_blocks, int c, int g, int pair_stride,                \
-      float out_scale, Io<IN>::Out* out) {                                                                      \
-    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS, true>(           \
-        depth, feat, slots, pidx, empty_cells, interval_cells, n_empty, compute_blocks, c, g, pair_stride,      \
-        out_scale, out);                                                                                        \
+    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS>(                 \
+        depth, feat, slots, pidx, empty_cells, n_empty, compute_blocks, c, g, pair_stride, out_scale, out);     \
   }

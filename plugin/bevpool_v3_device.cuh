@@ -1,12 +1,12 @@
 // Device blocks of the V3 kernels: vector loads/stores of a lane's channel tile, the element
 // types (FP16 in / FP32 out, E4M3 in / FP16 out), a lane's accumulator and the owner's write.
-// Constants that Python also uses (the slot and entry flag bits of schedule.py) arrive as -D
+// Constants that Python also uses (BEVPOOL_TEAM_FLAG_SHIFT, BEVPOOL_V3_MAX_THREADS) arrive as -D
 // options generated from bevpool_ros/backends/cuda/launch.py, so they are defined once.
 #pragma once
 #include "bevpool_common.cuh"
 
-#if !defined(BEVPOOL_TEAM_FLAG_SHIFT) || !defined(BEVPOOL_PACKED_FLAG_SHIFT) || !defined(BEVPOOL_INTERVAL_END_FLAG)
-#error "BEVPOOL_TEAM_FLAG_SHIFT, _PACKED_FLAG_SHIFT, _INTERVAL_END_FLAG come from launch.py (-D options)"
+#ifndef BEVPOOL_TEAM_FLAG_SHIFT
+#error "BEVPOOL_TEAM_FLAG_SHIFT comes from launch.py (nvrtc_build passes it as -D)"
 #endif
 
 // ---- vector loads/stores of BYTES (4, 8, 16 or a multiple of 16) as 32-bit words ----------

@@ -192,19 +192,6 @@ def test_depth_pairs_match_the_reference(k_min, block, warp):
     assert np.array_equal((first[:, 1] & 0x7FFFFFFF) // 16, first[:, 0] % 20)
 
 
-def test_packed_plan_binds_the_interval_cells():
-    smap = paired_map(np.random.default_rng(4))
-    info = L.V3_KERNELS["bevpool_v3_fp16_l2_pf_pk"]
-    geom = L.v3_geometry(16, info)
-    packed = build_v3_schedule(smap, block=geom.groups_per_block, warp=geom.groups_per_warp, packed=True)
-    plan = L.plan_v3(smap, packed, info, geom)
-    assert ("buf", "interval_cells") in plan.args and len(plan.args) == 13
-    with pytest.raises(ValueError, match="packing"):
-        L.plan_v3(smap, packed, L.V3_KERNELS["bevpool_v3_fp16_l2_pf"], geom)
-    with pytest.raises(ValueError, match="packing"):
-        L.plan_v3(smap, build_v3_schedule(smap, block=geom.groups_per_block, warp=geom.groups_per_warp), info, geom)
-
-
 def test_pair_schedule_needs_a_pair_kernel():
     smap = paired_map(np.random.default_rng(2))
     info = L.V3_KERNELS["bevpool_v3_fp16_l2_pf"]
@@ -219,16 +206,13 @@ def test_pair_schedule_needs_a_pair_kernel():
 
 def test_entry_points_are_generated_from_the_table():
     src = L.entry_points_source()
-    lines = [ln for ln in src.splitlines() if ln.startswith(("BEVPOOL_V3_ENTRY(", "BEVPOOL_V3_PACKED_ENTRY("))]
+    lines = [ln for ln in src.splitlines() if ln.startswith("BEVPOOL_V3_ENTRY(")]
     assert len(lines) == len(L.V3_KERNELS)
     for info in L.V3_KERNELS.values():
-        macro = "BEVPOOL_V3_PACKED_ENTRY" if info.packed else "BEVPOOL_V3_ENTRY"
-        assert f"{macro}({info.name}, " in src
+        assert f"BEVPOOL_V3_ENTRY({info.name}, " in src
         assert info.name.startswith(f"bevpool_v3_{info.precision}_")
         assert ("_pf" in info.name) == info.prefetch and ("_dp" in info.name) == info.depth_pairs
-    assert L.compile_defines() == ("-DBEVPOOL_TEAM_FLAG_SHIFT=16", "-DBEVPOOL_PACKED_FLAG_SHIFT=17",
-                                   f"-DBEVPOOL_INTERVAL_END_FLAG={1 << 30}")
-    assert all((f"_pk" in k.name) == k.packed for k in L.V3_KERNELS.values())
+    assert L.compile_defines() == ("-DBEVPOOL_TEAM_FLAG_SHIFT=16",)
 
 
 def test_v2_and_v2do_launches(canonical_map):
@@ -283,26 +267,3 @@ def test_auto_decision_and_tolerance():
     ok, err = fp8_within_tolerance(np.full(4, 1.1, np.float16), ref, ref)
     assert ok and abs(err - 0.1) < 1e-3
     assert not fp8_within_tolerance(np.full(4, 2.0), ref, ref)[0]
-
-
-@pytest.mark.parametrize("pairs", [False, True])
-@pytest.mark.parametrize("k_min,block,warp", [(2, 48, 3), (8, 256, 32), (16, 16, 2), (64, 24, 3)])
-def test_packed_schedules_match_the_reference(pairs, k_min, block, warp):
-    rng = np.random.default_rng(k_min * 7 + block)
-    for smap in (paired_map(rng), skewed_map(rng)):
-        d, f = inputs(smap, rng)
-        plain = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp, depth_pairs=pairs)
-        packed = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp, depth_pairs=pairs, packed=True)
-        check_schedule(smap, packed)
-        np.testing.assert_allclose(v3_kernel_twin(smap, packed, d, f), pool_reference(d, f, smap), atol=1e-9)
-        assert packed.points_per_slot <= max(plain.points_per_slot, k_min)
-        n_packs = int(((packed.slots[:, 3] >> 17) & 1).sum())
-        if k_min >= 8:  # short intervals really share slots: fewer busy slots than without packing
-            assert n_packs > 0 and (packed.slots[:, 1] > 0).sum() < (plain.slots[:, 1] > 0).sum()
-
-
-def test_packing_fills_slots_on_the_canonical_map(canonical_map):
-    plain = build_v3_schedule(canonical_map, k_min=32, block=24, warp=3)
-    packed = build_v3_schedule(canonical_map, k_min=32, block=24, warp=3, packed=True)
-    check_schedule(canonical_map, packed)
-    assert packed.compute_blocks < 0.6 * plain.compute_blocks

@@ -6,8 +6,7 @@ the channel count, and depth pairs pay only on maps with many of them. So, like 
 replay on rotated random inputs, kept, and logged:
 
 1. the schedule: the base kernel at every k_min x block size;
-2. the kernel: every variant of the precision's families at stage 1's best schedule (kernels
-   for packed schedules also at half and twice its k_min, which for them is also the pack size).
+2. the kernel: every variant of the precision's families at stage 1's best schedule.
 
 About twenty graph timings of ~30 replays: well under a second per map on the H200.
 """
@@ -26,7 +25,7 @@ log = logging.getLogger(__name__)
 K_MIN_CHOICES = (8, 16, 32, 64, 128)
 THREAD_CHOICES = (64, 128, 256)
 # stage 2: the variants of the main family worth measuring (suffixes of launch.V3_KERNELS names)
-VARIANT_SUFFIXES = ("", "_pf", "_pf_dp", "_pf_pk", "_pf_dp_pk")
+VARIANT_SUFFIXES = ("", "_pf", "_pf_dp")
 
 
 @dataclass(frozen=True)
@@ -88,9 +87,7 @@ def tune_v3(md, precision: str, reps: int = 30, seed: int = 0, exclude: tuple[st
             measure(kernels[0], k_min, threads)
     s1 = min(table, key=lambda r: r["median_us"])
     for kernel in kernels[1:]:
-        k = s1["k_min"]
-        for k_min in ((k // 2, k, 2 * k) if L.V3_KERNELS[kernel].packed and k >= 16 else (k,)):
-            measure(kernel, k_min, s1["threads"])
+        measure(kernel, s1["k_min"], s1["threads"])
     best = min(table, key=lambda r: r["median_us"])
     choice = V3Choice(best["kernel"], best["k_min"], best["threads"], best["median_us"])
     log.info("v3 autotune %s %s: %s (k_min %d, %d threads) %.2f us of %d candidates", smap.key,

@@ -62,15 +62,14 @@ class MapOnDevice:
         depth-pair entries uploaded lazily)."""
         k_min = k_min or self.k_min
         pairs = bool(info is not None and info.depth_pairs)
-        packed = bool(info is not None and info.packed)
         if info is None:
-            key = (32, 32, k_min, pairs, packed)
+            key = (32, 32, k_min, pairs)
         else:
             g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-            key = (g.groups_per_block, g.groups_per_warp, k_min, pairs, packed)
+            key = (g.groups_per_block, g.groups_per_warp, k_min, pairs)
         if key not in self._scheds:
             self._scheds[key] = build_v3_schedule(self.smap, k_min=k_min, block=key[0], warp=key[1],
-                                                  depth_pairs=pairs, packed=packed)
+                                                  depth_pairs=pairs)
         return self._scheds[key]
 
     def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None):
@@ -96,11 +95,9 @@ class MapOnDevice:
             self.smap.channels, precision, self.regime(precision), acc)
         geom = L.v3_geometry(self.smap.channels, info, threads or self.threads)
         sched = self.schedule(info, threads, k_min)
-        kind = "_pairs" * sched.depth_pairs + "_packed" * sched.packed  # entry arrays differ by these only
-        slots = self._upload_once(f"slots_{sched.block}_{sched.warp}_{k_min or self.k_min}{kind}", sched.slots)
-        pidx = self._upload_once(f"pidx{kind}", sched.pidx) if kind else "pidx"
-        if sched.packed:
-            self._upload_once("interval_cells", sched.interval_cells)
+        tag = f"{sched.block}_{sched.warp}_{k_min or self.k_min}" + "_pairs" * sched.depth_pairs
+        slots = self._upload_once(f"slots_{tag}", sched.slots)
+        pidx = self._upload_once("pidx_pairs", sched.pidx) if sched.depth_pairs else "pidx"
         return L.plan_v3(self.smap, sched, info, geom, out_scale, slots, pidx)
 
     def io_buffers(self, precision: str, out_dtype: str) -> dict:

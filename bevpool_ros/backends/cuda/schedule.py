@@ -16,11 +16,6 @@ interface; these are extra precomputed arrays:
   depth indices differ by ``pair_stride`` (two depth bins of one pixel) become one entry with bit
   31 of .y set: the kernel adds the two depth values and loads the row once. Slots count entries.
 * ``empty_cells`` int32 [E]: cells without points; the launch's trailing blocks zero them.
-* with ``packed``: consecutive short intervals (adjacent in the entry array) are packed into one
-  slot of at most k_min entries (bit 17 of slot.w; slot.z = the first interval's index into
-  ``interval_cells``); bit 30 of an entry's .x marks the last entry of its interval, where the
-  group writes that interval's cell and starts the next. Fewer, fuller slots: the grid fits
-  fewer waves and a lane's batches of entries run across interval ends.
 
 K = max(k_min, ceil(max interval / block)) at most. Placement: teams first (largest first), then
 lone intervals longest first, so lanes of one warp get similar work and a warp does not idle
@@ -43,9 +38,7 @@ DEFAULT_K_MIN = 16
 DEFAULT_BLOCK = 256
 
 
-PAIR_FLAG = 1 << 31        # pidx .y: the entry is a depth pair
-INTERVAL_END_FLAG = 1 << 30  # pidx .x (packed schedules): last entry of its interval
-PACKED_FLAG_SHIFT = 17       # slot.w: the slot is a pack of whole intervals
+PAIR_FLAG = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -60,10 +53,8 @@ class V3Schedule:
     max_team: int
     entry_starts: np.ndarray   # int64 [I]: each interval's first entry
     entry_lengths: np.ndarray  # int64 [I]: each interval's entry count
-    interval_cells: np.ndarray  # int32 [I]: each interval's output cell (packed slots write these)
     depth_pairs: bool = False
     pair_stride: int = 0
-    packed: bool = False
 
     @property
     def num_slots(self) -> int:
@@ -84,7 +75,7 @@ class V3Schedule:
         return h.hexdigest()[:16]
 
 
-TEAM_FLAG_SHIFT = 16  # slot.w: cross-warp team flag; -D BEVPOOL_TEAM_FLAG_SHIFT (launch.compile_defines)
+TEAM_FLAG_SHIFT = 16  # -D BEVPOOL_TEAM_FLAG_SHIFT (launch.compile_defines)
 
 
 def cross_warp_flags(team_end: np.ndarray, block: int, warp: int) -> np.ndarray:
@@ -119,8 +110,6 @@ def build_entries(smap: ScatterMap, depth_pairs: bool) -> tuple[np.ndarray, np.n
     C = smap.channels
     if smap.num_feat_rows * C >= PAIR_FLAG:
         raise ValueError(f"feature offsets reach 2^31 ({smap.num_feat_rows} rows x {C} channels)")
-    if smap.num_depth >= INTERVAL_END_FLAG:
-        raise ValueError(f"depth indices reach 2^30 ({smap.num_depth} depth values)")
     rd = smap.ranks_depth.astype(np.int64)
     rf = smap.ranks_feat.astype(np.int64)
     if not depth_pairs:
@@ -146,94 +135,85 @@ def build_entries(smap: ScatterMap, depth_pairs: bool) -> tuple[np.ndarray, np.n
     return np.ascontiguousarray(pidx), starts, lengths, stride
 
 
-def lone_units(lone: np.ndarray, starts: np.ndarray, lengths: np.ndarray, k_min: int,
-               packed: bool) -> list[tuple[int, int, int]]:
-    """(first interval, interval count, entry count) per lone slot. Packed: runs of intervals
-    adjacent in the entry array, up to k_min entries together; else one interval each."""
-    units: list[list[int]] = []
-    for iv in lone.tolist():
-        u = units[-1] if units else None
-        if packed and u and iv == u[0] + u[1] and u[2] + lengths[iv] <= k_min:
-            u[1] += 1
-            u[2] += int(lengths[iv])
-        else:
-            units.append([iv, 1, int(lengths[iv])])
-    return [tuple(u) for u in units]
+def placement_sequence(lengths: np.ndarray, team_sizes: np.ndarray) -> np.ndarray:
+    """Intervals in the order the schedule places them: teams (largest first), then lone ones
+    (longest first)."""
+    teams = np.flatnonzero(team_sizes > 1)
+    lone = np.flatnonzero(team_sizes == 1)
+    return np.concatenate([teams[np.argsort(-team_sizes[teams], kind="stable")],
+                           lone[np.argsort(-lengths[lone], kind="stable")]])
 
 
 def build_v3_schedule(smap: ScatterMap, k_min: int = DEFAULT_K_MIN, block: int = DEFAULT_BLOCK,
-                      warp: int = WARP, *, depth_pairs: bool = False, packed: bool = False) -> V3Schedule:
+                      warp: int = WARP, *, depth_pairs: bool = False) -> V3Schedule:
     """``block``/``warp``: slots (groups) per block and per warp of the kernel that will run it
     (warp = 32 // G, block = warps * warp)."""
     if warp < 1 or block % warp or block < warp:
         raise ValueError(f"block ({block}) must be a positive multiple of warp ({warp})")
     pidx, starts, lengths, stride = build_entries(smap, depth_pairs)
     cells = smap.ranks_bev[smap.interval_starts].astype(np.int64) if starts.size else np.zeros(0, np.int64)
-    if packed and lengths.size:
-        ends = starts + lengths - 1
-        pidx[ends, 0] = (pidx[ends, 0].astype(np.int64) | INTERVAL_END_FLAG).astype(np.int32)
     # every interval is cut into pieces of about k_min entries (more lanes, shorter serial chains);
     # only intervals longer than block * k_min get longer pieces, so a team never leaves its block
     team_sizes = np.minimum(-(-lengths // max(int(k_min), 1)), block)
     K = int((-(-lengths // team_sizes)).max()) if lengths.size else max(int(k_min), 1)
-    teams = np.flatnonzero(team_sizes > 1)
-    teams = teams[np.argsort(-team_sizes[teams], kind="stable")]  # largest first
-    units = lone_units(np.flatnonzero(team_sizes == 1), starts, lengths, max(int(k_min), 1), packed)
-    units.sort(key=lambda u: -u[2])  # longest first: lanes of a warp get similar work
-    K = max([K] + [u[2] for u in units[:1]])  # a pack may be longer than every single interval
+    sequence = placement_sequence(lengths, team_sizes)
+    lone_queue = sequence[team_sizes[sequence] == 1]
 
-    rows: list[tuple[int, int, int, int]] = []  # (begin, count, cell or first interval, team_end | flags)
-    next_unit = 0
+    rows: list[tuple[int, int, int, int]] = []  # (begin, count, cell, team_end_lane)
+    placed = np.zeros(lengths.size, bool)
+    queue_pos = 0
 
-    def fill(n: int) -> None:  # the longest lone slots left, else idle lanes
-        nonlocal next_unit
+    def add_lone(iv: int) -> None:
+        placed[iv] = True
+        rows.append((int(starts[iv]), int(lengths[iv]), int(cells[iv]), len(rows) % block + 1))
+
+    def fill(n: int) -> None:  # the longest unplaced lone intervals, else idle lanes
+        nonlocal queue_pos
+        while n > 0 and queue_pos < lone_queue.size:
+            iv = int(lone_queue[queue_pos])
+            queue_pos += 1
+            if not placed[iv]:
+                add_lone(iv)
+                n -= 1
         for _ in range(n):
-            lane_end = len(rows) % block + 1
-            if next_unit < len(units):
-                iv, n_iv, count = units[next_unit]
-                next_unit += 1
-                if n_iv == 1:
-                    rows.append((int(starts[iv]), count, int(cells[iv]), lane_end))
-                else:
-                    rows.append((int(starts[iv]), count, iv, lane_end | 1 << PACKED_FLAG_SHIFT))
-            else:
-                rows.append((0, 0, -1, lane_end))
+            rows.append((0, 0, -1, len(rows) % block + 1))
 
-    for iv in teams.tolist():
+    for iv in sequence.tolist():
+        if placed[iv]:
+            continue
         t = int(team_sizes[iv])
+        if t == 1:
+            add_lone(iv)
+            continue
         lane = len(rows) % block
         if lane + t > block:
             fill(block - lane)
             lane = 0
+        placed[iv] = True
         end = lane + t
         begin = int(starts[iv])
         for j, n in enumerate(split_evenly(int(lengths[iv]), t).tolist()):
             rows.append((begin, n, int(cells[iv]) if j == 0 else -1, end))
             begin += n
-    fill(len(units) - next_unit)
     pad = (-len(rows)) % block
     if pad or not rows:
         fill(pad if rows else block)
 
     slots = np.asarray(rows, dtype=np.int32).reshape(-1, 4)
-    slots[:, 3] |= cross_warp_flags(team_end_of(slots), block, warp) << TEAM_FLAG_SHIFT
+    slots[:, 3] |= cross_warp_flags(slots[:, 3], block, warp) << TEAM_FLAG_SHIFT
     occupied = np.zeros(smap.num_cells, bool)
     occupied[cells] = True
     empty = np.flatnonzero(~occupied).astype(np.int32)
     return V3Schedule(slots=np.ascontiguousarray(slots), pidx=pidx, empty_cells=empty, points_per_slot=K,
-                      block=block, warp=warp, num_teams=int(teams.size),
+                      block=block, warp=warp, num_teams=int((team_sizes > 1).sum()),
                       max_team=int(team_sizes.max()) if team_sizes.size else 0,
-                      entry_starts=starts, entry_lengths=lengths, interval_cells=cells.astype(np.int32),
-                      depth_pairs=depth_pairs, pair_stride=stride, packed=packed)
-
-
-def is_packed(slots: np.ndarray) -> np.ndarray:
-    return (slots[:, 3] >> PACKED_FLAG_SHIFT) & 1 == 1
+                      entry_starts=starts, entry_lengths=lengths, depth_pairs=depth_pairs,
+                      pair_stride=stride)
 
 
 def entry_points(sched: V3Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every point an entry stands for: (entry index, depth index, feature offset) per point."""
-    d0 = sched.pidx[:, 0].astype(np.int64) & (INTERVAL_END_FLAG - 1)
+    d0 = sched.pidx[:, 0].astype(np.int64)
     y = sched.pidx[:, 1].astype(np.int64)
     pair = y < 0
     off = y & (PAIR_FLAG - 1)
@@ -249,10 +229,8 @@ def check_schedule(smap: ScatterMap, sched: V3Schedule) -> None:
     lane = np.arange(s.shape[0]) % sched.block
     begin, count, cell, _ = s.T
     team_end = team_end_of(s)
-    assert np.array_equal((s[:, 3] >> TEAM_FLAG_SHIFT) & 1, cross_warp_flags(team_end, sched.block, sched.warp)), \
+    assert np.array_equal(s[:, 3] >> TEAM_FLAG_SHIFT, cross_warp_flags(team_end, sched.block, sched.warp)), \
         "cross-warp flags wrong"
-    packs = is_packed(s)
-    assert sched.packed or not packs.any(), "packed slots in a schedule built without packing"
     assert np.all(count >= 0) and np.all(count <= sched.points_per_slot), "slot longer than K"
     assert np.all(team_end > lane) and np.all(team_end <= sched.block), "team end outside the block"
     # every entry covered exactly once, and the entries stand for exactly the map's points
@@ -263,30 +241,17 @@ def check_schedule(smap: ScatterMap, sched: V3Schedule) -> None:
     iv_of_entry = np.repeat(np.arange(smap.num_intervals), sched.entry_lengths)
     e, d, off = entry_points(sched)
     cell_of_interval = smap.ranks_bev[smap.interval_starts].astype(np.int64)
-    assert np.array_equal(sched.interval_cells, cell_of_interval), "interval cells wrong"
     got = np.stack([cell_of_interval[iv_of_entry[e]], d, off // smap.channels])
     want = np.stack([smap.ranks_bev, smap.ranks_depth, smap.ranks_feat]).astype(np.int64)
     assert np.array_equal(got[:, np.lexsort(got[::-1])], want[:, np.lexsort(want[::-1])]), \
         "entries do not stand for the map's points"
-    # a pack covers whole consecutive intervals, starting at interval slot.z
-    ends = np.concatenate([sched.entry_starts, [sched.pidx.shape[0]]])
-    pack_cells = []
-    for i in np.flatnonzero(packs):
-        first, last = np.searchsorted(ends, [begin[i], begin[i] + count[i]])
-        assert first == cell[i] and ends[first] == begin[i] and ends[last] == begin[i] + count[i] and last > first, \
-            f"pack slot {i} does not cover whole intervals from {cell[i]}"
-        pack_cells.append(cell_of_interval[first:last])
-    if sched.packed and smap.num_intervals:
-        last_entries = ends[1:] - 1
-        flagged = np.flatnonzero(sched.pidx[:, 0].astype(np.int64) & INTERVAL_END_FLAG)
-        assert np.array_equal(flagged, last_entries), "interval-end flags wrong"
-    # every cell written exactly once: owners + packed intervals + empty cells partition the grid
-    owners = np.concatenate([cell[(cell >= 0) & ~packs], *pack_cells])
+    # every cell written exactly once: owners + empty cells partition the grid
+    owners = cell[cell >= 0]
     all_cells = np.concatenate([owners, sched.empty_cells.astype(np.int64)])
     assert all_cells.size == smap.num_cells and np.unique(all_cells).size == smap.num_cells, \
         "cells not partitioned into owners and empty cells"
     # a team = owner lane followed by member lanes up to team_end, all in one interval
-    for i in np.flatnonzero((cell >= 0) & ~packs):
+    for i in np.flatnonzero(cell >= 0):
         end_row = i - lane[i] + team_end[i]
         members = slice(i + 1, end_row)
         assert np.all(cell[members] == -1), f"team of slot {i} overlaps another owner"

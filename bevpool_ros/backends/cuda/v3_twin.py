@@ -1,7 +1,6 @@
 """The V3 kernel's float64 twin: plugin/bevpool_v3.cuh's algorithm replayed in numpy.
 
-Entry weights (depth pairs summed first), packed slots writing each of their intervals' cells
-as they reach its last entry, per-slot partial sums, the segmented shuffle tree
+Entry weights (depth pairs summed first), per-slot partial sums, the segmented shuffle tree
 within a warp, the cross-warp shared-memory step, the owners' single writes and the empty-cell
 zeros, over the schedule the launch uses. The CPU tests compare it with the FP64 reference, so
 the schedule AND the reduction rule the kernel implements are checked without a GPU.
@@ -12,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...scatter_map import ScatterMap
-from .schedule import V3Schedule, entry_points, is_packed, team_end_of
+from .schedule import V3Schedule, entry_points, team_end_of
 
 
 def v3_kernel_twin(smap: ScatterMap, sched: V3Schedule, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
@@ -29,17 +28,7 @@ def v3_kernel_twin(smap: ScatterMap, sched: V3Schedule, depth: np.ndarray, feat:
     row_off = off[:n_entries]  # entry_points lists every entry once first, in order
     prod = weight[:, None] * f[row_off[:, None] + np.arange(C)]
     csum = np.vstack([np.zeros((1, C)), np.cumsum(prod, axis=0)])
-    out = np.full((smap.num_cells, C), np.nan)
-    packs = is_packed(s)
-    ends = np.concatenate([sched.entry_starts, [n_entries]])
-    for i in np.flatnonzero(packs).tolist():  # a pack writes each interval at its last entry
-        iv = int(cell[i])
-        while ends[iv] < begin[i] + count[i]:
-            out[sched.interval_cells[iv]] = csum[ends[iv + 1]] - csum[ends[iv]]
-            iv += 1
-    r = (csum[begin + count] - csum[begin])
-    r[packs] = 0.0  # a pack's lanes end with an empty accumulator
-    r = r.reshape(-1, B, C)  # what each slot's lanes hold for the team reduction
+    r = (csum[begin + count] - csum[begin]).reshape(-1, B, C)  # what each slot's lanes accumulate
     tid = np.arange(B)
     lane, wbase = tid % WARP, tid - tid % WARP
     te = team_end.reshape(-1, B)
@@ -51,7 +40,8 @@ def v3_kernel_twin(smap: ScatterMap, sched: V3Schedule, depth: np.ndarray, feat:
         r = r + np.where(take, r[:, src, :], 0.0)
         off_ *= 2
     part = r[:, tid[::WARP], :]  # first group of every warp: [blocks, warps, C]
-    for i in np.flatnonzero((cell >= 0) & ~packs).tolist():
+    out = np.full((smap.num_cells, C), np.nan)
+    for i in np.flatnonzero(cell >= 0).tolist():
         b, t = divmod(i, B)
         acc = r[b, t].copy()
         w = t // WARP + 1
