@@ -33,7 +33,6 @@ import numpy as np
 from ...scatter_map import ScatterMap
 
 WARP = 32
-MAX_BLOCK = 256  # BEVPOOL_MAX_BLOCK in plugin/bevpool_v3.cuh
 DEFAULT_K_MIN = 16
 DEFAULT_BLOCK = 256
 
