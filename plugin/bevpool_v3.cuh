@@ -58,7 +58,7 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
   const int4 s = __ldg(slots + block * gpb + (active ? gib : warp * GPW));
   const int begin = s.x, count = active ? s.y : 0, cell = active ? s.z : -1;
   const int team_end = active ? (int)((unsigned int)s.w & TEAM_MASK) : 0;
-  const bool block_has_cross_warp_team = (s.w >> BEVPOOL_TEAM_FLAG_SHIFT) != 0;  // same on the whole block
+  const bool block_has_cross_warp_team = (s.w >> BEVPOOL_TEAM_FLAG_SHIFT) & 1;  // same on the whole block
 
   LaneAcc<IN, VEC, ACC_F32> acc;
   acc.zero();
