@@ -130,7 +130,7 @@ def _v3_kernels():
 @pytest.mark.parametrize("kernel", _v3_kernels())
 @pytest.mark.parametrize("workload", ["canonical", "wide_c256"])
 def test_every_v3_kernel_and_launch_shape(rt, workload, kernel):
-    """Every V3 entry point (prefetch twins, first design, generic tiles) at several schedules."""
+    """Every V3 entry point (prefetch twins, depth-pair twins, generic tiles) at several schedules."""
     from bevpool_ros.backends.cuda.launch import V3_KERNELS
 
     info = V3_KERNELS[kernel]
@@ -171,6 +171,28 @@ def random_skewed_map(rng):
                                   channels=int(rng.choice([4, 8, 12, 16, 20, 32, 80, 128, 256])))
 
 
+PAIR_KERNELS = ("bevpool_v3_fp16_l2_pf_dp", "bevpool_v3_fp8_v8_pf_dp", "bevpool_v3_fp8_c80_pf_dp")
+
+
+def test_depth_pair_kernels_on_a_pair_rich_rig(rt):
+    """0.25 m depth bins in 0.8 m cells: most points share their feature row with a neighbouring
+    bin in the same cell, so most entries are pairs (summed depth, one row load)."""
+    from bevpool_ros.rig import Axis
+    from bevpool_ros.scatter_map import build_scatter_map
+    from bevpool_ros.workloads import base_rig
+
+    rig = replace(base_rig(), name="pairs", depth_step=0.25, x=Axis("x", -25.6, 25.6, 0.8),
+                  y=Axis("y", -25.6, 25.6, 0.8))
+    p = Prepared(rt, build_scatter_map(rig), 7)
+    for kernel in PAIR_KERNELS:
+        info_precision = "fp16" if "fp16" in kernel else "fp8"
+        for k_min, threads in ((8, 128), (64, 256)):
+            p.check("v3", info_precision, "f32" if info_precision == "fp16" else "half2",
+                    f"pairs-{kernel}-{k_min}-{threads}", kernel=kernel, k_min=k_min, threads=threads)
+    sched = p.md.sched_for(PAIR_KERNELS[0], 128, 8)
+    assert (sched.pidx[:, 1] < 0).sum() > 0.2 * p.smap.num_points  # the map really has pairs
+
+
 @pytest.mark.parametrize("i", range(16))
 def test_random_rig_fuzz(rt, i):
     rng = np.random.default_rng(np.random.SeedSequence().entropy)
@@ -180,6 +202,11 @@ def test_random_rig_fuzz(rt, i):
     p = Prepared(rt, smap, seed)
     for variant, precision, acc in CASES:
         p.check(variant, precision, acc, f"fuzz{i}-seed{seed}")
+    for kernel in PAIR_KERNELS:
+        prec = "fp16" if "fp16" in kernel else "fp8"
+        for k_min in (8, 32):
+            p.check("v3", prec, "f32" if prec == "fp16" else "half2", f"fuzz{i}-seed{seed}-{kernel}-{k_min}",
+                    kernel=kernel, k_min=k_min)
 
 
 # ---- the backend ----------------------------------------------------------------------------

@@ -38,9 +38,21 @@ def test_every_kernel_compiles(cubins, arch):
         assert name.encode() in image, f"{name} missing from the {arch} CUBIN"
 
 
-def test_ptx_for_forward_compatibility():
+def test_ptx_entries_are_exactly_the_kernel_table():
+    """PTX for forward compatibility, and no entry point the table does not know (or misses)."""
+    import re
+
     ptx, _ = nvrtc_build.compile_source("compute_90", want="ptx")
-    assert b".entry bevpool_v3_fp16_dram" in ptx
+    entries = set(re.findall(rb"\.entry\s+(\w+)", ptx))
+    assert entries == {n.encode() for n in ALL_KERNELS}
+
+
+def test_generated_header_and_defines_are_part_of_the_build():
+    src = nvrtc_build.source_bundle()
+    assert nvrtc_build.GENERATED_HEADER in src and b"#include \"bevpool_entries.cuh\"" in src["bevpool_kernels.cu"]
+    # a build without the generated -D constant fails loudly instead of guessing
+    with pytest.raises(nvrtc_build.CompileError, match="BEVPOOL_TEAM_FLAG_SHIFT"):
+        nvrtc_build.compile_source("sm_90", sources=src, extra_options=("-UBEVPOOL_TEAM_FLAG_SHIFT",))
 
 
 def test_cache_hit_and_private_dir(cubins, kernel_cache):

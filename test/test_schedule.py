@@ -1,5 +1,5 @@
-"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, the kernel's reduction
-rule (numpy mirror) against the FP64 reference, kernel choice and grids, FP8 helpers."""
+"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, depth-pair entries, the kernel's reduction rule (its float64 twin) against the FP64 reference,
+kernel choice and grids, the generated kernel table, FP8 helpers."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +8,10 @@ import pytest
 from bevpool_ros.backends.cuda import fp8
 from bevpool_ros.backends.cuda import launch as L
 from bevpool_ros.backends.cuda.precision_select import decide, fp8_within_tolerance
-from bevpool_ros.backends.cuda.schedule import (build_v3_schedule, check_schedule, emulate_v3,
+from bevpool_ros.backends.cuda.schedule import (build_v3_schedule, check_schedule,
                                                 points_per_slot, split_evenly, team_end_of,
                                                 v2do_intervals)
+from bevpool_ros.backends.cuda.v3_twin import v3_kernel_twin
 from bevpool_ros.backends.cuda.timing import rotation_sets
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import scatter_map_from_ranks
@@ -43,7 +44,7 @@ def test_schedule_invariants_and_emulation_skewed(k_min, block, warp):
     assert sched.max_team * sched.points_per_slot >= int(smap.interval_lengths.max())
     assert sched.max_team <= block
     d, f = inputs(smap, rng)
-    np.testing.assert_allclose(emulate_v3(smap, sched, d, f), pool_reference(d, f, smap), atol=1e-9)
+    np.testing.assert_allclose(v3_kernel_twin(smap, sched, d, f), pool_reference(d, f, smap), atol=1e-9)
 
 
 @pytest.mark.parametrize("block,warp", [(256, 32), (48, 3)])
@@ -57,7 +58,7 @@ def test_canonical_schedule(canonical_map, block, warp):
     assert sched.empty_cells.size + canonical_map.num_intervals == canonical_map.num_cells
     rng = np.random.default_rng(3)
     d, f = inputs(canonical_map, rng)
-    np.testing.assert_allclose(emulate_v3(canonical_map, sched, d, f),
+    np.testing.assert_allclose(v3_kernel_twin(canonical_map, sched, d, f),
                                pool_reference(d, f, canonical_map), atol=1e-9)
 
 
@@ -158,10 +159,60 @@ def test_v3_plan_covers_slots_and_empty_cells(canonical_map):
         L.plan_v3(canonical_map, build_v3_schedule(canonical_map), info, geom)
 
 
-def test_first_design_geometry(canonical_map):
-    info = L.V3_KERNELS["bevpool_v3t_fp16_t8"]
-    geom = L.v3_geometry(80, info, 512)
-    assert (geom.threads, geom.groups_per_warp, geom.chunks) == (256, 32, 10)
+def paired_map(rng, channels=16, points=4000):
+    """A rig-like map: depth index = bin * H*W + pixel, feature row = pixel, and the cell depends
+    on the pixel and bin // 2, so neighbouring bins of one pixel often share a cell."""
+    D, H, W = 8, 4, 5
+    pix = rng.integers(0, H * W, points)
+    b = rng.integers(0, D, points)
+    cell = (pix * 7 + (b // 2) * 3) % 90
+    key = np.unique(np.stack([cell, b * H * W + pix]), axis=1)  # one point per (cell, depth)
+    cell, rd = key
+    order = np.argsort(cell, kind="stable")
+    return scatter_map_from_ranks(rd[order], (rd % (H * W))[order], cell[order], depth_shape=(1, D, H, W),
+                                  grid_shape=(1, 9, 10), channels=channels)
+
+
+@pytest.mark.parametrize("k_min,block,warp", [(2, 48, 3), (4, 256, 32), (1, 16, 2), (64, 24, 3)])
+def test_depth_pairs_match_the_reference(k_min, block, warp):
+    rng = np.random.default_rng(k_min + block)
+    smap = paired_map(rng)
+    d, f = inputs(smap, rng)
+    ref = pool_reference(d, f, smap)
+    plain = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp)
+    paired = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp, depth_pairs=True)
+    for sched in (plain, paired):
+        check_schedule(smap, sched)
+        np.testing.assert_allclose(v3_kernel_twin(smap, sched, d, f), ref, atol=1e-9)
+    n_pairs = int((paired.pidx[:, 1] < 0).sum())
+    assert n_pairs > 0 and paired.pidx.shape[0] == smap.num_points - n_pairs
+    assert plain.pidx.shape[0] == smap.num_points and paired.pair_stride == 20
+    # a pair entry stands for two bins of one pixel: its row offset is the pixel's
+    first = paired.pidx[paired.pidx[:, 1] < 0]
+    assert np.array_equal((first[:, 1] & 0x7FFFFFFF) // 16, first[:, 0] % 20)
+
+
+def test_pair_schedule_needs_a_pair_kernel():
+    smap = paired_map(np.random.default_rng(2))
+    info = L.V3_KERNELS["bevpool_v3_fp16_l2_pf"]
+    geom = L.v3_geometry(16, info)
+    sched = build_v3_schedule(smap, block=geom.groups_per_block, warp=geom.groups_per_warp, depth_pairs=True)
+    with pytest.raises(ValueError, match="depth pairs"):
+        L.plan_v3(smap, sched, info, geom)
+    pair_kernel = L.V3_KERNELS["bevpool_v3_fp16_l2_pf_dp"]
+    plan = L.plan_v3(smap, sched, pair_kernel, L.v3_geometry(16, pair_kernel))
+    assert ("i32", 20) in plan.args  # the pair stride
+
+
+def test_entry_points_are_generated_from_the_table():
+    src = L.entry_points_source()
+    lines = [ln for ln in src.splitlines() if ln.startswith("BEVPOOL_V3_ENTRY(")]
+    assert len(lines) == len(L.V3_KERNELS)
+    for info in L.V3_KERNELS.values():
+        assert f"BEVPOOL_V3_ENTRY({info.name}, " in src
+        assert info.name.startswith(f"bevpool_v3_{info.precision}_")
+        assert ("_pf" in info.name) == info.prefetch and ("_dp" in info.name) == info.depth_pairs
+    assert L.compile_defines() == ("-DBEVPOOL_TEAM_FLAG_SHIFT=16",)
 
 
 def test_v2_and_v2do_launches(canonical_map):

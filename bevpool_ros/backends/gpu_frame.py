@@ -29,6 +29,7 @@ import numpy as np
 from ..scatter_map import ScatterMap
 from .base import NonFiniteInput, NonFiniteOutput, check_out
 from .cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
+from .cuda.launch import CONVERT_KERNELS
 from .planning import FP8_KERNEL_OUT_SCALE
 from .staging import ALL_WIRE, CameraStaging
 
@@ -40,10 +41,6 @@ KERNEL_INPUT = {"fp16": np.dtype(np.float16), "fp8": np.dtype(np.uint8)}
 KERNEL_OUTPUT = {"fp16": np.dtype(np.float32), "fp8": np.dtype(np.float16)}
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.uint8): "e4m3"}
 _THREADS = 256
-CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f16", "bevconv_check_e4m3",
-                   "bevconv_amax_f32", "bevconv_amax_f16", "bevconv_f32_to_e4m3", "bevconv_f16_to_e4m3",
-                   "bevconv_out_f32_to_f16", "bevconv_out_f16_to_f16", "bevconv_out_f16_to_f32",
-                   "bevconv_check_out_f32")  # plugin/bevpool_convert.cuh
 HOST_MEMORY = ("auto", "copy", "mapped")
 
 

@@ -18,21 +18,21 @@ from .cuda.schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule
 FP8_KERNEL_OUT_SCALE = 2.0 ** -8
 
 
-def default_schedule(smap: ScatterMap, block: int, warp: int, k_min: int) -> V3Schedule:
-    return build_v3_schedule(smap, k_min=k_min, block=block, warp=warp)
+def default_schedule(smap: ScatterMap, block: int, warp: int, k_min: int, depth_pairs: bool = False) -> V3Schedule:
+    return build_v3_schedule(smap, k_min=k_min, block=block, warp=warp, depth_pairs=depth_pairs)
 
 
 def plan_for(smap: ScatterMap, precision: str, regime: str, *, choice: LaunchChoice | None = None,
              kernel: str | None = None, acc: str | None = None, k_min: int | None = None,
              threads: int | None = None, out_scale: float = 1.0,
-             slots_buffer: str | Callable[[V3Schedule], str] = "slots",
-             schedule: Callable[[ScatterMap, int, int, int], V3Schedule] = default_schedule
+             buffers: tuple[str, str] | Callable[[V3Schedule], tuple[str, str]] = ("slots", "pidx"),
+             schedule: Callable[..., V3Schedule] = default_schedule
              ) -> tuple[V3Schedule, L.LaunchPlan]:
     """(schedule, plan) of the V3 launch for ``smap`` at ``precision``.
 
     ``choice`` (a measured LaunchChoice) wins over ``kernel``/``k_min``/``threads``; ``schedule``
     lets a caller reuse schedules it already built (same arguments, same result), and
-    ``slots_buffer`` name the device buffer holding that schedule's slots.
+    ``buffers`` names the device buffers holding that schedule's slots and entries (slots, pidx).
     """
     if choice is not None:
         kernel, k_min, threads = choice.kernel, choice.k_min, choice.threads
@@ -41,6 +41,6 @@ def plan_for(smap: ScatterMap, precision: str, regime: str, *, choice: LaunchCho
     else:
         info = L.choose_v3_kernel(smap.channels, precision, regime, **({} if acc is None else {"acc": acc}))
     geom = L.v3_geometry(smap.channels, info, threads or L.V3_DEFAULT_THREADS)
-    sched = schedule(smap, geom.groups_per_block, geom.groups_per_warp, k_min or DEFAULT_K_MIN)
-    slots = slots_buffer(sched) if callable(slots_buffer) else slots_buffer
-    return sched, L.plan_v3(smap, sched, info, geom, out_scale, slots)
+    sched = schedule(smap, geom.groups_per_block, geom.groups_per_warp, k_min or DEFAULT_K_MIN, info.depth_pairs)
+    slots, pidx = buffers(sched) if callable(buffers) else buffers
+    return sched, L.plan_v3(smap, sched, info, geom, out_scale, slots, pidx)

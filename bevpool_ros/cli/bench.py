@@ -74,6 +74,20 @@ def check_plan(md, plan, inputs: dict, precision: str, refs: dict) -> dict:
     return out
 
 
+SECTOR = 32  # bytes: the unit a gather moves between L2 and the SM
+
+
+def v3_touched_bytes(smap, sched, precision: str) -> int:
+    """The tighter floor's bytes: only what V3 must touch. Depth sectors some point references,
+    distinct feature rows, V3's own index arrays (slots, entries, empty cells) and the output."""
+    eb = 2 if precision == "fp16" else 1
+    out_b = 4 if precision == "fp16" else 2
+    depth_sectors = np.unique(smap.ranks_depth.astype(np.int64) * eb // SECTOR).size
+    rows = np.unique(smap.ranks_feat).size
+    return int(depth_sectors * SECTOR + rows * smap.channels * eb + sched.slots.nbytes + sched.pidx.nbytes
+               + sched.empty_cells.nbytes + smap.num_cells * smap.channels * out_b)
+
+
 def references(smap, inputs: dict) -> dict:
     from ..backends.cuda import fp8
     from ..reference import pool_reference
@@ -107,7 +121,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
             if variant == "v3" and args.autotune:
                 from ..backends.cuda.autotune import tune_v3
 
-                choice, table = tune_v3(md, precision, seed=args.seed + 7)
+                choice, table = tune_v3(md, precision, seed=args.seed + 7, exclude=tuple(args.exclude_kernels))
                 k_min, threads = choice.k_min, choice.threads
                 plan = md.plan("v3", precision, kernel=choice.kernel, k_min=k_min, threads=threads,
                                out_scale=scale)
@@ -127,9 +141,11 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
                    bw_floor_us=bw_us, launch_us=launch_us, floor_us=bw_us + launch_us)
         if variant == "v3":
             sc = md.sched_for(plan.kernel, plan.block[0], k_min)
+            tight = v3_touched_bytes(smap, sc, precision)
             row.update(points_per_slot=sc.points_per_slot, teams=sc.num_teams, max_team=sc.max_team,
-                       slots=sc.num_slots, shared_bytes=plan.shared_bytes, k_min=k_min or md.k_min,
-                       threads=plan.block[0])
+                       slots=sc.num_slots, entries=int(sc.pidx.shape[0]),
+                       shared_bytes=plan.shared_bytes, k_min=k_min or md.k_min, threads=plan.block[0],
+                       touched_bytes=tight, tight_floor_us=tight / bw * 1e6 + launch_us)
         if refs is not None:
             row.update(check_plan(md, plan, inputs, precision, refs))
         rot = time_plan(md, plan, inputs, precision, not args.no_rotate, args.inner, args.reps)
@@ -139,6 +155,8 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
             hot = time_plan(md, plan, inputs, precision, False, args.inner, args.reps)
             row["median_hot_us"] = hot["median_us"]
         row["x_floor"] = row["median_us"] / row["floor_us"]
+        if "tight_floor_us" in row:
+            row["x_tight_floor"] = row["median_us"] / row["tight_floor_us"]
         rows.append(row)
     by = {(r["variant"], r["precision"]): r for r in rows}
     v2 = by.get(("v2", "fp16"), {}).get("median_us")
@@ -154,35 +172,40 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
 
 
 def tune_workload(rt, name, smap, args) -> list[dict]:
-    """V3 FP16/FP8 over kernel family and schedule parameters (recorded, not used automatically)."""
+    """Sweep: V3 kernel x k_min x block size, each checked then timed
+    (recorded in the meta file; the autotuner makes the per-map choice)."""
+    import itertools
+
     from ..backends.cuda import launch as L
     from ..backends.cuda.runtime import MapOnDevice
 
     inputs = make_inputs(smap, seed=args.seed + 1)
     refs = references(smap, inputs)
+    md = MapOnDevice(rt, smap)
     out = []
     # the widest tiles only: narrow generic tiles exist for odd channel counts, not for speed
     kernels = [k for k, v in L.V3_KERNELS.items() if v.vec >= 8 and smap.channels % v.vec == 0
                and v.c_fixed in (0, smap.channels)
-               and (not args.tune_kernels or any(t in k for t in args.tune_kernels))]
-    for k_min in args.tune_k:
-        for block in args.tune_threads:
-            md = MapOnDevice(rt, smap, k_min=k_min, threads=block)
-            for kern in kernels:
-                prec = L.V3_KERNELS[kern].precision
-                plan = md.plan("v3", prec, kernel=kern,
-                               out_scale=inputs["fp8_out_scale"] if prec == "fp8" else 1.0)
-                sc = md.sched_for(kern)
-                chk = check_plan(md, plan, inputs, prec, refs)
-                rot = time_plan(md, plan, inputs, prec, not args.no_rotate, args.inner, args.reps)
-                hot = time_plan(md, plan, inputs, prec, False, args.inner, args.reps)
-                out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min,
-                            "threads": plan.block[0], "K": sc.points_per_slot, "median_us": rot["median_us"],
-                            "median_hot_us": hot["median_us"], **chk})
-                print(f"tune {name:11s} {kern:30s} k_min={k_min:2d} threads={plan.block[0]:3d} K={sc.points_per_slot:3d} "
-                      f"rot {rot['median_us']:8.2f} us hot {hot['median_us']:8.2f} us err {chk['max_abs_err']:.4f}",
-                      flush=True)
+               and (not args.tune_kernels or k in args.tune_kernels)]
+    for kern, k_min, block in itertools.product(kernels, args.tune_k, args.tune_threads):
+        prec = L.V3_KERNELS[kern].precision
+        plan = md.plan("v3", prec, kernel=kern, k_min=k_min, threads=block,
+                       out_scale=inputs["fp8_out_scale"] if prec == "fp8" else 1.0)
+        sc = md.sched_for(kern, block, k_min)
+        chk = check_plan(md, plan, inputs, prec, refs)
+        rot = time_plan(md, plan, inputs, prec, not args.no_rotate, args.inner, args.reps)
+        out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min,
+                    "threads": plan.block[0], "K": sc.points_per_slot, "median_us": rot["median_us"], **chk})
+        print(f"tune {name:11s} {kern:32s} k_min={k_min:2d} threads={plan.block[0]:3d} "
+              f"K={sc.points_per_slot:3d} {rot['median_us']:8.2f} us err {chk['max_abs_err']:.4f} "
+              f"ok={chk['all_finite'] and chk['repeat_identical']}", flush=True)
     return out
+
+
+def launch_label(r: dict) -> str:
+    if "kernel" not in r:
+        return "n/a"
+    return f"{r['kernel'].replace('bevpool_v3_', '')} k{r.get('k_min')} t{r.get('threads')}"
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -197,11 +220,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
              f"CUDA-graph replay, median of {meta['reps']} samples x {meta['inner']}+ launches after warm-up; "
              f"inputs/outputs rotated over enough sets to cover 2x L2. D2D copy bandwidth "
              f"{meta['d2d_gbps']:.0f} GB/s (read+write); empty-launch graph replay {meta['launch_us']:.2f} us. "
-             "Floor = compulsory bytes (FP16 in, FP32 out) / D2D bandwidth + empty launch. "
+             "Floor = compulsory bytes (FP16 in, FP32 out) / D2D bandwidth + empty launch; tight floor = "
+             "only the bytes V3 must touch (referenced depth sectors, distinct feature rows, its own "
+             "index arrays, the output) / D2D bandwidth + empty launch. "
              "V2 and V2+DO times include their output memset. Times in microseconds.", "",
              "| workload | C | points | max interval | V2 FP16 | V2+DO FP16 | V3 FP16 | V3 FP8 | V3 FP8 / V2 "
-             "| V3 FP16 vs V2 | V3 FP16 vs V2+DO | floor | V3 FP16 / floor | V3 FP8 vs FP16 | regime (FP16) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| V3 FP16 vs V2 | V3 FP16 vs V2+DO | floor | V3 FP16 / floor | tight floor | V3 FP16 / tight "
+             "| V3 FP8 vs FP16 | regime (FP16) | V3 FP16 launch |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for w, d in by.items():
         v2, do, v3, v8 = (d.get(k) for k in TABLE_VARIANTS)
         any_r = v3 or v2
@@ -211,7 +237,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
         lines.append(f"| {w} | {any_r['channels']} | {any_r['points']:,} | {any_r['max_interval']} | {t(v2)} | {t(do)} | "
                      f"{t(v3)} | {t(v8)} | {ratio(v2, v8)} | {ratio(v2, v3)} | {ratio(do, v3)} | "
-                     f"{v3['floor_us']:.2f} | {v3['x_floor']:.2f}x | {ratio(v3, v8)} | {v3.get('regime', '')} |")
+                     f"{v3['floor_us']:.2f} | {v3['x_floor']:.2f}x | {v3.get('tight_floor_us', float('nan')):.2f} | "
+                     f"{v3.get('x_tight_floor', float('nan')):.2f}x | {ratio(v3, v8)} | {v3.get('regime', '')} | "
+                     f"{launch_label(v3)} |")
     lines += ["", "Accuracy (max abs error vs FP64 reference; FP16 rows on the FP16 inputs, FP8 on the original "
               "inputs, tolerance in docs/kernels.md):", "",
               "| workload | V2 | V2+DO | V3 FP16 | V3 FP8 | V3 FP8 kernel-only | repeat bit-identical |",
@@ -248,15 +276,19 @@ def main(argv=None) -> int:
                    help="V3 with the default launch instead of the per-map measured choice")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the FP64 accuracy check")
     p.add_argument("--tune", default="", help="comma list of workloads to sweep V3 kernels/schedules on")
-    p.add_argument("--tune-k", default="4,8,16")
-    p.add_argument("--tune-threads", default="256,512")
-    p.add_argument("--tune-kernels", default="", help="comma list of substrings of kernel names to sweep")
+    p.add_argument("--tune-k", default="8,16,32")
+    p.add_argument("--tune-threads", default="128,256")
+    p.add_argument("--tune-kernels", default="", help="comma list of kernel names to sweep (default: every wide one)")
+    p.add_argument("--exclude-kernels", default="", help="comma list of V3 kernels the autotuner skips")
     p.add_argument("--ncu-once", default="", help="launch each variant once on these workloads (for ncu)")
+    p.add_argument("--ncu-from", type=Path, help="with --ncu-once: V3 launches (kernel, k_min, threads) "
+                   "as autotuned in this bench JSON")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     args.tune_k = [int(v) for v in args.tune_k.split(",") if v]
     args.tune_threads = [int(v) for v in args.tune_threads.split(",") if v]
     args.tune_kernels = [v for v in args.tune_kernels.split(",") if v]
+    args.exclude_kernels = [v for v in args.exclude_kernels.split(",") if v]
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     names = [w for w in args.workloads.split(",") if w]
@@ -280,12 +312,17 @@ def main(argv=None) -> int:
     if args.ncu_once:
         from ..backends.cuda.runtime import MapOnDevice
 
+        tuned = {}
+        if args.ncu_from:
+            tuned = {(r["workload"], r["precision"]): dict(kernel=r["kernel"], k_min=r["k_min"], threads=r["threads"])
+                     for r in json.loads(args.ncu_from.read_text()) if r["variant"] == "v3" and "kernel" in r}
         for w in args.ncu_once.split(","):
             smap = get_workload(w)
             md = MapOnDevice(rt, smap, k_min=args.k_min, threads=args.threads)
             inputs = make_inputs(smap, args.seed)
             for variant, precision in TABLE_VARIANTS:
-                plan = md.plan(variant, precision, acc=args.acc,
+                launch = tuned.get((w, precision), {}) if variant == "v3" else {}
+                plan = md.plan(variant, precision, acc=args.acc, **launch,
                                out_scale=inputs["fp8_out_scale"] if precision == "fp8" else 1.0)
                 d, f = ((inputs["depth16"], inputs["feat16"]) if precision == "fp16"
                         else (inputs["depth8"], inputs["feat8"]))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...scatter_map import ScatterMap
-from .schedule import V3Schedule
+from .schedule import TEAM_FLAG_SHIFT, V3Schedule
 
 VARIANTS = ("v2", "v2do", "v3")
 PRECISION_INPUT = {"fp16": "float16", "fp8": "float8_e4m3"}
@@ -23,44 +23,79 @@ V2DO_THREADS = 1024     # CUDA-BEVFusion's block: (C / pack) x (1024 / (C / pack
 
 @dataclass(frozen=True)
 class KernelInfo:
+    """One V3 entry point: nvrtc_build generates its extern "C" instantiation from this row."""
     name: str
     precision: str      # fp16 | fp8
-    vec: int            # channels per lane (grouped) or per thread (first design)
+    vec: int            # channels per lane
     g_fixed: int = 0    # lanes per group compiled in (0: chosen at launch)
     c_fixed: int = 0    # compiled for this C only (0: any C the geometry fits)
     acc: str = "f32"    # f32 | half2
-    streaming: bool = False
-    grouped: bool = True  # False: the first design, one thread per (slot, tile), grid.y = C / vec
+    streaming: bool = False    # evict-first output stores
+    prefetch: bool = False     # next batch's index pairs requested before this batch's products
+    depth_pairs: bool = False  # entries may merge two depth bins that share a feature row
+    unroll: int = 4            # entries in flight per lane
+    max_threads: int = 512     # __launch_bounds__
+
+    @property
+    def template_args(self) -> tuple:
+        """BEVPOOL_V3_ENTRY's arguments after the name (plugin/bevpool_v3.cuh)."""
+        cxx = {True: "true", False: "false"}
+        return ("__half" if self.precision == "fp16" else "fp8_e4m3", self.vec, cxx[self.acc == "f32"],
+                cxx[self.streaming], self.unroll, self.g_fixed, self.c_fixed, cxx[self.prefetch],
+                cxx[self.depth_pairs], self.max_threads)
 
 
+def _v3(precision: str, family: str, vec: int, g: int = 0, c: int = 0, *, h2: bool = False,
+        pf: bool = False, dp: bool = False, **kw) -> KernelInfo:
+    """A table row; the name says what differs: _h2acc (__half2 accumulation), _pf (index
+    prefetch), _dp (depth pairs). FP8 kernels always accumulate in __half2 per lane."""
+    name = f"bevpool_v3_{precision}_{family}" + "_h2acc" * h2 + "_pf" * pf + "_dp" * dp
+    acc = "half2" if (h2 or precision == "fp8") else "f32"
+    return KernelInfo(name, precision, vec, g, c, acc=acc, prefetch=pf, depth_pairs=dp, **kw)
+
+
+_FP8_FAMILIES = (("c80", 16, 5, 80), ("c128", 16, 8, 128), ("c256", 32, 8, 256), ("v8", 8, 0, 0))
 V3_KERNELS = {k.name: k for k in (
-    KernelInfo("bevpool_v3_fp16_dram", "fp16", 16, streaming=True),
-    KernelInfo("bevpool_v3_fp16_dram_h2acc", "fp16", 16, acc="half2", streaming=True),
-    KernelInfo("bevpool_v3_fp16_l2", "fp16", 8),
-    KernelInfo("bevpool_v3_fp16_l2_u8", "fp16", 8),
-    KernelInfo("bevpool_v3_fp16_l2_h2acc", "fp16", 8, acc="half2"),
-    KernelInfo("bevpool_v3_fp16_v4", "fp16", 4),
-    KernelInfo("bevpool_v3_fp8_c80", "fp8", 16, 5, 80, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_c128", "fp8", 16, 8, 128, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_c256", "fp8", 32, 8, 256, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_v8", "fp8", 8, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_v4", "fp8", 4, acc="half2"),
-    KernelInfo("bevpool_v3_fp16_dram_pf", "fp16", 16, streaming=True),
-    KernelInfo("bevpool_v3_fp16_l2_pf", "fp16", 8),
-    KernelInfo("bevpool_v3_fp8_c80_pf", "fp8", 16, 5, 80, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_c128_pf", "fp8", 16, 8, 128, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_c256_pf", "fp8", 32, 8, 256, acc="half2"),
-    KernelInfo("bevpool_v3_fp8_v8_pf", "fp8", 8, acc="half2"),
-    KernelInfo("bevpool_v3t_fp16_t16", "fp16", 16, streaming=True, grouped=False),
-    KernelInfo("bevpool_v3t_fp16_t8", "fp16", 8, grouped=False),
-    KernelInfo("bevpool_v3t_fp8_t16", "fp8", 16, acc="half2", grouped=False),
+    # FP16, DRAM-bound path: 16 channels per lane, streaming output stores
+    _v3("fp16", "dram", 16, streaming=True), _v3("fp16", "dram", 16, h2=True, streaming=True),
+    _v3("fp16", "dram", 16, pf=True, streaming=True),
+    # FP16, L2-resident path: 8 channels (one LDG.128) per lane, twice the lanes per row
+    _v3("fp16", "l2", 8), _v3("fp16", "l2", 8, h2=True), _v3("fp16", "l2", 8, pf=True),
+    _v3("fp16", "l2", 8, pf=True, dp=True),
+    _v3("fp16", "v4", 4),  # generic narrow (C % 4 == 0)
+    # FP8 (E4M3 in, FP16 out) per channel count: C=80: 16 channels (one LDG.128) x 5 lanes;
+    # C=128: 16 x 8; C=256: 32 channels (two LDG.128) x 8. Generic: 8 (LDG.64) or 4.
+    *(_v3("fp8", f, v, g, c) for f, v, g, c in _FP8_FAMILIES),
+    *(_v3("fp8", f, v, g, c, pf=True) for f, v, g, c in _FP8_FAMILIES),
+    _v3("fp8", "c80", 16, 5, 80, pf=True, dp=True), _v3("fp8", "v8", 8, pf=True, dp=True),
+    _v3("fp8", "v4", 4),
 )}
-OTHER_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pack8_fp16",
-                 "bevpool_empty_kernel")
-ALL_KERNELS = (*OTHER_KERNELS, *V3_KERNELS)
-V3_MAX_THREADS = 512          # BEVPOOL_V3G_MAX_BLOCK (grouped); the first design allows 256
+# extern "C" kernels written by hand in plugin/*.cuh (not generated from V3_KERNELS)
+# the frame path's conversions and checks (plugin/bevpool_convert.cuh, used by backends/gpu_frame.py)
+CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f16", "bevconv_check_e4m3",
+                   "bevconv_amax_f32", "bevconv_amax_f16", "bevconv_f32_to_e4m3", "bevconv_f16_to_e4m3",
+                   "bevconv_out_f32_to_f16", "bevconv_out_f16_to_f16", "bevconv_out_f16_to_f32",
+                   "bevconv_check_out_f32")
+HANDWRITTEN_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pack8_fp16",
+                       "bevpool_empty_kernel", *CONVERT_KERNELS)
+ALL_KERNELS = (*HANDWRITTEN_KERNELS, *V3_KERNELS)
+V3_MAX_THREADS = max(k.max_threads for k in V3_KERNELS.values())
 V3_DEFAULT_THREADS = 256
 SMEM_LIMIT = 48 * 1024        # without the opt-in attribute
+
+
+def entry_points_source() -> str:
+    """plugin's bevpool_entries.cuh: one BEVPOOL_V3_ENTRY line per V3_KERNELS row."""
+    lines = ["// Generated by bevpool_ros/backends/cuda/launch.py (entry_points_source); do not edit.",
+             "#pragma once"]
+    for k in V3_KERNELS.values():
+        lines.append(f"BEVPOOL_V3_ENTRY({k.name}, {', '.join(str(a) for a in k.template_args)})")
+    return "\n".join(lines) + "\n"
+
+
+def compile_defines() -> tuple[str, ...]:
+    """-D options: the constants the kernels share with Python, defined here once."""
+    return (f"-DBEVPOOL_TEAM_FLAG_SHIFT={TEAM_FLAG_SHIFT}",)
 
 
 class UnsupportedShape(ValueError):
@@ -82,9 +117,6 @@ class V3Geometry:
 def v3_geometry(channels: int, info: KernelInfo, threads: int = V3_DEFAULT_THREADS) -> V3Geometry:
     if channels % info.vec or info.c_fixed not in (0, channels):
         raise UnsupportedShape(f"{info.name} cannot run C = {channels}")
-    if not info.grouped:  # one thread per (slot, tile)
-        threads = min(threads, 256)
-        return V3Geometry(1, channels // info.vec, 32, threads, threads, 0)
     per = channels // info.vec
     # lanes per group: the largest divisor of C/vec (<= 32) that keeps >= 3/4 of a warp's lanes
     # busy (each extra channel chunk re-reads the indices); else the best-filling divisor
@@ -93,7 +125,7 @@ def v3_geometry(channels: int, info: KernelInfo, threads: int = V3_DEFAULT_THREA
     G = info.g_fixed or (max(full) if full else max(divisors, key=lambda g: ((32 // g) * g, g)))
     if per % G:
         raise UnsupportedShape(f"{info.name}: C/vec = {per} not divisible by G = {G}")
-    threads = min(threads, V3_MAX_THREADS)
+    threads = min(threads, info.max_threads)
     while threads > 32 and (threads // 32) * G * info.vec * 4 > SMEM_LIMIT:
         threads //= 2
     warps = threads // 32
@@ -140,14 +172,16 @@ def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "f32
 
 
 def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, geom: V3Geometry,
-            out_scale: float = 1.0, slots_buffer: str = "slots") -> LaunchPlan:
+            out_scale: float = 1.0, slots_buffer: str = "slots", pidx_buffer: str = "pidx") -> LaunchPlan:
     C = smap.channels
     if sched.block != geom.groups_per_block or sched.warp != geom.groups_per_warp:
         raise ValueError("schedule was built for another geometry")
+    if sched.depth_pairs and not kernel.depth_pairs:
+        raise ValueError(f"{kernel.name} cannot read a schedule with depth pairs")
     grid = (sched.compute_blocks + sched.zero_blocks, geom.chunks, 1)
-    common = (("buf", "depth"), ("buf", "feat"), ("buf", slots_buffer), ("buf", "pidx"), ("buf", "empty_cells"),
-              ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C))
-    args = common + ((("i32", geom.G),) if kernel.grouped else ()) + (("f32", float(out_scale)), ("buf", "out"))
+    args = (("buf", "depth"), ("buf", "feat"), ("buf", slots_buffer), ("buf", pidx_buffer), ("buf", "empty_cells"),
+            ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C), ("i32", geom.G),
+            ("i32", sched.pair_stride), ("f32", float(out_scale)), ("buf", "out"))
     return LaunchPlan(kernel.name, grid, (geom.threads, 1, 1), args, False,
                       "float32" if kernel.precision == "fp16" else "float16", geom.shared_bytes)
 

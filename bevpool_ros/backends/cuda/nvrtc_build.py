@@ -1,5 +1,9 @@
 """Run-time compilation of plugin/*.cu with NVRTC (cuda-python), cached on disk.
 
+The V3 entry points and the constants the kernels share with Python are generated from the
+kernel table (launch.V3_KERNELS): a header ``bevpool_entries.cuh`` added to the sources and -D
+options (``generated_sources`` / ``generated_options``), so the table is the one source of truth.
+
 Cache key = sha256(every plugin source + arch + NVRTC version + options). The cache lives in a
 private directory (0700, ours); a cached file that is world-writable or owned by someone else is
 refused and rebuilt, because loading it would run someone else's code on the GPU.
@@ -73,10 +77,26 @@ def _check(err, what: str, log_text: str = "") -> None:
         raise CompileError(f"{what} failed: {err}\n{log_text}")
 
 
+GENERATED_HEADER = "bevpool_entries.cuh"
+
+
+def generated_sources() -> dict[str, bytes]:
+    from .launch import entry_points_source
+
+    return {GENERATED_HEADER: entry_points_source().encode()}
+
+
+def generated_options() -> tuple[str, ...]:
+    from .launch import compile_defines
+
+    return compile_defines()
+
+
 def source_bundle() -> dict[str, bytes]:
+    """Every plugin source plus the generated entry-point header."""
     d = plugin_dir()
     files = sorted(list(d.glob("*.cu")) + list(d.glob("*.cuh")))
-    return {f.name: f.read_bytes() for f in files}
+    return {**{f.name: f.read_bytes() for f in files}, **generated_sources()}
 
 
 def cache_key(arch: str, options: tuple[str, ...], sources: dict[str, bytes] | None = None) -> str:
@@ -99,7 +119,8 @@ def compile_source(arch: str, extra_options: tuple[str, ...] = (), sources: dict
 
     sources = source_bundle() if sources is None else sources
     names = [n for n in sources if n != MAIN_SOURCE]
-    opts = [f"--gpu-architecture={arch}", *BASE_OPTIONS, f"-I{cuda_include_dir()}", *extra_options]
+    opts = [f"--gpu-architecture={arch}", *BASE_OPTIONS, *generated_options(), f"-I{cuda_include_dir()}",
+            *extra_options]
     err, prog = nvrtc.nvrtcCreateProgram(sources[MAIN_SOURCE], MAIN_SOURCE.encode(), len(names),
                                          [sources[n] for n in names], [n.encode() for n in names])
     _check(err, "nvrtcCreateProgram")
@@ -132,7 +153,7 @@ def get_kernel_image(arch: str, extra_options: tuple[str, ...] = (), cache_dir: 
                      want: str = "cubin") -> bytes:
     """Cached compile: the CUBIN (default) for ``arch``; a cache miss compiles and stores it."""
     sources = source_bundle()
-    options = (*BASE_OPTIONS, *extra_options, want)
+    options = (*BASE_OPTIONS, *generated_options(), *extra_options, want)
     key = cache_key(arch, options, sources)
     directory = private_cache.private_dir(Path(cache_dir) if cache_dir else default_cache_dir(), "kernel cache")
     path = directory / f"bevpool_{arch}_{key}.{want}" if directory else None

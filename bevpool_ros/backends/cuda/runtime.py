@@ -58,14 +58,14 @@ class MapOnDevice:
         self.arrays = DeviceArrays.upload(arrays, rt.stream)
 
     def schedule(self, info: L.KernelInfo | None, threads: int | None = None, k_min: int | None = None):
-        """The V3 schedule for a kernel's geometry (built once per geometry, slots uploaded lazily)."""
+        """The V3 schedule for a kernel's geometry and entry kind (built once; slots and
+        depth-pair entries uploaded lazily)."""
         k_min = k_min or self.k_min
+        pairs = bool(info is not None and info.depth_pairs)
         if info is None:
-            key = (32, 32, k_min)
-        else:
-            g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-            key = (g.groups_per_block, g.groups_per_warp, k_min)
-        return self._schedule_for(self.smap, *key)
+            return self._schedule_for(self.smap, 32, 32, k_min, pairs)
+        g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
+        return self._schedule_for(self.smap, g.groups_per_block, g.groups_per_warp, k_min, pairs)
 
     def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None):
         return self.schedule(L.V3_KERNELS[kernel], threads, k_min)
@@ -91,20 +91,26 @@ class MapOnDevice:
 
         _, plan = plan_for(self.smap, precision, self.regime(precision), choice=choice, kernel=kernel, acc=acc,
                            k_min=k_min or self.k_min, threads=threads or self.threads, out_scale=out_scale,
-                           schedule=self._schedule_for, slots_buffer=self._slots_name)
+                           schedule=self._schedule_for, buffers=self._buffers_for)
         return plan
 
-    def _schedule_for(self, smap, block: int, warp: int, k_min: int):
-        """Schedules built once per geometry; their slots uploaded when a plan first binds them."""
-        key = (block, warp, k_min)
+    def _schedule_for(self, smap, block: int, warp: int, k_min: int, depth_pairs: bool = False):
+        """Schedules built once per geometry and entry kind; uploaded when a plan first binds them."""
+        key = (block, warp, k_min, depth_pairs)
         if key not in self._scheds:
-            self._scheds[key] = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp)
+            self._scheds[key] = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp,
+                                                  depth_pairs=depth_pairs)
         return self._scheds[key]
 
-    def _slots_name(self, sched) -> str:
-        name = next(f"slots_{b}_{w}_{k}" for (b, w, k), s in self._scheds.items() if s is sched)
+    def _buffers_for(self, sched) -> tuple[str, str]:
+        """(slots, pidx) device buffer names of a schedule; depth-pair entries have their own pidx."""
+        (b, w, k, pairs), = [key for key, s in self._scheds.items() if s is sched]
+        slots = self._upload_once(f"slots_{b}_{w}_{k}" + "_pairs" * pairs, sched.slots)
+        return slots, self._upload_once("pidx_pairs", sched.pidx) if pairs else "pidx"
+
+    def _upload_once(self, name: str, array: np.ndarray) -> str:
         if name not in self.arrays.buffers:
-            self.arrays.buffers.update(DeviceArrays.upload({name: sched.slots}, self.rt.stream).buffers)
+            self.arrays.buffers.update(DeviceArrays.upload({name: array}, self.rt.stream).buffers)
         return name
 
     def io_buffers(self, precision: str, out_dtype: str) -> dict:
