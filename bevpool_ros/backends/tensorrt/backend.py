@@ -1,18 +1,23 @@
-"""TensorRTBackend: prepare() loads or builds the engine for the map; pool() runs it.
+"""TensorRTBackend: prepare() loads or builds the engine for the rig and binds the map; pool() runs it.
+
+One engine per rig shape class: the scatter map (its V3 schedule) is an engine input, so a new
+calibration of the same rig (TF polled every second on a vehicle) only uploads new arrays into
+the runner's bound buffers and recaptures its CUDA graph: no rebuild, no deserialization, no
+re-tune. A new engine is needed only when the launch changes (another regime, so another kernel).
 
 Construction fails with BackendUnavailable (so create_backend falls back to cuda, then cpu)
 when there is no TensorRT module, no GPU, or a GPU this TensorRT cannot run on (TensorRT-RTX
 refuses compute capability 9.0), or fp8 is asked for below SM89.
 
 Launch: with ``autotune`` (default, as in the cuda backend) the kernel/k_min/threads of the plan
-baked into the engine are measured on this GPU by the cuda backend's tuner; otherwise the launch
-description's defaults for the GPU's memory regime are used. An engine prebuilt with those
-defaults (prebuild.py) is used as found, without tuning.
+baked into the engine are measured on this GPU by the cuda backend's tuner, once per (GPU, rig
+shape, precision, regime); otherwise the launch description's defaults for the GPU's memory
+regime are used. An engine prebuilt with those defaults (prebuild.py) is used as found, without tuning.
 
 precision: fp16 | fp8 | auto. auto follows the cuda backend's rule (precision_select.decide):
 FP8 only on SM89+, and only when its engine is measured faster than the FP16 engine AND its
 output is within the documented FP8 tolerance of the FP64 reference. The choice is cached per
-(GPU, map, TensorRT version).
+(GPU, rig shape, regime, TensorRT version).
 
 FP8 scales: an engine's output scale is a build-time constant (like static Q/DQ scales), set by
 the ``fp8_scales=(depth_scale, feat_scale)`` option. Raw E4M3 codes (uint8) are used as they come;
@@ -20,7 +25,6 @@ float inputs are quantized on the host with those scales (saturating at +-448).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 
@@ -28,6 +32,7 @@ import numpy as np
 
 from ..base import Backend, BackendUnavailable
 from ..staging import stage_fp16, stage_fp8
+from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
 from .targets import Target, TargetError, check_runnable, fp8_supported
@@ -67,43 +72,63 @@ class TensorRTBackend(Backend):
         self.launch_options = {"acc": accumulate, "kernel": kernel, "k_min": k_min, "threads": threads}
         self.launch_options = {k: v for k, v in self.launch_options.items() if v is not None or k == "kernel"}
         self.autotune = autotune and kernel is None
-        self.tuned: dict[str, tuple] = {}  # precision -> (kernel, k_min, threads) measured here
+        self.tuned: dict[str, tuple] = {}  # shape class -> (kernel, k_min, threads) measured here
         self.runner = None
+        self.runner_key = None
         self.auto_record: dict | None = None
+        self.engine_loads = self.calibration_updates = 0
 
     # --- calibration ------------------------------------------------------------------------
     def prepare(self, smap: ScatterMap) -> None:
         super().prepare(smap)
-        self.close()
         if self.requested_precision == "auto":
-            self.precision = self._auto_precision()
+            precision = self._auto_precision()
         else:
-            self.precision = self.requested_precision
-        if self.runner is None:
-            self.runner = self._runner(self.precision)
+            precision = self.requested_precision
+        self.precision = precision
+        self._bind(precision)
+
+    def _bind(self, precision: str) -> None:
+        """Keep the loaded engine if this calibration needs the same one; upload the map either way."""
+        from .plugin_config import map_inputs
+
+        cfg, sched, key = self._config(precision)
+        if self.runner is not None and self.runner_key == key:
+            self.calibration_updates += 1
+        else:
+            self.close()
+            self.runner, self.runner_key = self._load(key, cfg), key
+        self.runner.set_map(map_inputs(cfg, self.smap, sched))
 
     def _out_scale(self, precision: str) -> float:
         return 1.0 / (self.fp8_scales[0] * self.fp8_scales[1]) if precision == "fp8" else 1.0
 
-    def _runner(self, precision: str):
-        """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
+    def _config(self, precision: str):
+        """(plugin config, this calibration's schedule, engine key) for the current map."""
         from ..cuda.launch import V3_KERNELS
-        from .builder import build_engine, engine_key, plugin_config_for
-        from .runner import EngineLoadError, EngineRunner
+        from .builder import engine_key, plugin_config_for
 
         opts = {**self.launch_options, "out_scale": self._out_scale(precision)}
         if opts["kernel"] and V3_KERNELS[opts["kernel"]].precision != precision:
             opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
         cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
-        key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
+        key = engine_key(self.lib, cfg, self.target)
         prebuilt = self.cache.path(key) is not None and self.cache.path(key).is_file()
         if self.autotune and not prebuilt:  # a prebuilt (untuned) engine wins over tuning
             kernel, k_min, threads = self._tuned_launch(precision)
             opts.update(kernel=kernel, k_min=k_min, threads=threads)
             cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
-            key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
-        build = lambda: build_engine(self.lib, self.smap, precision, self.target, **opts).data  # noqa: E731
+            key = engine_key(self.lib, cfg, self.target)
+        return cfg, sched, key
+
+    def _load(self, key, cfg):
+        """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
+        from .builder import build_engine
+        from .runner import EngineLoadError, EngineRunner
+
+        build = lambda: build_engine(self.lib, cfg, self.target).data  # noqa: E731
         data, cached = self.cache.get_or_build(key, build)
+        self.engine_loads += 1
         try:
             return EngineRunner(self.lib, data, cfg, self.rt)
         except EngineLoadError as e:
@@ -114,23 +139,34 @@ class TensorRTBackend(Backend):
             self.cache.store(key, data)
             return EngineRunner(self.lib, data, cfg, self.rt)
 
+    def _regime(self, precision: str) -> str:
+        from ..cuda.launch import PRECISION_INPUT
+
+        return classify(working_set_bytes(self.smap, PRECISION_INPUT[precision]), self.target.l2_bytes)
+
+    def _shape_class(self, precision: str) -> str:
+        """What a launch choice depends on: the GPU, the rig's shapes, precision and memory regime
+        (not the calibration: a new one reuses the choice and the engine)."""
+        smap = self.smap
+        return (f"{self.target.name}|{smap.depth_shape}|{smap.grid_shape}|C{smap.channels}|{precision}"
+                f"|{self._regime(precision)}")
+
     def _tuned_launch(self, precision: str) -> tuple[str, int, int]:
         """(kernel, k_min, threads) measured on this GPU with the cuda backend's tuner (cuda/autotune.py),
-        cached per (GPU, map, precision). The engine then bakes that plan; an untuned engine (prebuild,
+        cached per shape class. The engine then bakes that plan; an untuned engine (prebuild,
         autotune=False) uses the launch description's defaults instead."""
         from ..cuda.precision_select import load_choice, store_choice
 
-        if precision in self.tuned:
-            return self.tuned[precision]
-        smap = self.smap
-        key = f"tensorrt|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{_map_digest(smap)}|{precision}|launch"
+        key = f"tensorrt|{self._shape_class(precision)}|launch"
+        if key in self.tuned:
+            return self.tuned[key]
         cached = load_choice(key)
         if cached and len(cached) == 3:
             choice = (str(cached[0]), int(cached[1]), int(cached[2]))
         else:
             choice = self._measure_launch(precision)
             store_choice(key, {"precision": list(choice)})
-        self.tuned[precision] = choice
+        self.tuned[key] = choice
         log.info("tensorrt launch for %s: kernel %s, k_min %d, %d threads", precision, *choice)
         return choice
 
@@ -167,7 +203,7 @@ class TensorRTBackend(Backend):
             self.auto_record = {"precision": "fp16", "reason": f"no FP8 on {self.target.arch}"}
             return "fp16"
         smap = self.smap
-        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{_map_digest(smap)}"
+        key = f"tensorrt|{self.lib.tag}|{self._shape_class('fp8')}"
         cached = load_choice(key)
         if cached in ("fp16", "fp8"):
             log.info("precision auto (tensorrt): %s (cached for %s)", cached, key)
@@ -175,16 +211,15 @@ class TensorRTBackend(Backend):
         rng = np.random.default_rng(0)
         depth = rng.random(smap.depth_shape).astype(np.float32)
         feat = rng.uniform(-1.0, 1.0, smap.feat_shape).astype(np.float32)
-        runners = {p: self._runner(p) for p in ("fp16", "fp8")}
-        times = {p: r.time_us() for p, r in runners.items()}
-        self.runner, self.precision = runners["fp8"], "fp8"
+        times = {}
+        for p in ("fp16", "fp8"):  # fp8 last: its runner stays bound for the accuracy check
+            self._bind(p)
+            times[p] = self.runner.time_us()
         stage_fp8(smap, depth, feat, self.runner.h_depth.array, self.runner.h_feat.array, self.fp8_scales)
-        out8 = runners["fp8"].run()
+        out8 = self.runner.run()
         ref = pool_reference(depth, feat, smap)
         ok, err = fp8_within_tolerance(out8, ref, pool_reference(np.abs(depth), np.abs(feat), smap))
         choice = decide(times["fp16"], times["fp8"], ok)
-        runners["fp16" if choice == "fp8" else "fp8"].close()
-        self.runner = runners[choice]
         self.auto_record = {"precision": choice, "fp16_us": times["fp16"], "fp8_us": times["fp8"],
                             "fp8_max_abs_err": err, "fp8_within_tolerance": ok}
         log.info("precision auto (tensorrt): %s (fp16 %.2f us, fp8 %.2f us, fp8 max err %.4f, within tol %s)",
@@ -196,10 +231,11 @@ class TensorRTBackend(Backend):
     def describe(self) -> dict:
         d = {"backend": self.name, "precision": self.precision, "device": self.target.name,
              "arch": self.target.arch, "l2_bytes": self.target.l2_bytes, "tensorrt": self.lib.tag,
-             "engine_cache": self.cache.stats()}
+             "engine_cache": self.cache.stats(), "engine_loads": self.engine_loads,
+             "calibration_updates": self.calibration_updates}
         if self.runner is not None:
             plan = self.runner.cfg.plan
-            d.update(kernel=plan.kernel, grid=list(plan.grid), block=list(plan.block),
+            d.update(kernel=plan.kernel, block=list(plan.block), frame_mode=getattr(self.runner, "mode", None),
                      input_dtype=self.runner.cfg.input_dtype, output_dtype=self.runner.cfg.output_dtype)
         if self.auto_record:
             d["auto"] = self.auto_record
@@ -208,11 +244,7 @@ class TensorRTBackend(Backend):
     def close(self) -> None:
         if self.runner is not None:
             self.runner.close()
-        self.runner = None
-
-
-def _map_digest(smap: ScatterMap) -> str:
-    return hashlib.sha256(b"".join(a.tobytes() for a in smap.arrays().values())).hexdigest()[:16]
+        self.runner = self.runner_key = None
 
 
 def _check_network_route(lib) -> None:
