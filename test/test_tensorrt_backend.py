@@ -82,7 +82,15 @@ class FakeRunner:
         in_dt = np.float16 if cfg.precision == "fp16" else np.uint8
         self.h_depth = SimpleNamespace(array=np.zeros(cfg.depth_shape, in_dt))
         self.h_feat = SimpleNamespace(array=np.zeros(cfg.feat_shape, in_dt))
+        self.maps = []  # every set_map call's arrays
+        self.mode = "graph"
         FakeRunner.instances.append(self)
+
+    def set_map(self, arrays):
+        from bevpool_ros.backends.tensorrt.plugin_config import check_shapes
+
+        check_shapes(self.cfg, [self.cfg.depth_shape, self.cfg.feat_shape, *(a.shape for a in arrays.values())])
+        self.maps.append(arrays)
 
     def run(self):
         d, f = self.h_depth.array, self.h_feat.array
@@ -141,6 +149,29 @@ def test_prepare_builds_then_reuses_engine(fake_gpu):
     assert FakeRunner.instances[0].data == FakeRunner.instances[1].data
     d = b2.describe()
     assert d["backend"] == "tensorrt" and d["kernel"].startswith("bevpool_v3_fp16") and d["arch"] == "sm_89"
+
+
+def test_two_calibrations_hit_the_same_engine_with_different_arrays(fake_gpu, nuscenes_rig):
+    """A calibration change (TF update) uploads new map arrays: no rebuild, no reload, no re-tune."""
+    from bevpool_ros.scatter_map import build_scatter_map
+
+    from tensorrt_helpers import recalibrated
+
+    a, b = build_scatter_map(nuscenes_rig), build_scatter_map(recalibrated(nuscenes_rig))
+    assert a.key != b.key and a.num_points != b.num_points
+    backend = fake_gpu()
+    backend.prepare(a)
+    runner = backend.runner
+    backend.prepare(b)
+    assert backend.runner is runner and backend.engine_loads == 1 and backend.calibration_updates == 1
+    assert backend.cache.stats()["stores"] == 1
+    first, second = runner.maps
+    assert first["pidx"].shape != second["pidx"].shape  # the new calibration's arrays were uploaded
+    fresh = fake_gpu()  # another process starting on the new calibration: the cached engine
+    fresh.prepare(b)
+    assert fresh.cache.hits == 1 and fresh.cache.stores == 0
+    assert FakeRunner.instances[-1].data == runner.data
+    assert fresh.describe()["calibration_updates"] == 0 and fresh.describe()["frame_mode"] == "graph"
 
 
 def test_corrupt_engine_file_is_rebuilt(fake_gpu):
@@ -314,5 +345,5 @@ def test_autotuned_launch_is_baked_into_the_engine(fake_gpu, monkeypatch, tmp_pa
     b = _prepare(fake_gpu("sm_89", autotune=True), smap)
     plan = b.runner.cfg.plan
     assert plan.kernel == "bevpool_v3_fp16_dram" and plan.block[0] == 128
-    b2 = _prepare(fake_gpu("sm_89", autotune=True), smap)  # choice cached per (GPU, map): not re-measured
+    b2 = _prepare(fake_gpu("sm_89", autotune=True), smap)  # choice cached per shape class: not re-measured
     assert measured == ["fp16"] and b2.cache.hits == 1
