@@ -26,7 +26,7 @@ import numpy as np
 from ...regime import OUTPUT_DTYPE
 from ...scatter_map import ScatterMap
 from ..cuda import launch as L
-from ..cuda.schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule, v2do_intervals
+from ..cuda.schedule import V3Schedule, v2do_intervals
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"
@@ -102,7 +102,7 @@ class PluginConfig:
             raise PluginConfigError(f"bad block {self.plan.block}")
         if self.dynamic:
             try:
-                launch_of(self)
+                V3Launch.of(self.channels, self.plan)
             except (L.UnsupportedShape, IndexError) as e:
                 raise PluginConfigError(f"template plan does not fit C = {self.channels}: {e}") from e
         return self
@@ -237,18 +237,23 @@ def config_for_plan(smap: ScatterMap, sched: V3Schedule, plan: L.LaunchPlan, pre
 
 @dataclass(frozen=True)
 class V3Launch:
-    """One V3 launch choice: kernel, geometry, output scale, and the k_min schedules are built with."""
+    """A V3 launch minus the calibration: kernel, geometry, output scale."""
     info: L.KernelInfo
     geom: L.V3Geometry
     out_scale: float
-    k_min: int
 
-    def schedule(self, smap: ScatterMap) -> V3Schedule:
-        return build_v3_schedule(smap, k_min=self.k_min, block=self.geom.groups_per_block,
-                                 warp=self.geom.groups_per_warp)
+    @classmethod
+    def of(cls, channels: int, plan: L.LaunchPlan) -> "V3Launch":
+        info = L.V3_KERNELS[plan.kernel]
+        scale = [v for k, v in plan.args if k == "f32"]
+        return cls(info, L.v3_geometry(channels, info, plan.block[0]), float(scale[0]))
 
     def plan(self, channels: int, shape: ScheduleShape) -> L.LaunchPlan:
         return L.plan_v3(_Channels(channels), shape, self.info, self.geom, self.out_scale)
+
+    def template(self, channels: int) -> L.LaunchPlan:
+        """The plan with no calibration in it (grid.x and the counts zero): what the engine stores."""
+        return self.plan(channels, ScheduleShape(self.geom.groups_per_block, self.geom.groups_per_warp, 0, 0))
 
 
 @dataclass(frozen=True)
@@ -256,43 +261,29 @@ class _Channels:  # plan_v3 reads only the channel count from the map
     channels: int
 
 
-def v3_launch(channels: int, precision: str, regime: str, *, acc: str | None = None, out_scale: float = 1.0,
-              kernel: str | None = None, k_min: int = DEFAULT_K_MIN, threads: int | None = None) -> V3Launch:
-    """Kernel and geometry exactly as the cuda backend derives them (choose_v3_kernel, v3_geometry)."""
-    if kernel:
-        info = L.V3_KERNELS[kernel]
-    else:
-        extra = {} if acc is None else {"acc": acc}
-        info = L.choose_v3_kernel(channels, precision, regime, **extra)
-    geom = L.v3_geometry(channels, info, threads or L.V3_DEFAULT_THREADS)
-    return V3Launch(info, geom, float(out_scale), int(k_min or DEFAULT_K_MIN))
-
-
-def v3_config(depth_shape, grid_shape, channels: int, precision: str, launch: V3Launch,
-              num_points: int = 0) -> PluginConfig:
-    """The calibration-free V3 plugin config: template plan, map inputs at the rig's bounds."""
-    n, _, h, w = depth_shape
-    bounds = map_bounds(depth_shape, grid_shape, launch.geom.groups_per_block, num_points)
-    template = launch.plan(channels, ScheduleShape(launch.geom.groups_per_block, launch.geom.groups_per_warp, 0, 0))
+def v3_config(smap: ScatterMap, precision: str, plan: L.LaunchPlan) -> PluginConfig:
+    """The calibration-free V3 plugin config for ``plan``'s launch: template plan, map inputs at
+    the rig's bounds. Two calibrations of one rig (same launch) give equal configs."""
+    launch = V3Launch.of(smap.channels, plan)
+    n, _, h, w = smap.depth_shape
+    bounds = map_bounds(smap.depth_shape, smap.grid_shape, launch.geom.groups_per_block, smap.num_points)
     names = ("slots", "pidx", "empty_cells")
-    return PluginConfig(precision, tuple(depth_shape), tuple(grid_shape), int(channels), (*IO_INPUTS, *names),
-                        (tuple(depth_shape), (n, h, w, int(channels)), *(bounds[k] for k in names)),
-                        template).validate()
+    return PluginConfig(precision, tuple(smap.depth_shape), tuple(smap.grid_shape), smap.channels,
+                        (*IO_INPUTS, *names), (tuple(smap.depth_shape), (n, h, w, smap.channels),
+                                               *(bounds[k] for k in names)),
+                        launch.template(smap.channels)).validate()
 
 
 def config_for_v3(smap: ScatterMap, precision: str, regime: str, **launch_options
                   ) -> tuple[PluginConfig, V3Schedule]:
-    """The V3 plugin config for this rig and regime, and this calibration's schedule."""
-    launch = v3_launch(smap.channels, precision, regime, **launch_options)
-    cfg = v3_config(smap.depth_shape, smap.grid_shape, smap.channels, precision, launch, smap.num_points)
-    return cfg, launch.schedule(smap)
+    """The V3 plugin config for this rig and regime, and this calibration's schedule.
 
+    Kernel, geometry and schedule come from planning.plan_for, the cuda backend's one derivation
+    (launch_options: choice, kernel, acc, k_min, threads, out_scale)."""
+    from ..planning import plan_for
 
-def launch_of(cfg: PluginConfig) -> V3Launch:
-    """The V3Launch a template config was made from (what the plugin needs to bind a plan)."""
-    info = L.V3_KERNELS[cfg.plan.kernel]
-    scale = [v for k, v in cfg.plan.args if k == "f32"]
-    return V3Launch(info, L.v3_geometry(cfg.channels, info, cfg.plan.block[0]), float(scale[0]), DEFAULT_K_MIN)
+    sched, plan = plan_for(smap, precision, regime, **launch_options)
+    return v3_config(smap, precision, plan), sched
 
 
 def bind_plan(cfg: PluginConfig, shapes) -> L.LaunchPlan:
@@ -303,7 +294,7 @@ def bind_plan(cfg: PluginConfig, shapes) -> L.LaunchPlan:
     check_shapes(cfg, shapes)
     if not cfg.dynamic:
         return cfg.plan
-    launch = launch_of(cfg)
+    launch = V3Launch.of(cfg.channels, cfg.plan)
     by_name = dict(zip(cfg.inputs, (tuple(int(v) for v in s) for s in shapes)))
     slots, empty = by_name["slots"][0], by_name["empty_cells"][0] - 1
     if slots % launch.geom.groups_per_block:
