@@ -83,9 +83,17 @@ def engine_key(lib, cfg: PluginConfig, target: Target, kernels: dict[str, str] |
 
 def rig_shape(cfg: PluginConfig) -> str:
     """The rig's shapes (what stays fixed across its calibrations): names an engine family."""
-    n, d, h, w = cfg.depth_shape
-    z, y, x = cfg.grid_shape
-    return f"N{n}D{d}H{h}W{w}_Z{z}Y{y}X{x}_C{cfg.channels}"
+    return _shape_name(cfg.depth_shape, cfg.grid_shape, cfg.channels)
+
+
+def rig_shape_of(smap: ScatterMap) -> str:
+    return _shape_name(smap.depth_shape, smap.grid_shape, smap.channels)
+
+
+def _shape_name(depth_shape, grid_shape, channels: int) -> str:
+    n, d, h, w = depth_shape
+    z, y, x = grid_shape
+    return f"N{n}D{d}H{h}W{w}_Z{z}Y{y}X{x}_C{channels}"
 
 
 def plugin_config_for(smap: ScatterMap, precision: str, target: Target, **launch_options
