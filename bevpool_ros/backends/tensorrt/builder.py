@@ -18,7 +18,7 @@ from ...scatter_map import ScatterMap
 from ..cuda import launch as L
 from ..cuda.schedule import V3Schedule
 from .engine_cache import EngineKey
-from .network import add_map_profile, create_network, populate
+from .network import add_map_profile, create_network, parse_onnx, populate
 from .plugin_config import PluginConfig, config_for_v3
 from .targets import Target, check_buildable, rtx_compute_capability
 
@@ -117,11 +117,13 @@ def fp8_flag_needed(lib, precision: str) -> bool:
     return major == 10 and minor < 12
 
 
-def build_engine(lib, cfg: PluginConfig, target: Target) -> BuiltEngine:
+def build_engine(lib, cfg: PluginConfig, target: Target, onnx_model: bytes | None = None) -> BuiltEngine:
     """Serialized engine bytes for ``cfg`` (AOT for ``target.arch`` on TensorRT-RTX; no GPU needed there).
 
-    The network is checked against ``cfg`` before building (engine_check.check_network): a wrong
-    input, dtype, shape, profile or layer fails here, not on the vehicle.
+    ``onnx_model``: a whole user network holding the BEVPool node (onnx_insert.insert_bevpool)
+    instead of the one-layer network. The network is checked against ``cfg`` before building
+    (engine_check.check_network): a wrong input, dtype, shape, profile or layer fails here, not
+    on the vehicle.
     """
     from .engine_check import check_network
 
@@ -131,10 +133,10 @@ def build_engine(lib, cfg: PluginConfig, target: Target) -> BuiltEngine:
     builder = trt.Builder(logger)
     weak = fp8_flag_needed(lib, cfg.precision)
     network = create_network(lib, builder, strongly_typed=not weak)
-    keep = populate(lib, network, cfg)
+    keep = populate(lib, network, cfg) if onnx_model is None else parse_onnx(lib, network, onnx_model)
     config = builder.create_builder_config()
     profile = add_map_profile(builder, config, cfg)
-    check_network(lib, network, profile, cfg)
+    check_network(lib, network, profile, cfg, embedded=onnx_model is not None)
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, WORKSPACE_LIMIT)
     if weak:
         config.set_flag(trt.BuilderFlag.FP8)

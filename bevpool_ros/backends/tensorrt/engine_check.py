@@ -86,19 +86,22 @@ def profile_differences(get_shape, cfg: PluginConfig) -> list[str]:
     return out
 
 
-def layer_differences(lib, network, cfg: PluginConfig) -> list[str]:
+def layer_differences(lib, network, cfg: PluginConfig, embedded: bool = False) -> list[str]:
+    """One-layer network: exactly the plugin, fed by cfg.inputs, producing ``bev``. Embedded in a
+    user's network: exactly one plugin layer, its map inputs the graph's map inputs."""
     trt = lib.trt
     layers = [network.get_layer(i) for i in range(network.num_layers)]
     plugins = [layer for layer in layers if layer.type == trt.LayerType.PLUGIN_V3]
-    if len(plugins) != 1 or len(layers) != 1:
+    if len(plugins) != 1 or (len(layers) != 1 and not embedded):
         return [f"layers: {[(layer.name, str(layer.type)) for layer in layers]}, expected one PLUGIN_V3"]
     layer = plugins[0]
     ins = [layer.get_input(i).name for i in range(layer.num_inputs)]
     outs = [layer.get_output(i).name for i in range(layer.num_outputs)]
     out = []
-    if ins != list(cfg.inputs):
+    if (ins[2:] if embedded else ins) != list(cfg.inputs[2:] if embedded else cfg.inputs) \
+            or len(ins) != len(cfg.inputs):
         out.append(f"plugin layer inputs {ins} != {list(cfg.inputs)}")
-    if outs != [OUTPUT_NAME]:
+    if outs != [OUTPUT_NAME] and not embedded:
         out.append(f"plugin layer outputs {outs} != [{OUTPUT_NAME!r}]")
     return out
 
@@ -108,9 +111,15 @@ def _raise(problems: list[str], what: str) -> None:
         raise EngineCheckError(f"{what} differs from the plugin config: " + "; ".join(problems))
 
 
-def check_network(lib, network, profile, cfg: PluginConfig) -> None:
-    _raise(io_differences(network_io(lib, network), cfg) + profile_differences(profile.get_shape, cfg)
-           + layer_differences(lib, network, cfg), "network")
+def check_network(lib, network, profile, cfg: PluginConfig, embedded: bool = False) -> None:
+    io = network_io(lib, network)
+    if embedded:  # a user's network: its own I/O is its business; the map inputs are ours
+        want = expected_io(cfg)
+        io_problems = [f"{n}: {io.get(n)} != expected {want[n]}" for n in cfg.inputs[2:] if io.get(n) != want[n]]
+    else:
+        io_problems = io_differences(io, cfg)
+    _raise(io_problems + profile_differences(profile.get_shape, cfg) + layer_differences(lib, network, cfg, embedded),
+           "network")
 
 
 def check_engine(lib, engine, cfg: PluginConfig) -> None:

@@ -24,7 +24,8 @@ class NetworkError(RuntimeError):
     """The network could not be made (parser errors, unsafe parser, missing onnx package)."""
 
 
-def _onnx():
+def onnx_module():
+    """The onnx package, or NetworkError saying it is needed."""
     try:
         import onnx
     except ImportError as e:
@@ -33,7 +34,7 @@ def _onnx():
 
 
 def onnx_elem_types() -> dict[str, int]:
-    T = _onnx().TensorProto
+    T = onnx_module().TensorProto
     return {"float16": T.FLOAT16, "float8_e4m3": T.FLOAT8E4M3FN, "float32": T.FLOAT, "int32": T.INT32}
 
 
@@ -41,12 +42,12 @@ def onnx_plugin_node(cfg: PluginConfig, depth: str, feat: str, out: str, name: s
     """The BEVPool custom node: its attributes are the plugin fields (docs/tensorrt.md)."""
     attrs = {k: [int(v) for v in a] if a.dtype == np.int32 else a.tobytes().decode()
              for k, a in cfg.to_fields().items()}
-    return _onnx().helper.make_node(PLUGIN_NAME, [depth, feat, *cfg.inputs[2:]], [out], name=name, **attrs)
+    return onnx_module().helper.make_node(PLUGIN_NAME, [depth, feat, *cfg.inputs[2:]], [out], name=name, **attrs)
 
 
 def onnx_map_inputs(cfg: PluginConfig) -> list:
     """Graph inputs for the map arrays: leading dimension symbolic (``<name>_rows``)."""
-    helper, elem = _onnx().helper, onnx_elem_types()
+    helper, elem = onnx_module().helper, onnx_elem_types()
     out = []
     for name in cfg.inputs[2:]:
         _, _, hi = cfg.profile(name)
@@ -57,7 +58,7 @@ def onnx_map_inputs(cfg: PluginConfig) -> list:
 
 def onnx_model_bytes(cfg: PluginConfig) -> bytes:
     """ONNX model (opset 21: float8 e4m3fn types) holding one BEVPool custom node."""
-    helper, elem = _onnx().helper, onnx_elem_types()
+    helper, elem = onnx_module().helper, onnx_elem_types()
     graph = helper.make_graph(
         [onnx_plugin_node(cfg, *INPUT_NAMES, OUTPUT_NAME)], "bevpool_ros",
         [helper.make_tensor_value_info("depth", elem[cfg.input_dtype], list(cfg.depth_shape)),
