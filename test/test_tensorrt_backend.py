@@ -270,19 +270,20 @@ def test_gpu_engine_cache_reused_and_auto(tmp_path, canonical_map):
     assert b3.precision in ("fp16", "fp8")
 
 
-def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys):
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys, precision):
     """prebuild (no GPU) -> the node's backend on an RTX 4090 (sm_89, 72 MiB L2) hits the cache."""
     import json
 
     from bevpool_ros.backends.tensorrt import prebuild
     from bevpool_ros.workloads import get_workload
 
-    assert prebuild.main(["--workload", "small", "--arch", "sm_89", "--precision", "fp16",
+    assert prebuild.main(["--workload", "small", "--arch", "sm_89", "--precision", precision,
                           "--cache-dir", str(tmp_path / "engines"), "--onnx", str(tmp_path / "g.onnx")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["arch"] == "sm_89" and report["bytes"] > 0
     assert (tmp_path / "g.onnx").stat().st_size > 0
-    b = fake_gpu("sm_89", autotune=True)
+    b = fake_gpu("sm_89", precision, autotune=True)
     b.prepare(get_workload("small"))  # prebuilt wins over tuning
     assert b.cache.hits == 1 and b.cache.stores == 0 and b.launch_choice is None
 

@@ -151,3 +151,14 @@ def test_targets():
     with pytest.raises(TargetError, match="cannot run"):
         check_runnable(_Lib(True), "sm_90")  # TensorRT-RTX refuses the H200
     check_runnable(_Lib(False), "sm_90")
+
+
+@pytest.mark.parametrize("flavour,version,precision,needed", [
+    ("full", "10.3.0", "fp8", True), ("full", "10.11.0.33", "fp8", True), ("full", "10.12.0", "fp8", False),
+    ("full", "11.4.0", "fp8", False), ("full", "10.3.0", "fp16", False), ("rtx", "1.7.1.116", "fp8", False)])
+def test_fp8_builder_flag_only_where_the_version_needs_it(flavour, version, precision, needed):
+    from types import SimpleNamespace
+
+    from bevpool_ros.backends.tensorrt.builder import fp8_flag_needed
+
+    assert fp8_flag_needed(SimpleNamespace(is_rtx=flavour == "rtx", version=version), precision) is needed

@@ -17,6 +17,7 @@ import logging
 import sys
 
 from ..base import BackendUnavailable
+from ..planning import FP8_KERNEL_OUT_SCALE
 from .builder import build_engine, engine_key, plugin_config_for
 from .engine_cache import EngineCache
 from .network import onnx_model_bytes
@@ -44,8 +45,6 @@ def main(argv=None) -> int:
                                    "full TensorRT: the live GPU's, checked if given)")
     ap.add_argument("--precision", default="fp16", choices=("fp16", "fp8"))
     ap.add_argument("--l2-mib", type=float, help="target L2 size (default: regime.KNOWN_GPUS for --arch)")
-    ap.add_argument("--fp8-scales", type=float, nargs=2, default=(1.0, 1.0), metavar=("DEPTH", "FEAT"),
-                    help="FP8 input scales the engine is built for (TensorRTBackend fp8_scales)")
     ap.add_argument("--tune", action="store_true", help="full TensorRT: tune the launch on this GPU first "
                                                          "(as the node's autotune would)")
     ap.add_argument("--cache-dir", help="engine cache folder (default: BEVPOOL_ENGINE_CACHE or ~/.cache/...)")
@@ -64,7 +63,9 @@ def main(argv=None) -> int:
 
 
 def _out_scale(args) -> float:
-    return 1.0 / (args.fp8_scales[0] * args.fp8_scales[1]) if args.precision == "fp8" else 1.0
+    """As TensorRTBackend builds: fp8 kernels write with the core's fixed scale (input scales live on
+    the device), so one fp8 engine serves every input scale."""
+    return FP8_KERNEL_OUT_SCALE if args.precision == "fp8" else 1.0
 
 
 def _build_rtx(lib, smap, args) -> dict:
@@ -88,8 +89,7 @@ def _build_on_gpu(smap, args) -> dict:
     """Full TensorRT: the node's own prepare on this GPU (tuning if asked), engine into the cache."""
     from .backend import TensorRTBackend
 
-    backend = TensorRTBackend(args.precision, cache_dir=args.cache_dir, fp8_scales=tuple(args.fp8_scales),
-                              autotune=args.tune)
+    backend = TensorRTBackend(args.precision, cache_dir=args.cache_dir, autotune=args.tune)
     if args.arch and args.arch != backend.target.arch:
         raise TargetError(f"{backend.lib.tag} builds for this GPU ({backend.target.arch}), not {args.arch}")
     try:
