@@ -2,7 +2,7 @@
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
 # Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
-# pytest.log, bench.log, frame_latency_cuda_*.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
+# pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -37,16 +37,14 @@ if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
   # every gpu-marked test that needs no rclpy (the node tests run on the CPU machines)
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q -x --no-header -p no:cacheprovider \
-      -m gpu -rs test/test_cuda_backend_gpu.py test/test_backend_fallback.py \
+      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_backend_fallback.py \
       test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
-# the node's pooling stage per frame (no ROS on this machine): stack -> pool -> copy back
+# the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
 if [ "$RUN_FRAME" = 1 ]; then
-  for prec in fp16 fp8; do
-    timeout 120 $PY bench/frame_latency.py --backend cuda --precision $prec --out "$OUT" \
-        2>&1 | tee -a "$OUT/frame_latency.log" | tail -4 || status=1
-  done
+  timeout 120 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 float32 \
+      --out-dtype float16 float32 --prefix h200_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" | tail -9 || status=1
 fi
 
 if [ "$RUN_BENCH" = 1 ]; then

@@ -40,6 +40,10 @@ KERNEL_INPUT = {"fp16": np.dtype(np.float16), "fp8": np.dtype(np.uint8)}
 KERNEL_OUTPUT = {"fp16": np.dtype(np.float32), "fp8": np.dtype(np.float16)}
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.uint8): "e4m3"}
 _THREADS = 256
+CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f16", "bevconv_check_e4m3",
+                   "bevconv_amax_f32", "bevconv_amax_f16", "bevconv_f32_to_e4m3", "bevconv_f16_to_e4m3",
+                   "bevconv_out_f32_to_f16", "bevconv_out_f16_to_f16", "bevconv_out_f16_to_f32",
+                   "bevconv_check_out_f32")  # plugin/bevpool_convert.cuh
 HOST_MEMORY = ("auto", "copy", "mapped")
 
 
@@ -163,6 +167,7 @@ class GpuFrame:
         hit = self._graphs.get(key)
         if hit is None:
             host = self._host_target(target)
+            self._allocate(wire, target.dtype)  # nothing may allocate while a stream is captured
             recorded = {}
             graph = Graph(self.rt.stream, lambda s: recorded.update(out=self._record(s, wire, target.dtype, host)))
             hit = self._graphs[key] = (graph, recorded["out"])
@@ -177,9 +182,10 @@ class GpuFrame:
                 return buf
         reg = self._registered.get(target.ctypes.data)
         if reg is None or not reg.covers(target):
-            if reg is not None:  # the caller moved its payload: forget graphs writing the old one
-                self._drop_graphs(lambda k: k[3] == reg.ptr)
-                reg.release()
+            # one registration at a time: the caller moved its payload (a new size or dtype), so the
+            # old one is released first (and two registrations can never share a page)
+            for old in list(self._registered.values()):
+                self._forget_output(old.array)
             reg = self._registered[target.ctypes.data] = HostRegistration(target, self.host_memory == "mapped")
         return reg
 
@@ -211,7 +217,7 @@ class GpuFrame:
             bev = bindings["out"]
             self._elementwise(s, "bevconv_check_out_f32", n, ("ptr", bev.ptr), ("i64", n), ("ptr", out_flags.ptr))
         else:
-            bev = _Ptr(host.device_ptr) if mapped else self._bev_buffer(out_dtype)
+            bev = _Ptr(host.device_ptr) if mapped else self._bev[out_dtype]
             k = ("ptr", scratch + 12) if self.precision == "fp8" else ("ptr", 0)
             name = f"bevconv_out_{_SUFFIX[self.kout]}_to_{_SUFFIX[out_dtype]}"
             self._elementwise(s, name, n, ("ptr", self._kout.ptr), ("ptr", bev.ptr), ("i64", n), k,
@@ -240,7 +246,7 @@ class GpuFrame:
         if mapped:
             src = _Ptr(region.device_ptr)
         else:
-            src = self._raw_buffer(stream)
+            src = self._raw[stream]
             s.h2d(src, region.ptr, nbytes)
         dst = self._kin[stream]
         fl = ("ptr", flags.ptr if flags is not None else 0)
@@ -258,15 +264,19 @@ class GpuFrame:
         blocks = max(1, min(-(-n // _THREADS), self.rt.device.sm_count * 8))
         launch_args(self.rt.module, kernel, (blocks, 1, 1), (_THREADS, 1, 1), args, s)
 
-    def _raw_buffer(self, stream: str) -> DeviceBuffer:
-        if stream not in self._raw:
-            self._raw[stream] = DeviceBuffer(self.staging.nbytes(stream, np.float32))
-        return self._raw[stream]
-
-    def _bev_buffer(self, dtype: np.dtype) -> DeviceBuffer:
-        if dtype not in self._bev:
-            self._bev[dtype] = DeviceBuffer(self.n["out"] * dtype.itemsize)
-        return self._bev[dtype]
+    def _allocate(self, wire, out_dtype: np.dtype) -> None:
+        """Device buffers a graph for (wire, out_dtype) needs beyond the kernel's own, and every
+        function handle it launches: resolved before capture."""
+        for kernel in CONVERT_KERNELS:
+            self.rt.module.function(kernel)
+        if self.host_memory == "mapped":
+            return
+        for stream, dtype in zip(("depth", "feat"), wire):
+            if np.dtype(dtype) != self.kin and stream not in self._raw:
+                self._raw[stream] = DeviceBuffer(self.staging.nbytes(stream, np.float32))
+        direct = out_dtype == self.kout and self.precision == "fp16"
+        if not direct and out_dtype not in self._bev:
+            self._bev[out_dtype] = DeviceBuffer(self.n["out"] * out_dtype.itemsize)
 
     def _drop_graphs(self, which) -> None:
         for key in [k for k in self._graphs if which(k)]:

@@ -75,6 +75,7 @@ class CudaBackend(Backend):
         plan = self.md.plan("v3", precision, choice=choice, acc=self.accumulate, kernel=self.kernel_override,
                             out_scale=out_scale)
         md = self.md
+        self.rt.module.function(plan.kernel)  # resolved here: not while the frame graph is captured
         frame = GpuFrame(self.rt, self.smap, precision, lambda s, b: md.enqueue(plan, b, s),
                          check_finite=self.check_finite, host_memory=self.host_memory, fp8_scales=self._fp8_scales)
         frame.after_frame = self._hooks
