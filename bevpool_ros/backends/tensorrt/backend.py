@@ -30,7 +30,7 @@ import numpy as np
 from ..base import Backend, BackendUnavailable
 from ..choices import LaunchChoice, choice_key
 from ..cuda.backend import CudaBackend
-from ..cuda.launch import PRECISION_INPUT
+from ..cuda.launch import PRECISION_INPUT, V3_KERNELS
 from ..gpu_frame import GpuFrame
 from ..planning import FP8_KERNEL_OUT_SCALE
 from ...regime import classify, working_set_bytes
@@ -121,7 +121,7 @@ class TensorRTBackend(CudaBackend):
         from .builder import engine_key, plugin_config_for
 
         opts = {**self.launch_options, "out_scale": FP8_KERNEL_OUT_SCALE if precision == "fp8" else 1.0}
-        if opts["kernel"] and not opts["kernel"].startswith(f"bevpool_v3_{precision}"):
+        if opts["kernel"] and V3_KERNELS[opts["kernel"]].precision != precision:
             opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
         cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
         key = engine_key(self.lib, cfg, self.target)

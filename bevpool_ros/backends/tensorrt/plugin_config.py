@@ -195,9 +195,9 @@ def map_bounds(depth_shape, grid_shape, block: int, num_points: int = 0) -> dict
     """Largest schedule arrays any calibration of this rig can produce (the profile's max).
 
     A rig's point is one depth entry, so P <= N*D*H*W for every calibration (a synthetic map
-    that repeats depth entries, ``num_points`` above that, is bounded by its own P). A team of t slots covers L >= t points and
-    the idle lanes left before it are fewer than t, so slots + gaps <= 2P, plus one block of
-    final padding. Empty cells: at most every cell, plus the trailing pad entry.
+    that repeats depth entries, ``num_points`` above that, is bounded by its own P). A team of t
+    slots covers L >= t points and the idle lanes left before it are fewer than t, so slots +
+    gaps <= 2P, plus one block of final padding. Empty cells: at most every cell, plus the pad.
     """
     points = max(int(np.prod(depth_shape)), int(num_points))
     slots = -(-(2 * points + block) // block) * block
