@@ -125,7 +125,7 @@ def build_engine(lib, cfg: PluginConfig, target: Target, onnx_model: bytes | Non
     (engine_check.check_network): a wrong input, dtype, shape, profile or layer fails here, not
     on the vehicle.
     """
-    from .engine_check import check_network
+    from .engine_check import check_engine_fields, check_network
 
     check_buildable(lib, target.arch, cfg.precision)
     trt = lib.trt
@@ -153,4 +153,7 @@ def build_engine(lib, cfg: PluginConfig, target: Target, onnx_model: bytes | Non
                                + ("; ".join(logger.errors) or "no error text"))
     log.info("TensorRT engine: %s %s %s kernel %s, %d bytes in %.2f s", lib.tag, target.arch,
              cfg.precision, cfg.plan.kernel, data.nbytes, dt)
-    return BuiltEngine(bytes(memoryview(data)), cfg, target, dt)
+    blob = bytes(memoryview(data))
+    if lib.is_rtx:  # its plugin record layout is known: what the runtime will recreate is checked now
+        check_engine_fields(lib, blob, cfg)
+    return BuiltEngine(blob, cfg, target, dt)
