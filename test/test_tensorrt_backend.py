@@ -288,6 +288,28 @@ def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys, pre
     assert b.cache.hits == 1 and b.cache.stores == 0 and b.launch_choice is None
 
 
+def test_prebuild_on_the_target_runs_the_nodes_own_prepare(fake_gpu, monkeypatch, tmp_path):
+    """Full TensorRT (DRIVE Thor): bevpool-trt-build tunes and builds through TensorRTBackend.prepare,
+    so the engine and the choice land under the node's keys (TensorRT-RTX stands in for the library)."""
+    from types import SimpleNamespace
+
+    from bevpool_ros.backends.tensorrt import prebuild
+    from bevpool_ros.workloads import get_workload
+
+    monkeypatch.setattr(TensorRTBackend, "_measure_launch",
+                        lambda self, precision: LaunchChoice("bevpool_v3_fp16_dram", 16, 256, 1.0))
+    fake_gpu("sm_89")  # installs the fake device runtime
+    args = SimpleNamespace(cache_dir=str(tmp_path / "engines"), precision="fp16", tune=True, arch="sm_89",
+                           onnx=str(tmp_path / "g.onnx"))
+    report = prebuild._build_on_gpu(get_workload("small"), args)
+    assert report["engine"] and report["tuned"] and report["kernel"] == "bevpool_v3_fp16_dram"
+    node = fake_gpu("sm_89", autotune=True)
+    node.prepare(get_workload("small"))  # the node: cached choice, cached engine
+    assert node.cache.hits == 1 and node.cache.stores == 0
+    with pytest.raises(prebuild.TargetError, match="not sm_120"):
+        prebuild._build_on_gpu(get_workload("small"), SimpleNamespace(**{**vars(args), "arch": "sm_120"}))
+
+
 def test_prebuild_refuses_fp8_below_sm89(tmp_path, capsys):
     trt_rtx_or_skip()
     from bevpool_ros.backends.tensorrt import prebuild
