@@ -74,7 +74,6 @@ class TensorRTBackend(CudaBackend):
         self.target = Target(dev.arch, int(dev.l2_bytes), dev.name)
         self.cache = EngineCache(cache_dir)
         self.runners: dict[str, tuple] = {}  # precision -> (engine key, EngineRunner)
-        self.cfg = None
         self.engine_loads = self.calibration_updates = 0
 
     # --- calibration ------------------------------------------------------------------------
@@ -109,7 +108,6 @@ class TensorRTBackend(CudaBackend):
             self.runners[precision] = (key, runner)
         arrays = map_inputs(cfg, self.smap, sched)
         runner.set_map(arrays)
-        self.cfg = cfg
         frame = GpuFrame(self.rt, self.smap, precision, runner.enqueue, check_finite=self.check_finite,
                          host_memory=self.host_memory, fp8_scales=self._fp8_scales)
         frame.after_frame = self._hooks
@@ -186,10 +184,12 @@ class TensorRTBackend(CudaBackend):
              "arch": self.target.arch, "l2_bytes": self.target.l2_bytes, "tensorrt": self.lib.tag,
              "engine_cache": self.cache.stats(), "engine_loads": self.engine_loads,
              "calibration_updates": self.calibration_updates}
-        if self.plan is not None and self.cfg is not None:
+        held = self.runners.get(self.precision)
+        if self.plan is not None and held is not None:
+            cfg = held[1].cfg
             d.update(kernel=self.plan.kernel, grid=list(self.plan.grid), block=list(self.plan.block),
                      launch_choice=list(dataclasses.astuple(self.launch_choice))[:3] if self.launch_choice else None,
-                     input_dtype=self.cfg.input_dtype, output_dtype=self.cfg.output_dtype,
+                     input_dtype=cfg.input_dtype, output_dtype=cfg.output_dtype,
                      host_memory=getattr(self.frame, "host_memory", None), check_finite=self.check_finite)
         if self.auto_record:
             d["auto"] = dict(vars(self.auto_record))

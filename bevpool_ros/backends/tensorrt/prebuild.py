@@ -95,11 +95,11 @@ def _build_on_gpu(smap, args) -> dict:
     try:
         backend.prepare(smap)
         d = backend.describe()
-        key, _ = backend.runners[backend.precision]
+        key, runner = backend.runners[backend.precision]
         path = backend.cache.path(key)
         if args.onnx:
             with open(args.onnx, "wb") as f:
-                f.write(onnx_model_bytes(backend.cfg))
+                f.write(onnx_model_bytes(runner.cfg))
     finally:
         backend.close()
     return {"engine": str(path) if path and path.is_file() else None, "arch": d["arch"], "gpu": d["device"],

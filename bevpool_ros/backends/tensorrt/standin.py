@@ -11,6 +11,7 @@ Nothing of TensorRT's own code runs.
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass
 
 __version__ = "standin"
@@ -116,7 +117,7 @@ class ExecutionContext:
         from ..cuda.driver import DeviceBuffer
         from .plugin import fields_to_collection, register_plugin
 
-        this = __import__(__name__, fromlist=["_"])
+        this = sys.modules[__name__]  # this module is the ``trt`` the plugin classes are built on
         creator = register_plugin(this)
         built = creator.create_plugin("bevpool", fields_to_collection(this, cfg.to_fields()), TensorRTPhase.BUILD)
         # what an engine stores is what its runtime phase recreates the plugin from
