@@ -49,6 +49,18 @@ def camera_set(rig, depth, feat, stamp_ns: int) -> CameraSet:
     return CameraSet(frames, tuple(frames), (), now, now, True)
 
 
+E4M3_SCALE = 16.0
+
+
+def wire_frame(frame, wire: str):
+    """(depth, feat) as a producer would send them in ``wire``."""
+    if wire == "float8_e4m3":
+        from bevpool_ros.fp8 import encode
+
+        return tuple(encode(a.astype(np.float64) * E4M3_SCALE) for a in frame)
+    return tuple(a.astype(wire) for a in frame)
+
+
 def cuda_split(backend, cameras, out, frames: int) -> dict:
     """The GPU backend's stage in two: host staging into the pinned slots; graph replay + sync."""
     frame = backend.frame
@@ -97,7 +109,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", default="cuda")
     p.add_argument("--precision", nargs="+", default=["fp16"])
-    p.add_argument("--wire-dtype", nargs="+", default=["float16"], choices=("float16", "float32"))
+    p.add_argument("--wire-dtype", nargs="+", default=["float16"], choices=("float16", "float32", "float8_e4m3"),
+                   help="float8_e4m3: codes as a producer quantised them (scale 16, the rule's for [0, 1) / "
+                        "[-1, 1) data), on backends that take them")
     p.add_argument("--out-dtype", nargs="+", default=["float16"], choices=("float16", "float32"))
     p.add_argument("--host-memory", default="auto", choices=("auto", "copy", "mapped"))
     p.add_argument("--frames", type=int, default=300)
@@ -113,7 +127,11 @@ def main() -> int:
     for precision in args.precision:
         backend = create_backend(args.backend, precision, fallback=False, host_memory=args.host_memory)
         for wire in args.wire_dtype:
-            frames = [tuple(a.astype(wire) for a in f) for f in raw]
+            if wire == "float8_e4m3" and np.dtype(np.uint8) not in backend.wire_dtypes:
+                continue
+            frames = [wire_frame(f, wire) for f in raw]
+            if wire == "float8_e4m3":
+                backend.fp8_scales = (E4M3_SCALE, E4M3_SCALE)
             for out_dtype in args.out_dtype:
                 row = {"backend": backend.name, "precision": None, "wire_dtype": wire, "output_dtype": out_dtype,
                        "frames": args.frames, **measure(backend, rig, frames, out_dtype, args.frames, args.warmup)}

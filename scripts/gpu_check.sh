@@ -43,7 +43,7 @@ fi
 
 # the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
 if [ "$RUN_FRAME" = 1 ]; then
-  timeout 120 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 float32 \
+  timeout 120 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 float32 float8_e4m3 \
       --out-dtype float16 float32 --prefix h200_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" | tail -9 || status=1
 fi
 

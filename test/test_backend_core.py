@@ -244,3 +244,23 @@ def test_worker_pools_into_the_message_payload_memory():
         depth[n], feat[n] = frames[cam.name]["depth"][1], frames[cam.name]["feat"][1]
     ref = pool_reference(depth, feat, be.smap)
     assert np.abs(r.bev.astype(np.float64) - ref).max() <= 2e-2 * max(1.0, np.abs(ref).max() / 64)
+
+
+def test_worker_counts_a_backend_found_nan_as_non_finite():
+    """A GPU backend checks values on the device (the node then skips its host scan): its finding
+    must land in the same ``non_finite`` counter; the cpu backend's own check stands in here."""
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    drops = []
+    worker = PoolingWorker(CpuBackend(), LiveCalibration(rig), lambda r: None, lambda r, d: drops.append(r))
+    worker.prepare()
+    _, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, np.ones((D_, H_, W_), np.float32)),
+                         "feat": (1, np.ones((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+    frames[rig.cameras[3].name]["feat"][1][0, 0, 0] = np.nan
+    assert worker.process(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True)) is None
+    assert drops == ["non_finite"]

@@ -161,6 +161,9 @@ def test_check_finite_off_still_never_publishes_a_non_finite_grid():
     big = np.full(smap.feat_shape, 6e4, np.float16)  # each value fits FP16, the sums do not
     with pytest.raises(NonFiniteOutput):
         be.pool(np.ones(smap.depth_shape, np.float16), big, out=np.empty(smap.bev_shape, np.float16))
+    be.check_finite = True  # the parameter changed at run time: the next frame checks inputs again
+    with pytest.raises(InputError):
+        be.pool(d.astype(np.float32), g)
     be.close()
 
 

@@ -30,6 +30,11 @@ class InputError(ValueError):
     """A frame's tensors do not fit the prepared scatter map; the frame must be dropped."""
 
 
+class NonFiniteInput(InputError):
+    """An input holds NaN/Inf (or, for FP16 kernels, a value beyond FP16): the node's ``non_finite``
+    drop, whether its host check or a backend's device check found it."""
+
+
 class NonFiniteOutput(RuntimeError):
     """The pooled grid holds NaN/Inf (e.g. an FP16 overflow); the frame must not be published."""
 
@@ -56,7 +61,7 @@ def check_inputs(smap: ScatterMap, depth: np.ndarray, feat: np.ndarray,
         if tuple(arr.shape) != tuple(shape):
             raise InputError(f"{name}: shape {tuple(arr.shape)} != expected {tuple(shape)}")
         if check_finite and not all_finite(arr):
-            raise InputError(f"{name}: contains NaN or Inf")
+            raise NonFiniteInput(f"{name}: contains NaN or Inf")
 
 
 class Backend(ABC):

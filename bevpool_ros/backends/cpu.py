@@ -11,7 +11,7 @@ import numpy as np
 import scipy.sparse as sparse
 
 from ..scatter_map import ScatterMap
-from .base import Backend, InputError, NonFiniteOutput, all_finite, check_inputs, check_out
+from .base import Backend, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out
 
 FLOAT32_SAFE = 1e38  # a bound on |sum| below float32's maximum: no overflow possible
 
@@ -48,15 +48,17 @@ class CpuBackend(Backend):
         if self.check_finite:
             m_d, m_f = magnitude(depth), magnitude(feat)
             if not np.isfinite(m_d * m_f):
-                raise InputError(f"{'depth' if not np.isfinite(m_d) else 'feat'}: contains NaN or Inf")
+                raise NonFiniteInput(f"{'depth' if not np.isfinite(m_d) else 'feat'}: contains NaN or Inf")
             bound = self._max_len * m_d * m_f
         if out is not None:
             check_out(smap, out)
         # float32 out: the grid is summed straight into it; float16 out: one cast at the end
         direct = out is not None and out.dtype == np.float32
-        grid = out.reshape(smap.num_cells, smap.channels) if direct else \
-            np.empty((smap.num_cells, smap.channels), dtype=np.float32)
-        grid[self._empty] = 0
+        if direct:
+            grid = out.reshape(smap.num_cells, smap.channels)
+            grid[self._empty] = 0  # the other cells are written below
+        else:
+            grid = np.zeros((smap.num_cells, smap.channels), dtype=np.float32)
         if smap.num_points:
             weights = depth.reshape(-1)[smap.ranks_depth].astype(np.float32, copy=False)
             A = sparse.csr_matrix((weights, smap.ranks_feat, self._indptr),

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..scatter_map import ScatterMap
-from .base import InputError, NonFiniteOutput, check_out
+from .base import NonFiniteInput, NonFiniteOutput, check_out
 from .cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
 from .planning import FP8_KERNEL_OUT_SCALE
 from .staging import ALL_WIRE, CameraStaging
@@ -98,6 +98,7 @@ class GpuFrame:
                  check_finite: bool = True, host_memory: str = "auto", fp8_scales=(1.0, 1.0)):
         self.rt, self.smap, self.precision = rt, smap, precision
         self.enqueue_kernel = enqueue_kernel
+        self._graphs: dict[tuple, tuple[Graph, DeviceOutput]] = {}
         self.check_finite = check_finite
         dev = rt.device
         self.host_memory = choose_host_memory(dev.integrated, dev.can_map_host, host_memory)
@@ -124,12 +125,22 @@ class GpuFrame:
         self._small = PinnedBuffer((4,), np.int32)     # host: k depth, k feat (raw E4M3) | flags
         self._own_out: dict[np.dtype, PinnedBuffer] = {}
         self._registered: dict[int, HostRegistration] = {}
-        self._graphs: dict[tuple, tuple[Graph, DeviceOutput]] = {}
         self.after_frame: list[Callable[[DeviceOutput], None]] = []
         self.last_output: DeviceOutput | None = None
         self.fp8_scales = fp8_scales
 
     # --- configuration ---------------------------------------------------------------------------
+    @property
+    def check_finite(self) -> bool:
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, on: bool) -> None:
+        """Input value checks in the graph (input.check_finite); a change re-captures on the next frame."""
+        if getattr(self, "_check_finite", None) is not None and bool(on) != self._check_finite:
+            self._drop_graphs(lambda k: True)
+        self._check_finite = bool(on)
+
     @property
     def fp8_scales(self) -> tuple[float, float]:
         return self._fp8_scales
@@ -144,9 +155,9 @@ class GpuFrame:
     # --- per frame -------------------------------------------------------------------------------
     def run(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
         """Stage, replay, sync, check the flags; the BEV lands in ``out`` (or a fresh array)."""
-        wire = self.staging.stage(cameras)  # header checks: refused before any device work
         if out is not None:
             check_out(self.smap, out)
+        wire = self.staging.stage(cameras)  # header checks: refused before any device work
         target = out if out is not None else self._own_output(self.kout).array
         graph, dev_out = self._graph(wire, target)
         graph.replay()
@@ -156,7 +167,7 @@ class GpuFrame:
         self.rt.stream.synchronize()
         flags = int(self._small.array[2])
         if flags & FLAG_INPUT:
-            raise InputError("inputs hold NaN/Inf or values beyond the kernel precision's range")
+            raise NonFiniteInput("inputs hold NaN/Inf (or values beyond FP16's range)")
         if flags & FLAG_OUTPUT:
             raise NonFiniteOutput(f"{self.precision} grid holds NaN/Inf (overflow of the published dtype?)")
         return out if out is not None else target.copy()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends import InputError, NonFiniteOutput
+from ..backends import InputError, NonFiniteInput, NonFiniteOutput
 from ..scatter_map import scatter_map_for
 from .calibration import LiveCalibration
 from .sync import CameraSet
@@ -156,6 +156,9 @@ class PoolingWorker:
         t1 = time.perf_counter()
         try:
             bev = self.backend.pool_cameras(cameras, out=out)
+        except NonFiniteInput as e:  # found by the backend's own (device) check: the node's reason
+            self.on_drop("non_finite", str(e))
+            return None
         except InputError as e:
             self.on_drop("backend_input_error", str(e))
             return None

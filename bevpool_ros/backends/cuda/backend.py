@@ -90,6 +90,17 @@ class CudaBackend(Backend):
         return self.pool_cameras(split_cameras(depth, feat), out)
 
     @property
+    def check_finite(self) -> bool:
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, on: bool) -> None:
+        """input.check_finite; may change at run time (the frame graph is re-captured once)."""
+        self._check_finite = bool(on)
+        if getattr(self, "frame", None) is not None:
+            self.frame.check_finite = on
+
+    @property
     def fp8_scales(self) -> tuple[float, float]:
         """Scales raw E4M3 inputs carry (powers of two; default 1, 1): a change needs no re-capture."""
         return self._fp8_scales
