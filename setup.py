@@ -48,6 +48,7 @@ setup(
             "bevpool-demo = bevpool_ros.cli.demo:main",
             "bevpool_node = bevpool_ros.node.main:main",
             "bevpool-trt-build = bevpool_ros.backends.tensorrt.prebuild:main",
+            "bevpool-onnx-insert = bevpool_ros.backends.tensorrt.onnx_insert:main",
             "bevpool-bag = bevpool_ros.cli.bag:main",
         ],
     },

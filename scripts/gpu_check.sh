@@ -61,4 +61,15 @@ if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
       > "$OUT/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
   grep -E "bevpool_|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput" "$OUT/ncu.txt" | head -120
 fi
+# ---- TensorRT plugin block (owner: tensorrt helper) -------------------------------------------------
+# No TensorRT on this machine: the plugin's runtime half runs through a stand-in of the TensorRT base
+# classes (backends/tensorrt/standin.py): two calibrations through one plugin config vs the FP64
+# reference, host cost per frame eager vs CUDA graph, the plugin inside the shared GpuFrame.
+# Writes $OUT/h200_trt_plugin.json (commit as bench/results/h200_trt_plugin.json). Skip: RUN_TRT=0.
+if [ "${RUN_TRT:-1}" = 1 ]; then
+  timeout 100 $PY -m pytest -q --no-header -p no:cacheprovider -m gpu -rs test/test_tensorrt_plugin_gpu.py \
+      2>&1 | tee "$OUT/trt_plugin_pytest.log" | tail -4 || status=1
+  timeout 150 $PY bench/trt_plugin_host_cost.py --out "$OUT" 2>&1 | tee "$OUT/trt_plugin.log" | tail -8 || status=1
+fi
+# ---- end of the TensorRT plugin block ----------------------------------------------------------------
 exit $status

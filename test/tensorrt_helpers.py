@@ -34,3 +34,31 @@ def trt_rtx_or_skip():
     if not lib.onnx_parser_safe:
         pytest.skip("TensorRT-RTX ONNX parser unsafe in this process (library fix not applied)")
     return lib
+
+
+def build_for(lib, smap, precision: str, target, **launch_options):
+    """(BuiltEngine, this calibration's schedule) for ``smap`` on ``target``."""
+    from bevpool_ros.backends.tensorrt.builder import build_engine, plugin_config_for
+
+    cfg, sched = plugin_config_for(smap, precision, target, **launch_options)
+    return build_engine(lib, cfg, target), sched
+
+
+def bind_to_map(plugin, smap, sched):
+    """Play TensorRT's on_shape_change for this calibration's map inputs; returns the arrays."""
+    from bevpool_ros.backends.tensorrt.plugin_config import map_inputs
+    from bevpool_ros.backends.tensorrt.standin import TensorDesc
+
+    cfg = plugin.cfg
+    arrays = map_inputs(cfg, smap, sched)
+    shapes = [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())]
+    plugin.on_shape_change([TensorDesc(tuple(s)) for s in shapes], [TensorDesc(tuple(cfg.output_shape))])
+    return arrays
+
+
+def recalibrated(rig, shift=(0.04, -0.03, 0.02)):
+    """The same rig after a calibration update: every camera moved by a few centimetres."""
+    from dataclasses import replace
+
+    return rig.with_cameras([replace(c, translation=tuple(t + d for t, d in zip(c.translation, shift)))
+                             for c in rig.cameras])

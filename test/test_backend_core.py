@@ -161,13 +161,14 @@ def test_choice_key_names_every_input():
 
 def test_plan_for_is_what_the_tensorrt_config_uses():
     from bevpool_ros.backends.planning import plan_for
-    from bevpool_ros.backends.tensorrt.plugin_config import v3_launch
+    from bevpool_ros.backends.tensorrt.plugin_config import bind_plan, config_for_v3, map_inputs
 
     smap = get_workload("small")
     for precision in ("fp16", "fp8"):
         s1, p1 = plan_for(smap, precision, "L2-resident", k_min=8, threads=128)
-        s2, p2 = v3_launch(smap, precision, "L2-resident", k_min=8, threads=128)
-        assert p1 == p2 and s1.digest() == s2.digest()
+        cfg, s2 = config_for_v3(smap, precision, "L2-resident", k_min=8, threads=128)
+        shapes = [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in map_inputs(cfg, smap, s2).values())]
+        assert bind_plan(cfg, shapes) == p1 and s1.digest() == s2.digest()
     choice = LaunchChoice("bevpool_v3_fp16_l2", 32, 128)
     _, p = plan_for(smap, "fp16", "DRAM-bound", choice=choice, kernel="bevpool_v3_fp16_dram", threads=512)
     assert p.kernel == choice.kernel and p.block[0] == 128  # a measured choice wins over overrides

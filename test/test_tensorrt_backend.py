@@ -1,9 +1,9 @@
-"""TensorRTBackend: clean unavailability + fallback, and its engine/cache/staging logic.
+"""TensorRTBackend: clean unavailability + fallback, and its engine/cache/calibration logic.
 
-The middle tests replace only the GPU pieces (the device runtime and the engine runner) with
-fakes; the engine they load is a real TensorRT-RTX AOT build. The @gpu tests need a GPU that a
-TensorRT runtime accepts: they skip on this machine (no GPU) AND on the lent H200 (no full
-TensorRT there, and TensorRT-RTX refuses compute capability 9.0).
+The middle tests replace only the GPU pieces (device runtime, engine runner, the shared frame
+graph) with fakes; the engines they load are real TensorRT-RTX AOT builds. The @gpu tests need a
+GPU that a TensorRT runtime accepts: they skip on this machine (no GPU) AND on the lent H200 (no
+full TensorRT there, and TensorRT-RTX refuses compute capability 9.0).
 """
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bevpool_ros.backends import BackendUnavailable, InputError, create_backend
-from bevpool_ros.backends.cuda import fp8
+from bevpool_ros.backends import BackendUnavailable, create_backend
+from bevpool_ros.backends.planning import FP8_KERNEL_OUT_SCALE
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.regime import MiB
 
 from tensorrt_helpers import tiny_map, trt_rtx_or_skip
 
+import bevpool_ros.backends.cuda.backend as CB
 import bevpool_ros.backends.tensorrt.backend as B
 import bevpool_ros.backends.tensorrt.runner as R
+from bevpool_ros.backends.choices import ChoiceStore, LaunchChoice
 from bevpool_ros.backends.tensorrt import TensorRTBackend
 from bevpool_ros.backends.tensorrt.trt_import import TensorRTMissing
 
@@ -44,7 +46,7 @@ def test_no_tensorrt_raises_backend_unavailable(monkeypatch):
         raise TensorRTMissing("no TensorRT Python module: tensorrt: not installed")
 
     monkeypatch.setattr(B, "load_tensorrt", missing)
-    monkeypatch.setattr(B, "_gpu_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(CB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
     with pytest.raises(BackendUnavailable, match="no TensorRT"):
         TensorRTBackend("fp16")
 
@@ -65,36 +67,49 @@ def test_create_backend_falls_back_with_one_warning(caplog):
 
 # --- engine logic with fake GPU pieces ------------------------------------------------------
 def fake_rt(arch: str, name: str = "FAKE GPU", l2: int = 72 * MiB):
-    return SimpleNamespace(device=SimpleNamespace(arch=arch, name=name, l2_bytes=l2), stream=None)
+    device = SimpleNamespace(arch=arch, name=name, l2_bytes=l2, make_current=lambda: None)
+    return SimpleNamespace(device=device, stream=None)
 
 
 class FakeRunner:
-    """Stands in for EngineRunner: keeps the engine bytes, computes on the host."""
+    """Stands in for EngineRunner: keeps the engine bytes and every map it was given."""
 
     instances: list = []
     refuse: set = set()
-    smap = None  # set per test: the fake computes with the map on the host
 
     def __init__(self, lib, data, cfg, rt):
         if data in FakeRunner.refuse:
             raise R.EngineLoadError("refused (test)")
-        self.data, self.cfg = data, cfg
-        in_dt = np.float16 if cfg.precision == "fp16" else np.uint8
-        self.h_depth = SimpleNamespace(array=np.zeros(cfg.depth_shape, in_dt))
-        self.h_feat = SimpleNamespace(array=np.zeros(cfg.feat_shape, in_dt))
+        self.data, self.cfg, self.maps = data, cfg, []
         FakeRunner.instances.append(self)
 
-    def run(self):
-        d, f = self.h_depth.array, self.h_feat.array
-        if self.cfg.precision == "fp8":
-            d, f = fp8.decode(d), fp8.decode(f)
-            scale = [v for k, v in self.cfg.plan.args if k == "f32"][0]
-        else:
-            scale = 1.0
-        return (pool_reference(d, f, self.smap) * scale).astype(self.cfg.output_dtype)
+    def set_map(self, arrays):
+        from bevpool_ros.backends.tensorrt.plugin_config import check_shapes
 
-    def time_us(self):
-        return 10.0 if self.cfg.precision == "fp16" else 5.0
+        check_shapes(self.cfg, [self.cfg.depth_shape, self.cfg.feat_shape, *(a.shape for a in arrays.values())])
+        self.maps.append(arrays)
+
+    def enqueue(self, stream, bindings):
+        raise AssertionError("the fake frame never records the engine")
+
+    def close(self):
+        pass
+
+
+class FakeFrame:
+    """Stands in for the shared GpuFrame: pools on the host with the FP64 reference."""
+
+    def __init__(self, rt, smap, precision, enqueue_kernel, **kw):
+        self.smap, self.precision, self.enqueue_kernel = smap, precision, enqueue_kernel
+        self.host_memory = "copy"
+
+    def run(self, cameras, out=None):
+        depth = np.stack([c[0] for c in cameras]).astype(np.float64)
+        feat = np.stack([c[1] for c in cameras]).astype(np.float64)
+        return pool_reference(depth, feat, self.smap).astype(np.float32 if self.precision == "fp16" else np.float16)
+
+    def frame_time_us(self, cameras, **kw):
+        return 10.0 if self.precision == "fp16" else 5.0
 
     def close(self):
         pass
@@ -105,20 +120,16 @@ def fake_gpu(monkeypatch, tmp_path):
     lib = trt_rtx_or_skip()
     FakeRunner.instances, FakeRunner.refuse = [], set()
     monkeypatch.setattr(R, "EngineRunner", FakeRunner)
+    monkeypatch.setattr(B, "GpuFrame", FakeFrame)
+    monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))  # measured choices
 
     def make(arch="sm_89", precision="fp16", **kw):
-        monkeypatch.setattr(B, "_gpu_runtime", lambda ordinal: fake_rt(arch))
+        monkeypatch.setattr(CB, "get_runtime", lambda ordinal: fake_rt(arch))
         kw.setdefault("autotune", False)  # tuning measures on a GPU; tested with a fake below
         return TensorRTBackend(precision, cache_dir=tmp_path / "engines", **kw)
 
     make.lib = lib
     return make
-
-
-def _prepare(backend, smap):
-    backend.prepare(smap)
-    backend.runner.smap = smap
-    return backend
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_110"])
@@ -134,92 +145,93 @@ def test_fp8_below_sm89_is_unavailable(fake_gpu):
 
 def test_prepare_builds_then_reuses_engine(fake_gpu):
     smap = tiny_map(channels=16)
-    b1 = _prepare(fake_gpu(), smap)
+    b1 = fake_gpu()
+    b1.prepare(smap)
     assert b1.cache.stats()["stores"] == 1 and b1.cache.stats()["misses"] == 1
-    b2 = _prepare(fake_gpu(), smap)
+    b2 = fake_gpu()
+    b2.prepare(smap)
     assert b2.cache.stats()["hits"] == 1 and b2.cache.stats()["stores"] == 0
     assert FakeRunner.instances[0].data == FakeRunner.instances[1].data
     d = b2.describe()
     assert d["backend"] == "tensorrt" and d["kernel"].startswith("bevpool_v3_fp16") and d["arch"] == "sm_89"
+    assert d["grid"][0] > 0  # the plan bound to this calibration, not the engine's template
+
+
+def test_two_calibrations_hit_the_same_engine_with_different_arrays(fake_gpu, nuscenes_rig):
+    """A calibration change (TF update) uploads new map arrays: no rebuild, no reload, no re-tune."""
+    from bevpool_ros.scatter_map import build_scatter_map
+
+    from tensorrt_helpers import recalibrated
+
+    a, b = build_scatter_map(nuscenes_rig), build_scatter_map(recalibrated(nuscenes_rig))
+    assert a.key != b.key and a.num_points != b.num_points
+    backend = fake_gpu()
+    backend.prepare(a)
+    runner = backend.runners["fp16"][1]
+    backend.prepare(b)
+    assert backend.runners["fp16"][1] is runner and backend.engine_loads == 1 and backend.calibration_updates == 1
+    assert backend.cache.stats()["stores"] == 1
+    first, second = runner.maps
+    assert first["pidx"].shape != second["pidx"].shape  # the new calibration's arrays were uploaded
+    fresh = fake_gpu()  # another process starting on the new calibration: the cached engine
+    fresh.prepare(b)
+    assert fresh.cache.hits == 1 and fresh.cache.stores == 0
+    assert FakeRunner.instances[-1].data == runner.data
+    assert fresh.describe()["calibration_updates"] == 0
 
 
 def test_corrupt_engine_file_is_rebuilt(fake_gpu):
     smap = tiny_map()
-    b1 = _prepare(fake_gpu(), smap)
+    fake_gpu().prepare(smap)
+    b1 = fake_gpu()
     (path,) = list(b1.cache.directory.glob("*.engine"))
     path.write_bytes(path.read_bytes()[:100])  # truncated
-    b2 = _prepare(fake_gpu(), smap)
-    assert b2.cache.corrupt == 1 and b2.cache.stores == 1
+    b1.prepare(smap)
+    assert b1.cache.corrupt == 1 and b1.cache.stores == 1
 
 
 def test_engine_refused_by_tensorrt_is_rebuilt_once(fake_gpu):
     smap = tiny_map()
-    b1 = _prepare(fake_gpu(), smap)
+    fake_gpu().prepare(smap)
     # an intact envelope around an engine TensorRT refuses (e.g. from another TensorRT build)
     from bevpool_ros.private_cache import seal as wrap
 
-    (path,) = list(b1.cache.directory.glob("*.engine"))
+    b2 = fake_gpu()
+    (path,) = list(b2.cache.directory.glob("*.engine"))
     stale = b"stale engine from another TensorRT build"
     path.write_bytes(wrap(stale))
     FakeRunner.refuse = {stale}
-    b2 = _prepare(fake_gpu(), smap)
-    assert b2.cache.corrupt == 1 and b2.runner.data != stale
+    b2.prepare(smap)
+    assert b2.cache.corrupt == 1 and b2.runners["fp16"][1].data != stale
 
 
-def test_pool_fp16_stages_and_checks_inputs(fake_gpu):
+def test_fp8_engine_writes_the_core_kernel_scale(fake_gpu):
+    """FP8 input scales live on the device (gpu_frame); the engine's kernel scale is the core's fixed one."""
     smap = tiny_map(channels=16)
-    b = _prepare(fake_gpu(), smap)
-    rng = np.random.default_rng(1)
-    depth = rng.random(smap.depth_shape).astype(np.float32)
-    feat = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
-    out = b.pool(depth, feat)
-    assert out.dtype == np.float32 and out.shape == smap.bev_shape
-    np.testing.assert_allclose(out, pool_reference(depth, feat, smap), atol=2e-2)
-    with pytest.raises(InputError):
-        b.pool(depth[:1], feat)
-    with pytest.raises(InputError, match="overflow"):
-        b.pool(depth * 1e6, feat)
-
-
-def test_pool_fp8_uses_engine_scales(fake_gpu):
-    smap = tiny_map(channels=16)
-    b = _prepare(fake_gpu("sm_120", "fp8", fp8_scales=(8.0, 8.0)), smap)
-    assert b.runner.cfg.plan.args[-2] == ("f32", 1.0 / 64.0)  # baked into the engine
-    rng = np.random.default_rng(2)
-    depth = rng.random(smap.depth_shape).astype(np.float32)
-    feat = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
-    out = b.pool(depth, feat)
-    assert out.dtype == np.float16
-    ref = pool_reference(depth, feat, smap)
-    from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
-
-    ok, _ = fp8_within_tolerance(out, ref, pool_reference(np.abs(depth), np.abs(feat), smap))
-    assert ok
-    codes = fp8.quantize(depth, 8.0), fp8.quantize(feat, 8.0)
-    np.testing.assert_array_equal(b.pool(*codes), out)  # raw E4M3 codes take the same path
-    bad = codes[0].copy()
-    bad.flat[0] = 0x7F
-    with pytest.raises(InputError, match="NaN"):
-        b.pool(bad, codes[1])
+    b = fake_gpu("sm_120", "fp8", fp8_scales=(8.0, 8.0))
+    b.prepare(smap)
+    cfg = b.runners["fp8"][1].cfg
+    assert ("f32", FP8_KERNEL_OUT_SCALE) in cfg.plan.args and cfg.input_dtype == "float8_e4m3"
 
 
 def test_auto_picks_fp16_without_fp8_hardware(fake_gpu):
-    b = _prepare(fake_gpu("sm_86", "auto"), tiny_map())
-    assert b.precision == "fp16" and "no FP8" in b.auto_record["reason"]
+    b = fake_gpu("sm_86", "auto")
+    b.prepare(tiny_map())
+    assert b.precision == "fp16" and list(b.runners) == ["fp16"]
 
 
 def test_auto_keeps_fp8_only_when_faster_and_within_tolerance(fake_gpu, monkeypatch, tmp_path):
-    monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))  # precision choice cache
     smap = tiny_map(channels=16)
     b = fake_gpu("sm_120", "auto")
-    monkeypatch.setattr(FakeRunner, "smap", smap, raising=False)
     b.prepare(smap)
-    assert b.precision == "fp8" and b.auto_record["fp8_within_tolerance"]
-    monkeypatch.setattr(FakeRunner, "time_us", lambda self: 5.0 if self.cfg.precision == "fp16" else 9.0)
+    assert b.precision == "fp8" and b.auto_record.fp8_within_tolerance and list(b.runners) == ["fp8"]
+    assert b.describe()["input_dtype"] == "float8_e4m3"
+    monkeypatch.setattr(FakeFrame, "frame_time_us", lambda self, cameras, **kw: 5.0 if self.precision == "fp16" else 9.0)
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc2"))
-    b2 = fake_gpu("sm_120", "auto")
+    b2 = fake_gpu("sm_120", "auto", choice_store=ChoiceStore(tmp_path / "kc2"))
     b2.prepare(smap)
     assert b2.precision == "fp16"  # FP8 slower: not chosen
+    assert b2.describe()["input_dtype"] == "float16" and list(b2.runners) == ["fp16"]
 
 
 # --- real GPU + TensorRT runtime ------------------------------------------------------------
@@ -260,20 +272,44 @@ def test_gpu_engine_cache_reused_and_auto(tmp_path, canonical_map):
     assert b3.precision in ("fp16", "fp8")
 
 
-def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys):
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_prebuilt_engine_is_found_by_the_backend(fake_gpu, tmp_path, capsys, precision):
     """prebuild (no GPU) -> the node's backend on an RTX 4090 (sm_89, 72 MiB L2) hits the cache."""
     import json
 
     from bevpool_ros.backends.tensorrt import prebuild
     from bevpool_ros.workloads import get_workload
 
-    assert prebuild.main(["--workload", "small", "--arch", "sm_89", "--precision", "fp16",
+    assert prebuild.main(["--workload", "small", "--arch", "sm_89", "--precision", precision,
                           "--cache-dir", str(tmp_path / "engines"), "--onnx", str(tmp_path / "g.onnx")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["arch"] == "sm_89" and report["bytes"] > 0
     assert (tmp_path / "g.onnx").stat().st_size > 0
-    b = _prepare(fake_gpu("sm_89", autotune=True), get_workload("small"))  # prebuilt wins over tuning
-    assert b.cache.hits == 1 and b.cache.stores == 0 and b.tuned == {}
+    b = fake_gpu("sm_89", precision, autotune=True)
+    b.prepare(get_workload("small"))  # prebuilt wins over tuning
+    assert b.cache.hits == 1 and b.cache.stores == 0 and b.launch_choice is None
+
+
+def test_prebuild_on_the_target_runs_the_nodes_own_prepare(fake_gpu, monkeypatch, tmp_path):
+    """Full TensorRT (DRIVE Thor): bevpool-trt-build tunes and builds through TensorRTBackend.prepare,
+    so the engine and the choice land under the node's keys (TensorRT-RTX stands in for the library)."""
+    from types import SimpleNamespace
+
+    from bevpool_ros.backends.tensorrt import prebuild
+    from bevpool_ros.workloads import get_workload
+
+    monkeypatch.setattr(TensorRTBackend, "_measure_launch",
+                        lambda self, precision: LaunchChoice("bevpool_v3_fp16_dram", 16, 256, 1.0))
+    fake_gpu("sm_89")  # installs the fake device runtime
+    args = SimpleNamespace(cache_dir=str(tmp_path / "engines"), precision="fp16", tune=True, arch="sm_89",
+                           onnx=str(tmp_path / "g.onnx"))
+    report = prebuild._build_on_gpu(get_workload("small"), args)
+    assert report["engine"] and report["tuned"] and report["kernel"] == "bevpool_v3_fp16_dram"
+    node = fake_gpu("sm_89", autotune=True)
+    node.prepare(get_workload("small"))  # the node: cached choice, cached engine
+    assert node.cache.hits == 1 and node.cache.stores == 0
+    with pytest.raises(prebuild.TargetError, match="not sm_120"):
+        prebuild._build_on_gpu(get_workload("small"), SimpleNamespace(**{**vars(args), "arch": "sm_120"}))
 
 
 def test_prebuild_refuses_fp8_below_sm89(tmp_path, capsys):
@@ -290,7 +326,7 @@ def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
 
     lib = trt_rtx_or_skip()
     unsafe = TrtLib(lib.trt, lib.module_name, lib.version, onnx_parser_safe=False)
-    monkeypatch.setattr(B, "_gpu_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(CB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
     monkeypatch.setattr(B, "load_tensorrt", lambda _=None: unsafe)
     with pytest.raises(BackendUnavailable, match="would abort"):
         TensorRTBackend("fp16")
@@ -301,18 +337,20 @@ def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
         TensorRTBackend("fp16")
 
 
-def test_autotuned_launch_is_baked_into_the_engine(fake_gpu, monkeypatch, tmp_path):
-    monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))
+def test_autotuned_launch_is_baked_into_the_engine_and_kept_across_calibrations(fake_gpu, monkeypatch):
     measured = []
 
     def measure(self, precision):
         measured.append(precision)
-        return ("bevpool_v3_fp16_dram", 32, 128)
+        return LaunchChoice("bevpool_v3_fp16_dram", 32, 128, 1.0)
 
     monkeypatch.setattr(TensorRTBackend, "_measure_launch", measure)
-    smap = tiny_map(channels=16)
-    b = _prepare(fake_gpu("sm_89", autotune=True), smap)
-    plan = b.runner.cfg.plan
+    a, b = tiny_map(channels=16, seed=1, points=100), tiny_map(channels=16, seed=2, points=90, key="tiny2")
+    backend = fake_gpu("sm_89", autotune=True)
+    backend.prepare(a)
+    plan = backend.runners["fp16"][1].cfg.plan
     assert plan.kernel == "bevpool_v3_fp16_dram" and plan.block[0] == 128
-    b2 = _prepare(fake_gpu("sm_89", autotune=True), smap)  # choice cached per (GPU, map): not re-measured
-    assert measured == ["fp16"] and b2.cache.hits == 1
+    backend.prepare(b)  # another calibration: the choice (shape class) and the engine are kept
+    again = fake_gpu("sm_89", autotune=True)
+    again.prepare(a)
+    assert measured == ["fp16"] and backend.engine_loads == 1 and again.cache.hits == 1

@@ -13,11 +13,11 @@ import pytest
 from bevpool_ros.backends.tensorrt.builder import EngineBuildError, build_engine, plugin_config_for
 from bevpool_ros.backends.tensorrt.network import create_network, onnx_model_bytes, populate
 from bevpool_ros.backends.tensorrt.plugin import fields_to_collection, plugin_classes, register_plugin
-from bevpool_ros.backends.tensorrt.plugin_config import PLUGIN_NAME, constant_arrays
+from bevpool_ros.backends.tensorrt.plugin_config import PLUGIN_NAME, map_inputs
 from bevpool_ros.backends.tensorrt.targets import Target, TargetError, known_target
 from bevpool_ros.regime import MiB
 
-from tensorrt_helpers import tiny_map, trt_rtx_or_skip
+from tensorrt_helpers import bind_to_map, build_for, tiny_map, trt_rtx_or_skip
 
 BUILDS = [("sm_86", "fp16"), ("sm_89", "fp16"), ("sm_89", "fp8"), ("sm_120", "fp16"), ("sm_120", "fp8")]
 
@@ -30,7 +30,7 @@ def lib():
 @pytest.mark.parametrize("arch,precision", BUILDS)
 def test_aot_build_without_gpu(lib, arch, precision):
     smap = tiny_map(channels=80)
-    built = build_engine(lib, smap, precision, known_target(arch))
+    built, _ = build_for(lib, smap, precision, known_target(arch))
     assert len(built.data) > 1000
     assert built.config.plan.kernel.startswith(f"bevpool_v3_{precision}")
     assert built.target.arch == arch
@@ -38,7 +38,7 @@ def test_aot_build_without_gpu(lib, arch, precision):
 
 def test_fp8_below_sm89_is_refused_before_tensorrt(lib):
     with pytest.raises(TargetError, match="fp8 needs compute capability"):
-        build_engine(lib, tiny_map(), "fp8", known_target("sm_86"))
+        build_for(lib, tiny_map(), "fp8", known_target("sm_86"))
 
 
 def test_tensorrt_itself_refuses_fp8_for_sm86(lib, monkeypatch):
@@ -47,14 +47,13 @@ def test_tensorrt_itself_refuses_fp8_for_sm86(lib, monkeypatch):
 
     monkeypatch.setattr(B, "check_buildable", lambda *a: None)
     with pytest.raises(EngineBuildError, match="fp8_e4m3"):
-        build_engine(lib, tiny_map(), "fp8", Target("sm_86", 6 * MiB))
+        build_for(lib, tiny_map(), "fp8", Target("sm_86", 6 * MiB))
 
 
 def test_rig_derived_map_builds(lib, canonical_map):
-    built = build_engine(lib, canonical_map, "fp16", known_target("sm_86"))
-    # the map constants (slots, pidx, empty cells) live inside the engine
-    _, sched = plugin_config_for(canonical_map, "fp16", known_target("sm_86"))
-    assert len(built.data) > sched.slots.nbytes + sched.pidx.nbytes
+    built, sched = build_for(lib, canonical_map, "fp16", known_target("sm_86"))
+    # the map (slots, pidx, empty cells) is an engine input, not inside the engine
+    assert len(built.data) < sched.pidx.nbytes
     assert built.config.plan.kernel == "bevpool_v3_fp16_dram"  # 6 MiB L2 on the A6000 -> DRAM path
 
 
@@ -70,10 +69,11 @@ def test_build_phase_sees_expected_tensors(lib, monkeypatch):
 
     monkeypatch.setattr(Plugin, "configure_plugin", spy)
     smap = tiny_map(channels=16)
-    built = build_engine(lib, smap, "fp8", known_target("sm_120"))
+    built, _ = build_for(lib, smap, "fp8", known_target("sm_120"))
     DT = lib.trt.DataType
     cfg = built.config
-    assert seen["in"] == [(tuple(s), t) for s, t in zip(cfg.input_shapes, [DT.FP8, DT.FP8] + [DT.INT32] * 3)]
+    shapes = [cfg.depth_shape, cfg.feat_shape, (-1, 4), (-1, 2), (-1,)]  # map lengths: the profile's
+    assert seen["in"] == [(tuple(s), t) for s, t in zip(shapes, [DT.FP8, DT.FP8] + [DT.INT32] * 3)]
     assert seen["out"] == [((*smap.grid_shape, 16), DT.HALF)]
 
 
@@ -118,8 +118,10 @@ def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     """enqueue without a GPU: the launch is intercepted; checks binding, stream, and no allocation."""
     import bevpool_ros.backends.cuda.driver as drv
 
+    from bevpool_ros.backends.cuda import launch as L
+
     smap = tiny_map()
-    cfg, _ = plugin_config_for(smap, "fp16", known_target("sm_89"))
+    cfg, sched = plugin_config_for(smap, "fp16", known_target("sm_89"))
     Plugin, _ = plugin_classes(lib.trt)
     calls = []
     monkeypatch.setattr(Plugin, "kernel_loader", staticmethod(lambda: "MODULE"))
@@ -128,9 +130,13 @@ def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     monkeypatch.setattr(drv, "DeviceBuffer", None)  # any allocation attempt would fail loudly
     p = Plugin(cfg).attach_to_context(None)
     ptrs = [0x1000 * (i + 1) for i in range(5)]
+    with pytest.raises(RuntimeError, match="on_shape_change"):  # no launch before the map is bound
+        p.enqueue(None, None, ptrs, [0xBEEF00], 0, 0x77)
+    bind_to_map(p, smap, sched)
     assert p.enqueue(None, None, ptrs, [0xBEEF00], 0, 0x77) is None
     module, plan, bufs, stream = calls[0]
-    assert module == "MODULE" and plan == cfg.plan and stream == 0x77
+    info = L.V3_KERNELS[cfg.plan.kernel]
+    assert module == "MODULE" and plan == L.plan_v3(smap, sched, info, L.v3_geometry(16, info)) and stream == 0x77
     assert bufs == dict(zip(cfg.inputs, ptrs), out=0xBEEF00)
 
 
@@ -139,12 +145,14 @@ def test_onnx_model_carries_the_plugin_node(lib):
 
     smap = tiny_map()
     cfg, sched = plugin_config_for(smap, "fp8", known_target("sm_89"))
-    model = onnx.load_from_string(onnx_model_bytes(cfg, constant_arrays(cfg, smap, sched)))
+    model = onnx.load_from_string(onnx_model_bytes(cfg))
     (node,) = model.graph.node
     assert node.op_type == PLUGIN_NAME
     assert list(node.input) == ["depth", "feat", "slots", "pidx", "empty_cells"]
     assert {a.name for a in node.attribute} == set(cfg.to_fields())
-    assert [i.name for i in model.graph.input] == ["depth", "feat"]
+    assert [i.name for i in model.graph.input] == ["depth", "feat", "slots", "pidx", "empty_cells"]
+    assert not model.graph.initializer  # no calibration inside the model
+    assert model.graph.input[2].type.tensor_type.shape.dim[0].dim_param == "slots_rows"
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT8E4M3FN
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
 
@@ -152,7 +160,7 @@ def test_onnx_model_carries_the_plugin_node(lib):
 def test_engine_does_not_deserialize_without_gpu(lib):
     """Documents the limit of this machine: the runtime needs a CUDA driver."""
     trt = lib.trt
-    built = build_engine(lib, tiny_map(), "fp16", known_target("sm_89"))
+    built, _ = build_for(lib, tiny_map(), "fp16", known_target("sm_89"))
     register_plugin(trt)
     rt = trt.Runtime(trt.Logger(trt.Logger.INTERNAL_ERROR))
     from bevpool_ros.regime import live_l2_bytes
@@ -168,59 +176,9 @@ def test_network_has_one_plugin_layer(lib):
     cfg, sched = plugin_config_for(smap, "fp16", known_target("sm_89"))
     builder = trt.Builder(trt.Logger(trt.Logger.ERROR))
     net = create_network(lib, builder)
-    keep = populate(lib, builder, net, cfg, constant_arrays(cfg, smap, sched))
+    keep = populate(lib, net, cfg)
     assert keep is not None
     names = [net.get_input(i).name for i in range(net.num_inputs)]
-    assert names == ["depth", "feat"]
+    assert names == ["depth", "feat", "slots", "pidx", "empty_cells"]
     assert net.get_output(0).name == "bev" and tuple(net.get_output(0).shape) == (*smap.grid_shape, 16)
-    kinds = {net.get_layer(i).type for i in range(net.num_layers)}
-    assert trt.LayerType.PLUGIN_V3 in kinds
-    assert np.all([net.get_layer(i).type in (trt.LayerType.PLUGIN_V3, trt.LayerType.CONSTANT)
-                   for i in range(net.num_layers)])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("precision", ["fp16", "fp8"])
-def test_gpu_plugin_enqueue_without_tensorrt_runtime(lib, precision, canonical_map):
-    """The plugin's runtime half on a real GPU, driven directly (no TensorRT runtime involved):
-    attach_to_context loads the NVRTC module, enqueue launches on our stream with raw pointers.
-    Runs wherever TensorRT(-RTX) Python bindings import and a GPU exists (even one the TensorRT-RTX
-    runtime refuses, e.g. the H200) - provided the bindings can be installed there."""
-    from bevpool_ros.backends.base import BackendUnavailable
-    from bevpool_ros.backends.cuda import fp8
-    from bevpool_ros.backends.cuda.driver import DeviceArrays, DeviceBuffer
-    from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
-    from bevpool_ros.backends.cuda.runtime import get_runtime
-    from bevpool_ros.reference import pool_reference
-
-    try:
-        rt = get_runtime(0)
-    except BackendUnavailable as e:
-        pytest.skip(str(e))
-    if precision == "fp8" and rt.device.major * 10 + rt.device.minor < 89:
-        pytest.skip("no FP8 on this GPU")
-    smap = canonical_map
-    target = Target(rt.device.arch, rt.device.l2_bytes, rt.device.name)
-    cfg, sched = plugin_config_for(smap, precision, target)
-    rng = np.random.default_rng(5)
-    depth = rng.random(smap.depth_shape).astype(np.float32)
-    feat = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
-    if precision == "fp16":
-        d_in, f_in = depth.astype(np.float16), feat.astype(np.float16)
-    else:
-        d_in, f_in = fp8.quantize(depth, 1.0), fp8.quantize(feat, 1.0)
-    consts = constant_arrays(cfg, smap, sched)
-    dev = DeviceArrays.upload({"depth": d_in, "feat": f_in, **consts}, rt.stream).buffers
-    out = DeviceBuffer(int(np.prod(cfg.output_shape)) * np.dtype(cfg.output_dtype).itemsize)
-    rt.stream.memset8(out, 0xFF, out.nbytes)  # NaN poison: every cell must be written
-    Plugin, _ = plugin_classes(lib.trt)
-    p = Plugin(cfg).attach_to_context(None)
-    p.enqueue(None, None, [dev[n].ptr for n in cfg.inputs], [out.ptr], 0, int(rt.stream.handle))
-    host = np.empty(cfg.output_shape, np.dtype(cfg.output_dtype))
-    rt.stream.d2h(host.ctypes.data, out, out.nbytes)
-    rt.stream.synchronize()
-    ref = pool_reference(depth, feat, smap)
-    if precision == "fp16":  # against the FP64 reference of the FP16-rounded inputs: accumulation error only
-        np.testing.assert_allclose(host, pool_reference(d_in, f_in, smap), atol=1e-2, rtol=1e-3)
-    else:
-        assert fp8_within_tolerance(host, ref, pool_reference(np.abs(depth), np.abs(feat), smap))[0]
+    assert [net.get_layer(i).type for i in range(net.num_layers)] == [trt.LayerType.PLUGIN_V3]

@@ -9,8 +9,8 @@ import pytest
 from bevpool_ros.backends.cuda import launch as L
 from bevpool_ros.backends.cuda.schedule import build_v3_schedule
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for
-from bevpool_ros.backends.tensorrt.plugin_config import (FIELDS, PluginConfig, PluginConfigError, config_for_plan,
-                                                         config_for_v3, constant_arrays)
+from bevpool_ros.backends.tensorrt.plugin_config import (FIELDS, PluginConfig, PluginConfigError, bind_plan,
+                                                         config_for_plan, config_for_v3, map_bounds, map_inputs)
 from bevpool_ros.backends.tensorrt.targets import (Target, TargetError, arch_cc, check_buildable, check_runnable,
                                                    fp8_supported, known_target)
 from bevpool_ros.regime import MiB
@@ -26,7 +26,11 @@ def test_plan_is_the_launch_description(precision, regime):
     info = L.choose_v3_kernel(80, precision, regime)
     geom = L.v3_geometry(80, info)
     assert (sched.block, sched.warp) == (geom.groups_per_block, geom.groups_per_warp)
-    assert cfg.plan == L.plan_v3(smap, sched, info, geom)  # no second copy of kernel/grid logic
+    arrays = map_inputs(cfg, smap, sched)
+    shapes = [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())]
+    # bound to this calibration, the template is the launch description's plan: no second copy
+    assert bind_plan(cfg, shapes) == L.plan_v3(smap, sched, info, geom)
+    assert cfg.plan.grid[0] == 0  # the engine's template holds no calibration
     assert cfg.inputs == ("depth", "feat", "slots", "pidx", "empty_cells")
     assert cfg.output_shape == (*smap.grid_shape, 80)
     assert cfg.output_dtype == ("float32" if precision == "fp16" else "float16")
@@ -70,18 +74,55 @@ def test_v2_plans_fit_the_same_plugin():
     cfg = config_for_plan(smap, sched, L.plan_v2(smap), "fp16")
     assert cfg.inputs[2:] == ("ranks_depth", "ranks_feat", "ranks_bev", "interval_starts", "interval_lengths")
     assert cfg.plan.zero_output_first
-    consts = constant_arrays(cfg, smap, sched)
-    assert all(a.dtype == np.int32 for a in consts.values())
+    arrays = map_inputs(cfg, smap, sched)
+    assert all(a.dtype == np.int32 for a in arrays.values())
+    assert not cfg.dynamic and cfg.profile("ranks_bev")[0] == cfg.profile("ranks_bev")[2]  # fixed lengths
+    shapes = [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())]
+    assert bind_plan(cfg, shapes) == cfg.plan
+    with pytest.raises(PluginConfigError, match="outside"):
+        bind_plan(cfg, shapes[:-1] + [(shapes[-1][0] + 1,)])
 
 
-def test_empty_arrays_are_padded_for_tensorrt():
-    # every cell occupied -> no empty cells; TensorRT rejects zero-volume constants
+def test_empty_cells_carry_one_pad_entry():
+    # every cell occupied -> no empty cells; TensorRT rejects zero-volume inputs
     smap = tiny_map(points=4000, grid=(1, 2, 3))
     cfg, sched = config_for_v3(smap, "fp16", "L2-resident")
     assert sched.empty_cells.size == 0
-    assert constant_arrays(cfg, smap, sched)["empty_cells"].shape == (1,)
-    n_empty = [v for k, v in cfg.plan.args if k == "i32"][0]
+    arrays = map_inputs(cfg, smap, sched)
+    assert arrays["empty_cells"].tolist() == [-1]
+    plan = bind_plan(cfg, [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())])
+    n_empty = [v for k, v in plan.args if k == "i32"][0]
     assert n_empty == 0  # the kernel reads no entry of the padding
+
+
+def test_two_calibrations_one_config_different_arrays():
+    """The engine's config is calibration-free: a recalibrated rig gets the same config, other arrays."""
+    a, b = tiny_map(channels=16, seed=1, points=100), tiny_map(channels=16, seed=2, points=90)
+    cfg_a, sched_a = config_for_v3(a, "fp16", "L2-resident")
+    cfg_b, sched_b = config_for_v3(b, "fp16", "L2-resident")
+    assert cfg_a == cfg_b and cfg_a.to_fields().keys() == cfg_b.to_fields().keys()
+    arr_a, arr_b = map_inputs(cfg_a, a, sched_a), map_inputs(cfg_b, b, sched_b)
+    assert arr_a["pidx"].shape != arr_b["pidx"].shape
+    info = L.V3_KERNELS[cfg_a.plan.kernel]
+    geom = L.v3_geometry(16, info)
+    for smap, sched, arr in ((a, sched_a, arr_a), (b, sched_b, arr_b)):  # the launch follows each calibration
+        bound = bind_plan(cfg_a, [cfg_a.depth_shape, cfg_a.feat_shape, *(x.shape for x in arr.values())])
+        assert bound == L.plan_v3(smap, sched, info, geom)
+
+
+def test_map_bounds_hold_for_extreme_maps():
+    """The profile's max holds for maps with every depth entry in one cell or one point per cell."""
+    depth_shape, grid = (2, 4, 3, 5), (1, 6, 7)
+    for points, cells in ((120, 1), (120, 42), (1, 1)):
+        smap = tiny_map(channels=16, points=points, grid=grid, depth_shape=depth_shape)
+        if cells == 1:
+            smap = tiny_map(channels=16, points=points, grid=(1, 1, 1), depth_shape=depth_shape)
+        for k_min in (1, 16):
+            cfg, sched = config_for_v3(smap, "fp16", "L2-resident", k_min=k_min)
+            arrays = map_inputs(cfg, smap, sched)
+            bounds = map_bounds(smap.depth_shape, smap.grid_shape, sched.block, smap.num_points)
+            for name, a in arrays.items():
+                assert a.shape[0] <= bounds[name][0], (name, points, cells, k_min)
 
 
 def test_kernel_follows_target_l2():
@@ -110,3 +151,14 @@ def test_targets():
     with pytest.raises(TargetError, match="cannot run"):
         check_runnable(_Lib(True), "sm_90")  # TensorRT-RTX refuses the H200
     check_runnable(_Lib(False), "sm_90")
+
+
+@pytest.mark.parametrize("flavour,version,precision,needed", [
+    ("full", "10.3.0", "fp8", True), ("full", "10.11.0.33", "fp8", True), ("full", "10.12.0", "fp8", False),
+    ("full", "11.4.0", "fp8", False), ("full", "10.3.0", "fp16", False), ("rtx", "1.7.1.116", "fp8", False)])
+def test_fp8_builder_flag_only_where_the_version_needs_it(flavour, version, precision, needed):
+    from types import SimpleNamespace
+
+    from bevpool_ros.backends.tensorrt.builder import fp8_flag_needed
+
+    assert fp8_flag_needed(SimpleNamespace(is_rtx=flavour == "rtx", version=version), precision) is needed

@@ -32,12 +32,13 @@ import json, sys
 sys.path.insert(0, "test")
 from tensorrt_helpers import tiny_map
 from bevpool_ros.backends.tensorrt.trt_import import load_tensorrt
-from bevpool_ros.backends.tensorrt.builder import build_engine
+from bevpool_ros.backends.tensorrt.builder import build_engine, plugin_config_for
 from bevpool_ros.backends.tensorrt.network import NetworkError
 from bevpool_ros.backends.tensorrt.targets import known_target
 lib = load_tensorrt()
 try:
-    n = len(build_engine(lib, tiny_map(), "fp16", known_target("sm_89")).data)
+    cfg, _ = plugin_config_for(tiny_map(), "fp16", known_target("sm_89"))
+    n = len(build_engine(lib, cfg, known_target("sm_89")).data)
 except NetworkError as e:
     n = str(e)
 print(json.dumps({"safe": lib.onnx_parser_safe, "fix": lib.libfix, "module": lib.module_name, "built": n}))

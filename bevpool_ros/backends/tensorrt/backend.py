@@ -1,33 +1,39 @@
-"""TensorRTBackend: prepare() loads or builds the engine for the map; pool() runs it.
+"""TensorRTBackend: the cuda backend's frame path with a TensorRT engine as the pooling step.
 
-Construction fails with BackendUnavailable (so create_backend falls back to cuda, then cpu)
-when there is no TensorRT module, no GPU, or a GPU this TensorRT cannot run on (TensorRT-RTX
-refuses compute capability 9.0), or fp8 is asked for below SM89.
+Everything around the pooling step is the shared GPU core (backends/gpu_frame.py via
+CudaBackend): per-camera pinned staging, one CUDA graph per frame (H2D, device conversion and
+checks, the pooling step, epilogue, D2H), measured choices as typed records (backends/choices.py),
+precision ``auto`` decided on whole frames. What this class adds:
 
-Launch: with ``autotune`` (default, as in the cuda backend) the kernel/k_min/threads of the plan
-baked into the engine are measured on this GPU by the cuda backend's tuner; otherwise the launch
-description's defaults for the GPU's memory regime are used. An engine prebuilt with those
-defaults (prebuild.py) is used as found, without tuning.
+* the pooling step is ``EngineRunner.enqueue`` (``execute_async_v3``), captured inside the frame
+  graph: TensorRT calls the plugin's Python enqueue only at capture, never per frame;
+* one engine per rig shape class: the scatter map (its V3 schedule) is an engine input, so a new
+  calibration of the same rig (TF polled every second on a vehicle) uploads new arrays into the
+  runner's bound buffers and recaptures: no rebuild, no deserialization, no re-tune. A new engine
+  is needed only when the launch changes (another memory regime, so another kernel);
+* the launch choice is tuned once per (GPU, rig shapes, precision, regime), not per calibration,
+  with the cuda backend's tuner and record type; an engine prebuilt with the default launch
+  (bevpool-trt-build) is used as found, without tuning.
 
-precision: fp16 | fp8 | auto. auto follows the cuda backend's rule (precision_select.decide):
-FP8 only on SM89+, and only when its engine is measured faster than the FP16 engine AND its
-output is within the documented FP8 tolerance of the FP64 reference. The choice is cached per
-(GPU, map, TensorRT version).
-
-FP8 scales: an engine's output scale is a build-time constant (like static Q/DQ scales), set by
-the ``fp8_scales=(depth_scale, feat_scale)`` option. Raw E4M3 codes (uint8) are used as they come;
-float inputs are quantized on the host with those scales (saturating at +-448).
+Construction fails with BackendUnavailable (create_backend then falls back to cuda, then cpu)
+without a GPU, without a TensorRT module, on a GPU this TensorRT cannot run on (TensorRT-RTX
+refuses compute capability 9.0), or for fp8 below SM89.
 """
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import importlib.util
 import logging
 
 import numpy as np
 
-from ..base import Backend, BackendUnavailable, NonFiniteOutput, all_finite, check_out
-from ..staging import stage_fp16, stage_fp8
+from ..base import Backend, BackendUnavailable
+from ..choices import LaunchChoice, choice_key
+from ..cuda.backend import CudaBackend
+from ..cuda.launch import PRECISION_INPUT, V3_KERNELS
+from ..gpu_frame import GpuFrame
+from ..planning import FP8_KERNEL_OUT_SCALE
+from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
 from .targets import Target, TargetError, check_runnable, fp8_supported
@@ -36,18 +42,23 @@ from .trt_import import TensorRTMissing, load_tensorrt
 log = logging.getLogger(__name__)
 
 
-class TensorRTBackend(Backend):
+class TensorRTBackend(CudaBackend):
     name = "tensorrt"
 
-    def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, fp8_scales=(1.0, 1.0),
-                 accumulate: str | None = None, kernel: str | None = None, k_min: int | None = None,
-                 threads: int | None = None, autotune: bool = True, trt_module: str | None = None,
-                 **_ignored):
-        super().__init__(precision)
+    def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, accumulate: str | None = None,
+                 kernel: str | None = None, k_min: int | None = None, threads: int | None = None,
+                 autotune: bool = True, trt_module: str | None = None, **options):
         if precision == "fp32":
             raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
         # GPU first: without one, importing TensorRT (~0.8 s for the RTX libraries) is wasted start-up
-        self.rt = _gpu_runtime(int(device))
+        try:
+            super().__init__(precision, device, accumulate=accumulate or "f32", kernel=kernel,
+                             k_min=k_min or 16, threads=threads or 256, autotune=autotune, **options)
+        except BackendUnavailable:
+            raise
+        except (ImportError, OSError, RuntimeError) as e:  # CudaError, CompileError, missing libs
+            raise BackendUnavailable(f"no usable GPU for TensorRT ({type(e).__name__}: {e})") from e
+        self.launch_options = {"acc": accumulate, "kernel": kernel, "k_min": k_min, "threads": threads}
         try:
             self.lib = load_tensorrt(trt_module)
         except TensorRTMissing as e:
@@ -62,48 +73,72 @@ class TensorRTBackend(Backend):
             raise BackendUnavailable(f"fp8 needs SM89+, {dev.name} is {dev.arch}")
         self.target = Target(dev.arch, int(dev.l2_bytes), dev.name)
         self.cache = EngineCache(cache_dir)
-        self.fp8_scales = (float(fp8_scales[0]), float(fp8_scales[1]))
-        # same knobs as the cuda backend; None = the launch description's default
-        self.launch_options = {"acc": accumulate, "kernel": kernel, "k_min": k_min, "threads": threads}
-        self.launch_options = {k: v for k, v in self.launch_options.items() if v is not None or k == "kernel"}
-        self.autotune = autotune and kernel is None
-        self.tuned: dict[str, tuple] = {}  # precision -> (kernel, k_min, threads) measured here
-        self.runner = None
-        self.auto_record: dict | None = None
+        self.runners: dict[str, tuple] = {}  # precision -> (engine key, EngineRunner)
+        self.engine_loads = self.calibration_updates = 0
 
     # --- calibration ------------------------------------------------------------------------
     def prepare(self, smap: ScatterMap) -> None:
-        super().prepare(smap)
-        self.close()
-        if self.requested_precision == "auto":
-            self.precision = self._auto_precision()
+        Backend.prepare(self, smap)
+        self.rt.device.make_current()
+        self._close_frame()
+        self.auto_record = None
+        if self.requested_precision == "auto" and fp8_supported(self.target.arch):
+            self.precision = self._auto_precision()  # CudaBackend's: whole frames through _frame_for
         else:
-            self.precision = self.requested_precision
-        if self.runner is None:
-            self.runner = self._runner(self.precision)
+            self.precision = "fp16" if self.requested_precision == "auto" else self.requested_precision
+            self.frame, self.plan, self.launch_choice = self._frame_for(self.precision)
+        for p in [p for p in self.runners if p != self.precision]:  # auto measured both: keep one
+            self.runners.pop(p)[1].close()
+        log.info("tensorrt backend: %s, kernel %s, engine loads %d, calibration updates %d", self.precision,
+                 self.plan.kernel, self.engine_loads, self.calibration_updates)
 
-    def _out_scale(self, precision: str) -> float:
-        return 1.0 / (self.fp8_scales[0] * self.fp8_scales[1]) if precision == "fp8" else 1.0
+    def _frame_for(self, precision: str):
+        """(GpuFrame with the engine as its pooling step, bound plan, launch choice) for the map."""
+        from .plugin_config import bind_plan, map_inputs
 
-    def _runner(self, precision: str):
-        """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
-        from ..cuda.launch import V3_KERNELS
-        from .builder import build_engine, engine_key, plugin_config_for
-        from .runner import EngineLoadError, EngineRunner
+        cfg, sched, key, choice = self._config(precision)
+        held = self.runners.get(precision)
+        if held is not None and held[0] == key:
+            runner = held[1]
+            self.calibration_updates += 1
+        else:
+            if held is not None:
+                held[1].close()
+            runner = self._load(key, cfg)
+            self.runners[precision] = (key, runner)
+        arrays = map_inputs(cfg, self.smap, sched)
+        runner.set_map(arrays)
+        frame = GpuFrame(self.rt, self.smap, precision, runner.enqueue, check_finite=self.check_finite,
+                         host_memory=self.host_memory, fp8_scales=self._fp8_scales)
+        frame.after_frame = self._hooks
+        plan = bind_plan(cfg, [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())])
+        return frame, plan, choice
 
-        opts = {**self.launch_options, "out_scale": self._out_scale(precision)}
+    def _config(self, precision: str):
+        """(plugin config, this calibration's schedule, engine key, launch choice) for the map."""
+        from .builder import engine_key, plugin_config_for
+
+        opts = {**self.launch_options, "out_scale": FP8_KERNEL_OUT_SCALE if precision == "fp8" else 1.0}
         if opts["kernel"] and V3_KERNELS[opts["kernel"]].precision != precision:
             opts["kernel"] = None  # an override names one precision's kernel (auto builds both)
         cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
-        key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
+        key = engine_key(self.lib, cfg, self.target)
         prebuilt = self.cache.path(key) is not None and self.cache.path(key).is_file()
-        if self.autotune and not prebuilt:  # a prebuilt (untuned) engine wins over tuning
-            kernel, k_min, threads = self._tuned_launch(precision)
-            opts.update(kernel=kernel, k_min=k_min, threads=threads)
-            cfg, sched = plugin_config_for(self.smap, precision, self.target, **opts)
-            key = engine_key(self.lib, self.smap, self.target, precision, cfg, sched)
-        build = lambda: build_engine(self.lib, self.smap, precision, self.target, **opts).data  # noqa: E731
+        if not self.autotune or prebuilt:  # a prebuilt (untuned) engine wins over tuning
+            return cfg, sched, key, None
+        choice = self._tuned_launch(precision)
+        cfg, sched = plugin_config_for(self.smap, precision, self.target, choice=choice,
+                                       **{k: v for k, v in opts.items() if k not in ("kernel", "k_min", "threads")})
+        return cfg, sched, engine_key(self.lib, cfg, self.target), choice
+
+    def _load(self, key, cfg):
+        """Load the cached engine (or build it), deserialize it; a refused cached engine is rebuilt once."""
+        from .builder import build_engine
+        from .runner import EngineLoadError, EngineRunner
+
+        build = lambda: build_engine(self.lib, cfg, self.target).data  # noqa: E731
         data, cached = self.cache.get_or_build(key, build)
+        self.engine_loads += 1
         try:
             return EngineRunner(self.lib, data, cfg, self.rt)
         except EngineLoadError as e:
@@ -114,113 +149,75 @@ class TensorRTBackend(Backend):
             self.cache.store(key, data)
             return EngineRunner(self.lib, data, cfg, self.rt)
 
-    def _tuned_launch(self, precision: str) -> tuple[str, int, int]:
-        """(kernel, k_min, threads) measured on this GPU with the cuda backend's tuner (cuda/autotune.py),
-        cached per (GPU, map, precision). The engine then bakes that plan; an untuned engine (prebuild,
-        autotune=False) uses the launch description's defaults instead."""
-        from ..cuda.precision_select import load_choice, store_choice
-
-        if precision in self.tuned:
-            return self.tuned[precision]
-        smap = self.smap
-        key = f"tensorrt|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{_map_digest(smap)}|{precision}|launch"
-        cached = load_choice(key)
-        if cached and len(cached) == 3:
-            choice = (str(cached[0]), int(cached[1]), int(cached[2]))
-        else:
-            choice = self._measure_launch(precision)
-            store_choice(key, {"precision": list(choice)})
-        self.tuned[precision] = choice
-        log.info("tensorrt launch for %s: kernel %s, k_min %d, %d threads", precision, *choice)
+    def _tuned_launch(self, precision: str) -> LaunchChoice:
+        """The cuda backend's tuner and record, keyed by the shape class instead of the map:
+        a new calibration of the rig reuses the choice, hence the engine."""
+        regime = classify(working_set_bytes(self.smap, PRECISION_INPUT[precision]), self.target.l2_bytes)
+        key = choice_key(LaunchChoice, backend=self.name, device=self.rt.device.name,
+                         smap=shape_class(self.smap), precision=precision, extra=(regime,))
+        cached = self.store.load(key, LaunchChoice)
+        if cached:
+            return cached
+        choice = self._measure_launch(precision)
+        self.store.store(key, choice)
         return choice
 
-    def _measure_launch(self, precision: str) -> tuple[str, int, int]:
+    def _measure_launch(self, precision: str) -> LaunchChoice:
         from ..cuda.autotune import tune_v3
         from ..cuda.runtime import MapOnDevice
 
         md = MapOnDevice(self.rt, self.smap)
         try:
-            choice, _ = tune_v3(md, precision)
+            best, _ = tune_v3(md, precision)
         finally:
-            for buf in md.arrays.buffers.values():
-                buf.free()
-        return (choice.kernel, choice.k_min, choice.threads)
+            md.free()
+        return LaunchChoice(best.kernel, best.k_min, best.threads, best.median_us)
 
-    # --- per frame --------------------------------------------------------------------------
-    def pool(self, depth: np.ndarray, feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        smap = self._require_map()
-        r = self.runner
-        if r is None:
-            raise RuntimeError("tensorrt backend: closed; call prepare(scatter_map) again")
-        if self.precision == "fp16":
-            stage_fp16(smap, depth, feat, r.h_depth.array, r.h_feat.array)
-        else:  # float inputs quantised with the engine's fixed scales; raw codes carry them
-            stage_fp8(smap, depth, feat, r.h_depth.array, r.h_feat.array, self.fp8_scales)
-        bev = r.run()
-        if out is not None:  # until this backend runs on gpu_frame.GpuFrame: one host copy/cast
-            check_out(smap, out)
-            with np.errstate(over="ignore"):
-                np.copyto(out, bev, casting="same_kind")
-            bev = out
-        if not all_finite(bev):
-            raise NonFiniteOutput("tensorrt grid holds NaN/Inf")
-        return bev
+    # --- measurement, description ---------------------------------------------------------------
+    def kernel_time_us(self, reps: int = 100) -> float:
+        """Graph-replay median of the engine alone (no copies)."""
+        self._require_map()
+        return self.runners[self.precision][1].time_us(reps)
 
-    # --- precision: auto ----------------------------------------------------------------------
-    def _auto_precision(self) -> str:
-        from ..cuda.precision_select import decide, fp8_within_tolerance, load_choice, store_choice
-        from ...reference import pool_reference
-
-        if not fp8_supported(self.target.arch):
-            self.auto_record = {"precision": "fp16", "reason": f"no FP8 on {self.target.arch}"}
-            return "fp16"
-        smap = self.smap
-        key = f"tensorrt|{self.lib.tag}|{self.target.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{_map_digest(smap)}"
-        cached = load_choice(key)
-        if cached in ("fp16", "fp8"):
-            log.info("precision auto (tensorrt): %s (cached for %s)", cached, key)
-            return cached
-        rng = np.random.default_rng(0)
-        depth = rng.random(smap.depth_shape).astype(np.float32)
-        feat = rng.uniform(-1.0, 1.0, smap.feat_shape).astype(np.float32)
-        runners = {p: self._runner(p) for p in ("fp16", "fp8")}
-        times = {p: r.time_us() for p, r in runners.items()}
-        self.runner, self.precision = runners["fp8"], "fp8"
-        stage_fp8(smap, depth, feat, self.runner.h_depth.array, self.runner.h_feat.array, self.fp8_scales)
-        out8 = runners["fp8"].run()
-        ref = pool_reference(depth, feat, smap)
-        ok, err = fp8_within_tolerance(out8, ref, pool_reference(np.abs(depth), np.abs(feat), smap))
-        choice = decide(times["fp16"], times["fp8"], ok)
-        runners["fp16" if choice == "fp8" else "fp8"].close()
-        self.runner = runners[choice]
-        self.auto_record = {"precision": choice, "fp16_us": times["fp16"], "fp8_us": times["fp8"],
-                            "fp8_max_abs_err": err, "fp8_within_tolerance": ok}
-        log.info("precision auto (tensorrt): %s (fp16 %.2f us, fp8 %.2f us, fp8 max err %.4f, within tol %s)",
-                 choice, times["fp16"], times["fp8"], err, ok)
-        store_choice(key, self.auto_record)
-        return choice
-
-    # --- misc ---------------------------------------------------------------------------------
     def describe(self) -> dict:
         d = {"backend": self.name, "precision": self.precision, "device": self.target.name,
              "arch": self.target.arch, "l2_bytes": self.target.l2_bytes, "tensorrt": self.lib.tag,
-             "engine_cache": self.cache.stats()}
-        if self.runner is not None:
-            plan = self.runner.cfg.plan
-            d.update(kernel=plan.kernel, grid=list(plan.grid), block=list(plan.block),
-                     input_dtype=self.runner.cfg.input_dtype, output_dtype=self.runner.cfg.output_dtype)
+             "engine_cache": self.cache.stats(), "engine_loads": self.engine_loads,
+             "calibration_updates": self.calibration_updates}
+        held = self.runners.get(self.precision)
+        if self.plan is not None and held is not None:
+            cfg = held[1].cfg
+            d.update(kernel=self.plan.kernel, grid=list(self.plan.grid), block=list(self.plan.block),
+                     launch_choice=list(dataclasses.astuple(self.launch_choice))[:3] if self.launch_choice else None,
+                     input_dtype=cfg.input_dtype, output_dtype=cfg.output_dtype,
+                     host_memory=getattr(self.frame, "host_memory", None), check_finite=self.check_finite)
         if self.auto_record:
-            d["auto"] = self.auto_record
+            d["auto"] = dict(vars(self.auto_record))
         return d
 
+    def _close_frame(self) -> None:
+        if self.frame is not None:
+            self.frame.close()
+        self.frame = None
+
+    def _release(self) -> None:
+        self._close_frame()
+
     def close(self) -> None:
-        if self.runner is not None:
-            self.runner.close()
-        self.runner = None
+        self._close_frame()
+        for _, runner in self.runners.values():
+            runner.close()
+        self.runners = {}
 
 
-def _map_digest(smap: ScatterMap) -> str:
-    return hashlib.sha256(b"".join(a.tobytes() for a in smap.arrays().values())).hexdigest()[:16]
+def shape_class(smap: ScatterMap) -> ScatterMap:
+    """The map with its calibration removed (no points, keyed by its shapes): what a launch choice
+    or an engine of this rig depends on, as choices.choice_key takes it."""
+    from .builder import rig_shape_of
+
+    empty = np.zeros(0, np.int32)
+    return dataclasses.replace(smap, ranks_depth=empty, ranks_feat=empty, ranks_bev=empty,
+                               interval_starts=empty, interval_lengths=empty, key=rig_shape_of(smap))
 
 
 def _check_network_route(lib) -> None:
@@ -232,15 +229,3 @@ def _check_network_route(lib) -> None:
                                  "process (TensorRT-RTX imported before bevpool_ros; see docs/tensorrt.md)")
     if importlib.util.find_spec("onnx") is None:
         raise BackendUnavailable(f"{lib.tag} needs the 'onnx' package to add the plugin (pip install onnx)")
-
-
-def _gpu_runtime(ordinal: int):
-    """The cuda backend's per-device runtime (context, stream, NVRTC module) or BackendUnavailable."""
-    try:
-        from ..cuda.runtime import get_runtime
-
-        return get_runtime(ordinal)
-    except BackendUnavailable:
-        raise
-    except (ImportError, OSError, RuntimeError) as e:  # CudaError, CompileError, missing libs
-        raise BackendUnavailable(f"no usable GPU for TensorRT ({type(e).__name__}: {e})") from e

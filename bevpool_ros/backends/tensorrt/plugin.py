@@ -4,12 +4,14 @@ Written once against the TensorRT Python plugin API; the classes are made per im
 (``tensorrt`` or TensorRT-RTX) because their base classes live in that module.
 
 * build phase: output [Z, Y, X, C]; formats: LINEAR only; depth/feat float16 (fp16) or FP8 E4M3
-  (fp8); map arrays INT32; output float32 (fp16) or float16 (fp8), as regime.OUTPUT_DTYPE says.
+  (fp8); map arrays INT32 of any length within the profile; output float32 (fp16) or float16
+  (fp8), as regime.OUTPUT_DTYPE says.
 * runtime: ``attach_to_context`` loads the NVRTC-built kernel module (the cuda backend's,
-  compiled and disk-cached by backends/cuda/nvrtc_build.py); ``enqueue`` binds TensorRT's device
-  pointers to the plan's symbolic buffers and launches on TensorRT's stream through
-  backends/cuda/driver.launch. No allocation, no synchronisation, no host reads in enqueue, so
-  TensorRT may capture it in a CUDA graph.
+  compiled and disk-cached by backends/cuda/nvrtc_build.py); ``on_shape_change`` (once per
+  calibration) binds the launch to the map inputs' lengths (plugin_config.bind_plan);
+  ``enqueue`` binds TensorRT's device pointers to that plan's symbolic buffers and launches on
+  TensorRT's stream through backends/cuda/driver.launch. No allocation, no synchronisation, no
+  host reads in enqueue, so the enqueue can be captured in a CUDA graph and replayed without Python.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from .plugin_config import (FIELDS, OUTPUT, PLUGIN_NAME, PLUGIN_NAMESPACE, PLUGIN_VERSION, PluginConfig,
-                            PluginConfigError)
+                            PluginConfigError, bind_plan, check_shapes)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ def plugin_classes(trt):
             self.num_outputs = 1
             self.cfg = cfg
             self.module = None
+            self.plan = None if cfg.dynamic else cfg.plan  # bound to the map lengths in on_shape_change
             self._types = [DT[cfg.input_dtype]] * 2 + [DT["int32"]] * (len(cfg.inputs) - 2)
             self._out_type = DT[cfg.output_dtype]
             self._out_nbytes = int(np.prod(cfg.output_shape)) * _OUT_ITEMSIZE[cfg.output_dtype]
@@ -93,7 +96,7 @@ def plugin_classes(trt):
 
         def clone(self):
             twin = BEVPoolPlugin(self.cfg)
-            twin.module = self.module
+            twin.module, twin.plan = self.module, self.plan
             for name in ("_launch", "_cu", "_check"):
                 if hasattr(self, name):
                     setattr(twin, name, getattr(self, name))
@@ -117,7 +120,7 @@ def plugin_classes(trt):
             return desc.type == want
 
         def configure_plugin(self, inp, out):
-            self._check_shapes([d.desc.dims for d in inp], [d.desc.dims for d in out])
+            self._check_shapes([d.desc.dims for d in inp], [d.desc.dims for d in out], build=True)
 
         def get_workspace_size(self, inp, out):
             return 0
@@ -130,7 +133,9 @@ def plugin_classes(trt):
 
         # --- runtime ------------------------------------------------------------------------
         def on_shape_change(self, inp, out):
+            # a new calibration (map lengths): the launch is re-bound here, never in enqueue
             self._check_shapes([d.dims for d in inp], [d.dims for d in out])
+            self.plan = bind_plan(self.cfg, [d.dims for d in inp])
 
         def attach_to_context(self, context):
             # everything slow happens here, once per execution context, never in enqueue
@@ -145,15 +150,15 @@ def plugin_classes(trt):
             return twin
 
         def enqueue(self, input_desc, output_desc, inputs, outputs, workspace, stream):
-            if self.module is None:
-                raise PluginRuntimeError("BEVPool plugin: kernel module not loaded (attach_to_context not run)")
+            if self.module is None or self.plan is None:
+                raise PluginRuntimeError("BEVPool plugin: attach_to_context / on_shape_change not run")
             buffers = {name: _DevPtr(ptr) for name, ptr in zip(self.cfg.inputs, inputs)}
             buffers[OUTPUT] = _DevPtr(outputs[0])
             if self.cfg.plan.zero_output_first:  # V2-style plans: a memset is a stream op, graph-safe
                 self._check(self._cu().cuMemsetD8Async(int(outputs[0]), 0, self._out_nbytes, int(stream)),
                             "cuMemsetD8Async")
             # errors raise (CudaError): the Python enqueue API reports failure by exception, not a code
-            self._launch(self.module, self.cfg.plan, buffers, _StreamRef(stream))
+            self._launch(self.module, self.plan, buffers, _StreamRef(stream))
 
         def get_fields_to_serialize(self):
             # kept on self: TensorRT reads the field buffers after this call returns
@@ -161,11 +166,8 @@ def plugin_classes(trt):
             return self._serialized
 
         # --- helpers ------------------------------------------------------------------------
-        def _check_shapes(self, in_dims, out_dims):
-            got = [tuple(int(v) for v in d) for d in in_dims]
-            want = [tuple(s) for s in self.cfg.input_shapes]
-            if got != want:
-                raise PluginConfigError(f"BEVPool plugin inputs {got} != configured {want}")
+        def _check_shapes(self, in_dims, out_dims, build=False):
+            check_shapes(self.cfg, in_dims, allow_unknown=build)
             if out_dims and tuple(int(v) for v in out_dims[0]) != tuple(self.cfg.output_shape):
                 raise PluginConfigError(f"BEVPool plugin output {tuple(out_dims[0])} != {self.cfg.output_shape}")
 

@@ -1,17 +1,19 @@
 """What the BEVPool TensorRT plugin needs to know, as plain Python (no TensorRT import).
 
-The plugin does not compute any launch geometry itself: the kernel, grid, block and scalar
-arguments come from ``backends.cuda.launch`` (the one launch description) at network-build
-time and travel inside the engine as a serialized plugin field. At run time enqueue only binds
-the symbolic buffers of that plan to TensorRT's device pointers.
+The plugin does not compute any launch geometry itself: the kernel, block and scalar arguments
+come from ``backends.cuda.launch`` (the one launch description) and travel inside the engine as a
+serialized plugin field.
 
-Plugin inputs (decision): ``depth``, ``feat`` and the per-calibration arrays the chosen plan
-binds, in the plan's order; for V3 these are the schedule arrays ``slots [S,4]``,
-``pidx [P,2]``, ``empty_cells [E]`` (derived from the five-array scatter map once per
-calibration, see backends/cuda/schedule.py), not the five arrays themselves: the V3 kernel
-reads the schedule, and deriving it needs host work that enqueue may not do. The map arrays
-are engine constants (ONNX initializers), so the engine's only run-time inputs are depth and
-feat and its output is the BEV tensor [Z, Y, X, C].
+Plugin inputs (decision): ``depth``, ``feat`` and the per-calibration arrays the plan binds, in
+the plan's order; for V3 these are the schedule arrays ``slots [S,4]``, ``pidx [P,2]``,
+``empty_cells [E+1]`` (derived from the five-array scatter map once per calibration, see
+backends/cuda/schedule.py). They are engine **inputs** with an optimisation profile bounded by the
+rig's shapes (``map_bounds``), not constants: one engine serves every calibration of a rig, and a
+calibration change uploads new arrays. So the engine stores a calibration-free *template* plan
+(grid.x and the two counts zero); ``bind_plan`` fills them in from the input shapes, once per
+shape change (the plugin's on_shape_change), never per frame. ``empty_cells`` carries one
+trailing -1 so it is never zero-length (TensorRT rejects zero-volume inputs) and its length
+still says how many empty cells there are.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import numpy as np
 from ...regime import OUTPUT_DTYPE
 from ...scatter_map import ScatterMap
 from ..cuda import launch as L
-from ..cuda.schedule import DEFAULT_K_MIN, V3Schedule, v2do_intervals
+from ..cuda.schedule import V3Schedule, v2do_intervals
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"
@@ -67,6 +69,18 @@ class PluginConfig:
         n, _, h, w = self.depth_shape
         return (n, h, w, self.channels)
 
+    @property
+    def dynamic(self) -> bool:
+        """V3 configs take map inputs of any length up to their bounds; V2 plans fix the lengths."""
+        return self.plan.kernel in L.V3_KERNELS
+
+    def profile(self, name: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """(min, opt, max) shape of input ``name`` for the engine's optimisation profile."""
+        shape = tuple(self.input_shapes[self.inputs.index(name)])
+        if not self.dynamic or name in IO_INPUTS:
+            return shape, shape, shape
+        return (1, *shape[1:]), shape, shape  # opt = max: no tactics depend on it, and it is calibration-free
+
     def validate(self) -> "PluginConfig":
         if self.precision not in PRECISIONS:
             raise PluginConfigError(f"precision: expected one of {PRECISIONS}, got {self.precision!r}")
@@ -86,6 +100,11 @@ class PluginConfig:
             raise PluginConfigError(f"plan binds {sorted(bound)}, plugin has {sorted(self.inputs)} + out")
         if any(b <= 0 for b in self.plan.block) or self.plan.block[0] * self.plan.block[1] * self.plan.block[2] > 1024:
             raise PluginConfigError(f"bad block {self.plan.block}")
+        if self.dynamic:
+            try:
+                V3Launch.of(self.channels, self.plan)
+            except (L.UnsupportedShape, IndexError) as e:
+                raise PluginConfigError(f"template plan does not fit C = {self.channels}: {e}") from e
         return self
 
     # --- (de)serialization: field name -> numpy array (int32 or bytes) --------------------------
@@ -148,17 +167,55 @@ def _scalar(kind: str, value):
 
 
 # --- building a config from a scatter map ---------------------------------------------------
+EMPTY_PAD = -1  # the trailing entry of the empty_cells input; the kernel never reads it
+
+
+@dataclass(frozen=True)
+class ScheduleShape:
+    """The sizes of a V3 schedule: all that launch.plan_v3 reads from it (never its contents)."""
+    block: int
+    warp: int
+    num_slots: int
+    num_empty: int
+
+    @property
+    def compute_blocks(self) -> int:
+        return self.num_slots // self.block
+
+    @property
+    def zero_blocks(self) -> int:
+        return -(-self.num_empty // self.block)
+
+    @property
+    def empty_cells(self) -> np.ndarray:
+        return np.broadcast_to(np.int32(0), (self.num_empty,))  # a size without an allocation
+
+
+def map_bounds(depth_shape, grid_shape, block: int, num_points: int = 0) -> dict[str, tuple[int, ...]]:
+    """Largest schedule arrays any calibration of this rig can produce (the profile's max).
+
+    A rig's point is one depth entry, so P <= N*D*H*W for every calibration (a synthetic map
+    that repeats depth entries, ``num_points`` above that, is bounded by its own P). A team of t
+    slots covers L >= t points and the idle lanes left before it are fewer than t, so slots +
+    gaps <= 2P, plus one block of final padding. Empty cells: at most every cell, plus the pad.
+    """
+    points = max(int(np.prod(depth_shape)), int(num_points))
+    slots = -(-(2 * points + block) // block) * block
+    return {"slots": (slots, 4), "pidx": (points, 2), "empty_cells": (int(np.prod(grid_shape)) + 1,)}
+
+
 def map_arrays(smap: ScatterMap, sched: V3Schedule) -> dict[str, np.ndarray]:
     """Every per-calibration array a plan may bind, by the names launch.py uses."""
+    empty = np.concatenate([sched.empty_cells.astype(np.int32), np.int32([EMPTY_PAD])])
     return {**smap.arrays(), "intervals3": v2do_intervals(smap), "slots": sched.slots,
-            "pidx": sched.pidx, "empty_cells": sched.empty_cells}
+            "pidx": sched.pidx, "empty_cells": empty}
 
 
-def constant_arrays(cfg: PluginConfig, smap: ScatterMap, sched: V3Schedule) -> dict[str, np.ndarray]:
-    """The map arrays the plugin takes as inputs, as engine constants.
+def map_inputs(cfg: PluginConfig, smap: ScatterMap, sched: V3Schedule) -> dict[str, np.ndarray]:
+    """The map arrays the plugin takes as inputs, for one calibration.
 
-    A zero-length array (e.g. no empty cells) is padded to one element: TensorRT rejects
-    zero-volume constants, and the kernel reads only as many entries as its count argument says.
+    A zero-length array (e.g. a map with no points) is padded to one row: TensorRT rejects
+    zero-volume tensors, and the kernel reads only as many entries as the schedule says.
     """
     arrays = map_arrays(smap, sched)
     out = {}
@@ -169,29 +226,90 @@ def constant_arrays(cfg: PluginConfig, smap: ScatterMap, sched: V3Schedule) -> d
 
 
 def config_for_plan(smap: ScatterMap, sched: V3Schedule, plan: L.LaunchPlan, precision: str) -> PluginConfig:
-    """Plugin config for a plan made by launch.py (plan_v3, plan_v2, plan_v2do)."""
-    arrays = map_arrays(smap, sched)
-    bound = [v for k, v in plan.args if k == "buf" and v not in (*IO_INPUTS, OUTPUT)]
+    """Plugin config with the map arrays at this calibration's exact shapes (V2, V2+DO plans)."""
     shapes = [tuple(smap.depth_shape), tuple(smap.feat_shape)]
-    for name in bound:
-        a = arrays[name]
-        shapes.append(tuple(a.shape) if a.size else (1,) + tuple(a.shape[1:]))
+    bound = [v for k, v in plan.args if k == "buf" and v not in (*IO_INPUTS, OUTPUT)]
+    arrays = map_arrays(smap, sched)
+    shapes += [tuple(arrays[n].shape) if arrays[n].size else (1,) + tuple(arrays[n].shape[1:]) for n in bound]
     return PluginConfig(precision, tuple(smap.depth_shape), tuple(smap.grid_shape), smap.channels,
                         (*IO_INPUTS, *bound), tuple(shapes), plan).validate()
 
 
-def v3_launch(smap: ScatterMap, precision: str, regime: str, *, acc: str | None = None, out_scale: float = 1.0,
-              kernel: str | None = None, k_min: int = DEFAULT_K_MIN, threads: int | None = None
-              ) -> tuple[V3Schedule, L.LaunchPlan]:
-    """Kernel, geometry, schedule and plan exactly as the cuda backend derives them (planning.plan_for)."""
-    from ..planning import plan_for
+@dataclass(frozen=True)
+class V3Launch:
+    """A V3 launch minus the calibration: kernel, geometry, output scale."""
+    info: L.KernelInfo
+    geom: L.V3Geometry
+    out_scale: float
 
-    return plan_for(smap, precision, regime, kernel=kernel, acc=acc, k_min=k_min, threads=threads,
-                    out_scale=out_scale)
+    @classmethod
+    def of(cls, channels: int, plan: L.LaunchPlan) -> "V3Launch":
+        info = L.V3_KERNELS[plan.kernel]
+        scale = [v for k, v in plan.args if k == "f32"]
+        return cls(info, L.v3_geometry(channels, info, plan.block[0]), float(scale[0]))
+
+    def plan(self, channels: int, shape: ScheduleShape) -> L.LaunchPlan:
+        return L.plan_v3(_Channels(channels), shape, self.info, self.geom, self.out_scale)
+
+    def template(self, channels: int) -> L.LaunchPlan:
+        """The plan with no calibration in it (grid.x and the counts zero): what the engine stores."""
+        return self.plan(channels, ScheduleShape(self.geom.groups_per_block, self.geom.groups_per_warp, 0, 0))
+
+
+@dataclass(frozen=True)
+class _Channels:  # plan_v3 reads only the channel count from the map
+    channels: int
+
+
+def v3_config(smap: ScatterMap, precision: str, plan: L.LaunchPlan) -> PluginConfig:
+    """The calibration-free V3 plugin config for ``plan``'s launch: template plan, map inputs at
+    the rig's bounds. Two calibrations of one rig (same launch) give equal configs."""
+    launch = V3Launch.of(smap.channels, plan)
+    n, _, h, w = smap.depth_shape
+    bounds = map_bounds(smap.depth_shape, smap.grid_shape, launch.geom.groups_per_block, smap.num_points)
+    names = ("slots", "pidx", "empty_cells")
+    return PluginConfig(precision, tuple(smap.depth_shape), tuple(smap.grid_shape), smap.channels,
+                        (*IO_INPUTS, *names), (tuple(smap.depth_shape), (n, h, w, smap.channels),
+                                               *(bounds[k] for k in names)),
+                        launch.template(smap.channels)).validate()
 
 
 def config_for_v3(smap: ScatterMap, precision: str, regime: str, **launch_options
                   ) -> tuple[PluginConfig, V3Schedule]:
-    """The V3 plugin config (and the schedule its constants come from) for this map and regime."""
-    sched, plan = v3_launch(smap, precision, regime, **launch_options)
-    return config_for_plan(smap, sched, plan, precision), sched
+    """The V3 plugin config for this rig and regime, and this calibration's schedule.
+
+    Kernel, geometry and schedule come from planning.plan_for, the cuda backend's one derivation
+    (launch_options: choice, kernel, acc, k_min, threads, out_scale)."""
+    from ..planning import plan_for
+
+    sched, plan = plan_for(smap, precision, regime, **launch_options)
+    return v3_config(smap, precision, plan), sched
+
+
+def bind_plan(cfg: PluginConfig, shapes) -> L.LaunchPlan:
+    """The launch for map inputs of these shapes (``shapes`` in cfg.inputs order, all inputs).
+
+    Static configs (V2 plans) return their plan when the shapes are the configured ones.
+    """
+    check_shapes(cfg, shapes)
+    if not cfg.dynamic:
+        return cfg.plan
+    launch = V3Launch.of(cfg.channels, cfg.plan)
+    by_name = dict(zip(cfg.inputs, (tuple(int(v) for v in s) for s in shapes)))
+    slots, empty = by_name["slots"][0], by_name["empty_cells"][0] - 1
+    if slots % launch.geom.groups_per_block:
+        raise PluginConfigError(f"slots: {slots} rows is not a multiple of the block ({launch.geom.groups_per_block})")
+    return launch.plan(cfg.channels, ScheduleShape(launch.geom.groups_per_block, launch.geom.groups_per_warp,
+                                                   slots, empty))
+
+
+def check_shapes(cfg: PluginConfig, shapes, allow_unknown: bool = False) -> None:
+    """depth/feat exactly as configured; map inputs within the profile (-1 allowed at build time)."""
+    got = [tuple(int(v) for v in s) for s in shapes]
+    if len(got) != len(cfg.inputs):
+        raise PluginConfigError(f"BEVPool plugin: {len(got)} inputs, configured {len(cfg.inputs)}")
+    for name, g, (lo, _, hi) in zip(cfg.inputs, got, (cfg.profile(n) for n in cfg.inputs)):
+        ok = len(g) == len(hi) and all(
+            (allow_unknown and v == -1) or a <= v <= b for v, a, b in zip(g, lo, hi))
+        if not ok:
+            raise PluginConfigError(f"BEVPool plugin input {name}: shape {g} outside [{lo}, {hi}]")
