@@ -177,6 +177,8 @@ class ScheduleShape:
     warp: int
     num_slots: int
     num_empty: int
+    depth_pairs: bool = False  # depth-pair entries (their stride depends on the depth shape only)
+    pair_stride: int = 0
 
     @property
     def compute_blocks(self) -> int:
@@ -241,19 +243,25 @@ class V3Launch:
     info: L.KernelInfo
     geom: L.V3Geometry
     out_scale: float
+    pair_stride: int = 0
 
     @classmethod
     def of(cls, channels: int, plan: L.LaunchPlan) -> "V3Launch":
         info = L.V3_KERNELS[plan.kernel]
         scale = [v for k, v in plan.args if k == "f32"]
-        return cls(info, L.v3_geometry(channels, info, plan.block[0]), float(scale[0]))
+        ints = [v for k, v in plan.args if k == "i32"]  # plan_v3: n_empty, blocks, C, G, pair_stride
+        return cls(info, L.v3_geometry(channels, info, plan.block[0]), float(scale[0]), int(ints[4]))
+
+    def shape(self, num_slots: int, num_empty: int) -> ScheduleShape:
+        return ScheduleShape(self.geom.groups_per_block, self.geom.groups_per_warp, num_slots, num_empty,
+                             self.info.depth_pairs, self.pair_stride)
 
     def plan(self, channels: int, shape: ScheduleShape) -> L.LaunchPlan:
         return L.plan_v3(_Channels(channels), shape, self.info, self.geom, self.out_scale)
 
     def template(self, channels: int) -> L.LaunchPlan:
         """The plan with no calibration in it (grid.x and the counts zero): what the engine stores."""
-        return self.plan(channels, ScheduleShape(self.geom.groups_per_block, self.geom.groups_per_warp, 0, 0))
+        return self.plan(channels, self.shape(0, 0))
 
 
 @dataclass(frozen=True)
@@ -299,8 +307,7 @@ def bind_plan(cfg: PluginConfig, shapes) -> L.LaunchPlan:
     slots, empty = by_name["slots"][0], by_name["empty_cells"][0] - 1
     if slots % launch.geom.groups_per_block:
         raise PluginConfigError(f"slots: {slots} rows is not a multiple of the block ({launch.geom.groups_per_block})")
-    return launch.plan(cfg.channels, ScheduleShape(launch.geom.groups_per_block, launch.geom.groups_per_warp,
-                                                   slots, empty))
+    return launch.plan(cfg.channels, launch.shape(slots, empty))
 
 
 def check_shapes(cfg: PluginConfig, shapes, allow_unknown: bool = False) -> None:
