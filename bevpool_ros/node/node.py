@@ -42,7 +42,7 @@ _SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_pol
 
 
 # counters that are events, not dropped data
-NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected")
+NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed")
 
 
 class StartupError(RuntimeError):
@@ -107,6 +107,7 @@ class BevPoolNode(Node):
         self._camera_frames: dict[str, str] = {}
 
         self._make_publishers()
+        self.handoff = self._make_handoff()
         self._bev_payload = ReusableBuffer()  # publish() copies synchronously: safe to reuse after it
         self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
                                     self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild)
@@ -217,6 +218,21 @@ class BevPoolNode(Node):
         self.bev_pub = self.create_publisher(BevFeature, self.cfg["output.bev_topic"], out_qos)
         self.image_pub = self.create_publisher(Image, self.cfg["output.image_topic"], out_qos)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+
+    def _make_handoff(self):
+        """output.gpu_handoff: the zero-copy GPU ring, or None (with one warning saying why)."""
+        if not self.cfg["output.gpu_handoff"]:
+            return None
+        from .handoff_output import HandoffOutput
+
+        try:
+            return HandoffOutput(self, self.backend, self.calibration.rig, self.cfg["output.handoff_topic"],
+                                 self.cfg["output.handoff_ring_size"],
+                                 make_qos(self.cfg["output.qos_reliability"], self.cfg["output.qos_depth"]))
+        except Exception as e:  # HandoffUnsupported, or a driver refusing the export
+            self.get_logger().warning(f"output.gpu_handoff is off: {e}")
+            self.handoff_off_reason = str(e)
+            return None
 
     def _make_subscriptions(self) -> None:
         from bevpool_msgs.msg import Tensor
@@ -379,6 +395,12 @@ class BevPoolNode(Node):
             dtype=self.cfg["output.bev_dtype"], reuse=self._bev_payload)
         t_pub = time.perf_counter()
         self.bev_pub.publish(msg)
+        if self.handoff is not None:
+            try:
+                self.handoff.publish(msg.header, r.rig, self.backend)
+            except Exception as e:  # the BevFeature is out; only the hand-off missed this grid
+                self._count("handoff_failed")
+                self.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
         done = time.perf_counter()
         latency = done - s.last_arrival
         for k, v in (("queue_wait", r.started - s.last_arrival), ("assemble", r.assemble_s),
@@ -425,6 +447,8 @@ class BevPoolNode(Node):
             "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": self.worker.queued,
+            "gpu_handoff": "on" if self.handoff is not None else
+            ("off" if not self.cfg["output.gpu_handoff"] else f"refused: {self.handoff_off_reason}"[:200]),
         }
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
@@ -520,6 +544,8 @@ class BevPoolNode(Node):
         # also called by rclpy's context cleanup on a node whose __init__ failed half-way
         if getattr(self, "worker", None) is not None:
             self.worker.stop()
+        if getattr(self, "handoff", None) is not None:
+            self.handoff.close()
         if getattr(self, "backend", None) is not None:
             self.backend.close()
         return super().destroy_node()
