@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
-# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--tune W1,W2]
+# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--no-ros] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
 # pytest.log, bench.log, frame_latency_cuda_*.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
+# ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
+# h200_node_latency.json (one row per configuration), ros_latency.md, ros_install.log.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export BEVPOOL_KERNEL_CACHE=${BEVPOOL_KERNEL_CACHE:-/tmp/bevpool_kcache}
-RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 TUNE=""
+RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 RUN_ROS=1 TUNE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) RUN_TESTS=0 ;;
     --no-ncu) RUN_NCU=0 ;;
     --no-frame) RUN_FRAME=0 ;;
     --no-bench) RUN_BENCH=0 ;;
+    --no-ros) RUN_ROS=0 ;;
     --tune) TUNE="$2"; shift ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
@@ -62,5 +65,35 @@ if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
       $PY -m bevpool_ros.cli.bench --ncu-once ${NCU_WORKLOADS:-canonical,blog49,very_large} ${BENCH_ARGS:-} \
       > "$OUT/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
   grep -E "bevpool_|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput" "$OUT/ncu.txt" | head -120
+fi
+# --- ROS 2 on the GPU machine: the carried cp312 runtime, the ROS test suite, the node's latency --------
+# Publisher, node and subscriber in three processes over real DDS (and the GPU hand-off).
+# ROS_FRAMES (default 1000) sets per configuration at 30 Hz; ROS_TESTS picks the pytest selection.
+if [ "$RUN_ROS" = 1 ]; then
+  ROS_PREFIX=${ROS_PREFIX:-/tmp/bevpool_ros_runtime}
+  if scripts/install_ros_runtime.sh "${ROS_ARCHIVE:-.whl/ros_py312.tar.xz}" "$ROS_PREFIX" "$PY" \
+      > "$OUT/ros_install.log" 2>&1; then
+    tail -1 "$OUT/ros_install.log"
+    (
+      # shellcheck disable=SC1091
+      . "$ROS_PREFIX/ros_env.sh"
+      RPY=$ROS_PREFIX/bin/python
+      # shellcheck disable=SC2086
+      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q --no-header -p no:cacheprovider -m ros ${ROS_TESTS:-test/}
+        timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
+      } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
+      rm -f "$OUT/h200_node_latency.json" "$OUT/ros_latency.md"
+      for cfg in "fp16 float16 dds" "fp16 float32 dds" "fp8 float16 dds" "fp8 float32 dds" "fp16 float16 handoff"; do
+        set -- $cfg
+        timeout $(( ${ROS_FRAMES:-1000} / 30 + 90 )) $RPY bench/latency.py --backend cuda --precision "$1" \
+            --bev-dtype "$2" --transport "$3" --frames "${ROS_FRAMES:-1000}" --rate 30 \
+            --out "/tmp/bevpool_latency_$1_$2_$3" --rows "$OUT/h200_node_latency.json" \
+            >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
+      done
+      grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
+    ) || status=1
+  else
+    echo "ROS runtime not installed (see ros_install.log)"; tail -5 "$OUT/ros_install.log"; status=1
+  fi
 fi
 exit $status

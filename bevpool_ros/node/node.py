@@ -25,7 +25,7 @@ from . import params as P
 from .calibration import LiveCalibration
 from .diagnostics import diagnostic_array
 from .latency import RollingStats
-from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
+from .outputs import bev_feature_msg, bev_rgb, image_msg, ns_to_time, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
@@ -387,6 +387,8 @@ class BevPoolNode(Node):
     def _publish_result(self, r: PoolResult) -> None:
         """Runs in the pooling thread."""
         s = r.camera_set
+        if self.handoff is not None:  # first: its consumers wait for no host copy or message build
+            self._publish_handoff(r)
         t_msg = time.perf_counter()
         msg = bev_feature_msg(
             r.bev, r.rig, s.stamp_ns, self.cfg["ego_frame"], cameras=list(s.frames),
@@ -395,12 +397,6 @@ class BevPoolNode(Node):
             dtype=self.cfg["output.bev_dtype"], reuse=self._bev_payload)
         t_pub = time.perf_counter()
         self.bev_pub.publish(msg)
-        if self.handoff is not None:
-            try:
-                self.handoff.publish(msg.header, r.rig, self.backend)
-            except Exception as e:  # the BevFeature is out; only the hand-off missed this grid
-                self._count("handoff_failed")
-                self.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
         done = time.perf_counter()
         latency = done - s.last_arrival
         for k, v in (("queue_wait", r.started - s.last_arrival), ("assemble", r.assemble_s),
@@ -414,6 +410,16 @@ class BevPoolNode(Node):
         if self.cfg["output.publish_image"] and self._published % self.cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # the image costs a few ms: only when watched
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), msg.header))
+
+    def _publish_handoff(self, r: PoolResult) -> None:
+        from std_msgs.msg import Header
+
+        header = Header(stamp=ns_to_time(r.camera_set.stamp_ns), frame_id=self.cfg["ego_frame"])
+        try:
+            self.handoff.publish(header, r.rig, self.backend)
+        except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid
+            self._count("handoff_failed")
+            self.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
 
     def _on_rebuild(self, rig) -> None:
         self._count("scatter_map_rebuilds")
