@@ -77,7 +77,7 @@ if [ "$RUN_ROS" = 1 ]; then
     (
       # shellcheck disable=SC1091
       . "$ROS_PREFIX/ros_env.sh"
-      RPY=$ROS_PREFIX/bin/python
+      RPY=$PY
       # shellcheck disable=SC2086
       # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda)
       { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/

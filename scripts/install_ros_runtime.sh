@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Install the packed ROS 2 runtime (scripts/prepare_gpu_wheels.sh) into a venv that sees the
-# machine's own packages (numpy, cupy, torch, cuda-bindings): used on the GPU machine.
+# Unpack the packed ROS 2 runtime (scripts/prepare_gpu_wheels.sh) into PREFIX for this machine's
+# own Python, which keeps its numpy, cupy, torch and cuda-bindings: used on the GPU machine.
 #   scripts/install_ros_runtime.sh ARCHIVE PREFIX [PYTHON]
-# Afterwards PREFIX/bin/python imports rclpy and bevpool_msgs. The wheels' bootstrap .pth
-# re-executes the interpreter once with LD_LIBRARY_PATH set; ros_env.sh in PREFIX sets the same
-# variables explicitly for tools that start other programs.
+# Writes PREFIX/ros_env.sh; after `. PREFIX/ros_env.sh`, PYTHON imports rclpy and bevpool_msgs
+# (PYTHONPATH for the packages, LD_LIBRARY_PATH for the wheels' libraries, AMENT_PREFIX_PATH for
+# the ament index that locates the RMW). Child processes inherit all three.
 set -euo pipefail
 ARCHIVE=$1 PREFIX=$2 PY=${3:-python3}
-[ -f "$ARCHIVE" ] || { echo "[install_ros_runtime] $ARCHIVE missing: run scripts/prepare_gpu_wheels.sh here first" >&2; exit 2; }
-"$PY" -m venv --system-site-packages "$PREFIX"
+[ -f "$ARCHIVE" ] || { echo "[install_ros_runtime] $ARCHIVE missing: run scripts/prepare_gpu_wheels.sh first" >&2; exit 2; }
+mkdir -p "$PREFIX"
+PREFIX=$(cd "$PREFIX" && pwd)
 tar -C "$PREFIX" -xJf "$ARCHIVE"
-SP=$("$PREFIX/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+WANT=$(cd "$PREFIX/lib" && ls -d python3.* | head -n1)
+HAVE=python$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+[ "$WANT" = "$HAVE" ] || { echo "[install_ros_runtime] archive is for $WANT, $PY is $HAVE" >&2; exit 2; }
+SP=$PREFIX/lib/$WANT/site-packages
 LIBS=$PREFIX/lib$(for d in "$SP"/ros_*.libs; do printf ':%s' "$d"; done)
 cat > "$PREFIX/ros_env.sh" <<ENV
+export PYTHONPATH=$SP\${PYTHONPATH:+:\$PYTHONPATH}
 export LD_LIBRARY_PATH=$LIBS\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 export AMENT_PREFIX_PATH=$PREFIX
 export _ROS_WHEELS_BOOTSTRAP_COMPLETE=1
 ENV
 # shellcheck disable=SC1091
 . "$PREFIX/ros_env.sh"
-"$PREFIX/bin/python" -c 'import rclpy, numpy; from bevpool_msgs.msg import Tensor, BevFeature, BevHandoff; print("[install_ros_runtime] rclpy + bevpool_msgs ok, numpy", numpy.__version__)'
+"$PY" -c 'import rclpy, numpy; from bevpool_msgs.msg import Tensor, BevFeature, BevHandoff; rclpy.init(); rclpy.create_node("install_check"); rclpy.shutdown(); print("[install_ros_runtime] rclpy + bevpool_msgs ok, numpy", numpy.__version__)'

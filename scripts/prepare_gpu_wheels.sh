@@ -11,7 +11,7 @@
 # 3. the venv's runtime part is packed, pruned of what only builds need (generators, cmake
 #    files, headers, pip) and of numpy (the GPU machine's own numpy is used: bevpool_msgs is
 #    compiled against numpy 2.4 headers, which newer numpy 2.x accepts).
-# scripts/gpu_check.sh (ROS block) unpacks it into a venv with --system-site-packages.
+# scripts/gpu_check.sh (ROS block) unpacks it with scripts/install_ros_runtime.sh for the machine's python3.
 # Idempotent: a stamp of requirements.txt + msg/ skips the work when nothing changed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
