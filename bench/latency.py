@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
 DRAIN_S = 2.0
+READY_TIMEOUT_S = 40.0  # node start-up (kernel compile / autotune on a cold cache) + discovery
 
 
 # --- the two ROS roles, each in its own process ------------------------------------------------
@@ -121,7 +122,7 @@ def role_subscriber(args) -> int:
         (time.monotonic_ns(), status_values(m))), 10)
     stop = Path(args.record + ".stop")
     try:
-        if not _spin_until(node, lambda: sub.get_publisher_count() > 0, 60.0):
+        if not _spin_until(node, lambda: sub.get_publisher_count() > 0, READY_TIMEOUT_S + 5):
             print("subscriber: no grid publisher appeared", file=sys.stderr)
             return 1
         Path(args.record + ".ready").touch()
@@ -214,8 +215,12 @@ def run_pipeline(args) -> dict:
     sub = _child("subscriber", args, str(work / "sub.json"), log)
     pub = None
     try:
-        if not _wait_file(work / "sub.json.ready", (node, sub), 90.0):
-            raise RuntimeError("the node's grid topic never reached the subscriber")
+        if not _wait_file(work / "sub.json.ready", (node, sub), READY_TIMEOUT_S):
+            log.flush()
+            log.seek(0)
+            print(log.read()[-4000:], file=sys.stderr)
+            raise SystemExit(f"no {args.transport} grid publisher reached the subscriber "
+                             f"in {READY_TIMEOUT_S:g} s (node log above)")
         pub = _child("publisher", args, str(work / "pub.json"), log)
         pub.wait(args.frames / args.rate * 3 + 120)
         time.sleep(DRAIN_S)  # grids still in flight reach the subscriber

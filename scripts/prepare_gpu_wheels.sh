@@ -6,7 +6,8 @@
 #   scripts/prepare_gpu_wheels.sh [PYTHON]        # default: python3.12 (pyenv's if not on PATH)
 #
 # 1. a build venv (build/py312) gets the cp312 ros-kilted-* wheels pinned in requirements.txt
-#    (rclpy, rmw-fastrtps-cpp, the message packages, and rosidl's generators to build ours);
+#    (rclpy, rmw-fastrtps-cpp, the message packages, and rosidl's generators to build ours), and
+#    rosbags (the bag tools and their tests), which the GPU machine lacks too;
 # 2. scripts/build_msgs.sh builds bevpool_msgs for that Python into the same venv;
 # 3. the venv's runtime part is packed, pruned of what only builds need (generators, cmake
 #    files, headers, pip) and of numpy (the GPU machine's own numpy is used: bevpool_msgs is
@@ -32,7 +33,7 @@ fi
 
 # (1) pinned cp312 wheels: the ROS lines of requirements.txt + what rosidl needs to build
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-grep -E '^(ros-kilted-|catkin_pkg|numpy==|pyyaml==)' "$ROOT/requirements.txt" > "$VENV/requirements.ros.txt"
+grep -E '^(ros-kilted-|catkin_pkg|numpy==|pyyaml==|rosbags==)' "$ROOT/requirements.txt" > "$VENV/requirements.ros.txt"
 "$VENV/bin/pip" install -q --disable-pip-version-check -r "$VENV/requirements.ros.txt"
 
 # (2) bevpool_msgs for this Python

@@ -107,11 +107,12 @@ class BevPoolNode(Node):
         self._camera_frames: dict[str, str] = {}
 
         self._make_publishers()
-        self.handoff = self._make_handoff()
+        self.handoff = None
         self._bev_payload = ReusableBuffer()  # publish() copies synchronously: safe to reuse after it
         self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
                                     self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild)
         self.worker.start()
+        self.handoff = self._make_handoff()  # after start(): the backend has prepared its buffers
         self._make_subscriptions()
         self._poll_timer = self.create_timer(self._poll_period(), self._poll_sync)
         self._diag_timer = self.create_timer(self.cfg["diagnostics.period_s"], self._publish_diagnostics)
