@@ -98,11 +98,14 @@ def role_subscriber(args) -> int:
         reader = HandoffReader()
 
         def on_grid(msg):
+            t_cb = time.monotonic_ns()
             try:
                 view = reader.open(msg)  # maps the ring once, then waits on the grid's event
                 state["dtype"] = view.dtype.name
                 if view.still_valid():
-                    received.append((stamp_to_ns(msg.header.stamp), time.monotonic_ns()))
+                    t = time.monotonic_ns()
+                    received.append((stamp_to_ns(msg.header.stamp), t))
+                    state.setdefault("open_ms", []).append((t - t_cb) / 1e6)
                 else:
                     state["overwritten"] += 1
             except HandoffOverwritten:
@@ -268,8 +271,10 @@ def render_md(res: dict) -> str:
         "Node stages (p50 / p99 ms): " + ", ".join(
             f"{k} {v['p50']:.2f} / {v['p99']:.2f}" for k, v in res["stages_ms"].items()) + ".",
         "",
-        f"Drops: {res['drops'] or 'none'}." + (f" Hand-off grids overwritten before read: {res['overwritten']}."
-                                               if r["transport"] == "handoff" else ""),
+        f"Drops: {res['drops'] or 'none'}." + (
+            f" Hand-off: grids overwritten before read {res['overwritten']}; open + event wait in the subscriber "
+            f"p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
+            if r["transport"] == "handoff" else ""),
     ]
     return "\n".join(lines) + "\n"
 
@@ -319,6 +324,7 @@ def main(argv=None) -> int:
                       for k in ("queue_wait", "assemble", "message", "publish")},
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")
                   or k in ("sync_incomplete_timeout", "sync_late", "sync_evicted", "sync_superseded")},
+        "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:]) if args.transport == "handoff" else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
@@ -332,6 +338,7 @@ def main(argv=None) -> int:
     if args.rows:
         rows_path = Path(args.rows)
         rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
+        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}  # NaN -> null
         rows_path.write_text(json.dumps(rows + [dict(row, date_utc=res["date_utc"], machine=info["cpu"])],
                                         indent=2) + "\n")
     print(render_md(res))
