@@ -40,17 +40,59 @@ SETTINGS = {
                              "RMW_FASTRTPS_PUBLICATION_MODE": "SYNCHRONOUS"},
     "shipped_profile_async": {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE),
                               "RMW_FASTRTPS_PUBLICATION_MODE": "ASYNCHRONOUS"},
+    # a fully bounded type (bench/dds_probe_msgs): as rmw configures it (data-sharing forced off) ...
+    "bounded_type": {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE), "_type": "bounded"},
+    # ... and with the QoS from XML, where Fast DDS turns data-sharing delivery on for bounded types
+    "bounded_type_qos_from_xml": {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE), "_type": "bounded",
+                                  "RMW_FASTRTPS_USE_QOS_FROM_XML": "1"},
 }
+PROBE_MSGS = ROOT / "bench" / "dds_probe_msgs"
 
 
-def tensor(nbytes: int, seq: int):
+def ensure_probe_type() -> None:
+    """Build the bounded probe message into this venv once (as scripts/build_msgs.sh builds ours)."""
+    try:
+        import bevpool_probe_msgs.msg  # noqa: F401
+        return
+    except ImportError:
+        pass
+    prefix = Path(sys.prefix)
+    build = ROOT / "build" / f"dds_probe_msgs_py{sys.version_info[0]}{sys.version_info[1]}"
+    env = dict(os.environ, AMENT_PREFIX_PATH=str(prefix), PATH=f"{prefix / 'bin'}:{os.environ['PATH']}")
+    for cmd in (["cmake", "-S", str(PROBE_MSGS), "-B", str(build), f"-DCMAKE_PREFIX_PATH={prefix}",
+                 f"-DCMAKE_INSTALL_PREFIX={prefix}", f"-DPython3_EXECUTABLE={sys.executable}", "-DBUILD_TESTING=OFF"],
+                ["cmake", "--build", str(build)], ["cmake", "--install", str(build)]):
+        subprocess.run(cmd, env=env, check=True, capture_output=True)
+
+
+def message_class(kind: str):
+    if kind == "bounded":
+        from bevpool_probe_msgs.msg import BoundedBlob
+
+        return BoundedBlob
     from bevpool_msgs.msg import Tensor
 
+    return Tensor
+
+
+def probe_message(kind: str, nbytes: int, seq: int):
+    """A Tensor (header first, so stamp.sec is the CDR's first field) or a BoundedBlob (stamp first)."""
+    values = np.full(max(1, nbytes // 4), seq % 7, np.float32)
+    if kind == "bounded":
+        import array
+
+        m = message_class(kind)()
+        data = array.array("B")
+        data.frombytes(values.view(np.uint8))
+        m.data = data
+        return m
     from bevpool_ros.node.tensor_codec import make_tensor
 
-    m = make_tensor(np.full(max(1, nbytes // 4), seq % 7, np.float32), "probe", "", "float32")
-    assert isinstance(m, Tensor)
-    return m
+    return make_tensor(values, "probe", "", "float32")
+
+
+def stamp_of(m):
+    return m.stamp if hasattr(m, "stamp") else m.header.stamp
 
 
 def shm_segments() -> dict:
@@ -66,7 +108,6 @@ def shm_segments() -> dict:
 
 def role_sub(args) -> int:
     import rclpy
-    from bevpool_msgs.msg import Tensor
 
     from bevpool_ros.node.qos import make_qos
 
@@ -79,10 +120,11 @@ def role_sub(args) -> int:
         if args.conversion == "raw":
             seq = int.from_bytes(m[4:8], "little")  # header.stamp.sec: first field after the 4-byte CDR header
         else:
-            seq = int(m.header.stamp.sec)
+            seq = int(stamp_of(m).sec)
         got.append((seq, t))
 
-    node.create_subscription(Tensor, TOPIC, on, make_qos("reliable", 10), raw=args.conversion == "raw")
+    node.create_subscription(message_class(args.type), TOPIC, on, make_qos("reliable", 10),
+                             raw=args.conversion == "raw")
     Path(args.record + ".ready").touch()
     segments = {}
     deadline = time.monotonic() + args.messages / args.rate + 30
@@ -98,24 +140,23 @@ def role_sub(args) -> int:
 
 def role_pub(args) -> int:
     import rclpy
-    from bevpool_msgs.msg import Tensor
     from rclpy.serialization import serialize_message
 
     from bevpool_ros.node.qos import make_qos
 
     rclpy.init(args=[sys.argv[0]])
     node = rclpy.create_node("dds_hop_pub")
-    pub = node.create_publisher(Tensor, TOPIC, make_qos("reliable", 10))
+    pub = node.create_publisher(message_class(args.type), TOPIC, make_qos("reliable", 10))
     deadline = time.monotonic() + 60
     while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.05)
-    msgs = [tensor(args.size, i) for i in range(8)]  # built before timing; stamp.sec = sequence number
+    msgs = [probe_message(args.type, args.size, i) for i in range(8)]  # built before timing
     sent, call = [], []
     period = 1.0 / args.rate
     nxt = time.monotonic()
     for seq in range(args.messages):
         m = msgs[seq % len(msgs)]
-        m.header.stamp.sec = seq
+        stamp_of(m).sec = seq  # the sequence number travels as the stamp's seconds
         payload = serialize_message(m) if args.conversion == "raw" else m
         nxt += period
         while time.monotonic() < nxt:
@@ -133,14 +174,17 @@ def role_pub(args) -> int:
 
 def run_one(setting: str, size: int, conversion: str, args) -> dict:
     env = dict(os.environ)
+    kind = SETTINGS[setting].get("_type", "tensor")
     for k, v in SETTINGS[setting].items():
-        env.pop(k, None) if v is None else env.__setitem__(k, v)
+        if not k.startswith("_"):
+            env.pop(k, None) if v is None else env.__setitem__(k, v)
     env.pop("FASTRTPS_DEFAULT_PROFILES_FILE", None)
     env["BEVPOOL_DDS_PROFILE"] = "0"  # this script decides the profile
     work = Path(tempfile.mkdtemp(prefix="dds_hop_"))
     common = ["--size", str(size), "--conversion", conversion, "--messages", str(args.messages),
-              "--rate", str(args.rate)]
+              "--rate", str(args.rate), "--type", kind]
     me = [sys.executable, str(Path(__file__).resolve())]
+    before = set(shm_segments())  # /dev/shm is shared: report only what this run created
     sub = subprocess.Popen(me + ["--role", "sub", "--record", str(work / "sub.json"), *common], env=env)
     while not (work / "sub.json.ready").exists() and sub.poll() is None:
         time.sleep(0.05)
@@ -157,9 +201,10 @@ def run_one(setting: str, size: int, conversion: str, args) -> dict:
     lat = [(t - sent[q]) / 1e6 for q, t in s["got"] if q in sent and q >= 10]
     call = p["publish_call_ms"][10:]
     pct = lambda v, q: float(np.percentile(v, q)) if v else float("nan")  # noqa: E731
-    return {"setting": setting, "size_bytes": size, "conversion": conversion, "sent": len(sent),
+    return {"setting": setting, "type": kind, "size_bytes": size, "conversion": conversion, "sent": len(sent),
             "received": len(s["got"]), "hop_p50_ms": pct(lat, 50), "hop_p99_ms": pct(lat, 99),
-            "publish_call_p50_ms": pct(call, 50), "shm_segments": s["shm_segments"]}
+            "publish_call_p50_ms": pct(call, 50),
+            "shm_segments_created": sorted({size for name, size in s["shm_segments"].items() if name not in before})}
 
 
 def in_process(size: int) -> dict:
@@ -167,7 +212,7 @@ def in_process(size: int) -> dict:
     from bevpool_msgs.msg import Tensor
     from rclpy.serialization import deserialize_message, serialize_message
 
-    m = tensor(size, 0)
+    m = probe_message("tensor", size, 0)
     buf = serialize_message(m)
     src = np.frombuffer(buf, np.uint8)
     dst = np.empty_like(src)
@@ -196,13 +241,20 @@ def main(argv=None) -> int:
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=2621440, help=argparse.SUPPRESS)
     ap.add_argument("--conversion", default="raw", choices=("raw", "msg"), help=argparse.SUPPRESS)
+    ap.add_argument("--type", default="tensor", choices=("tensor", "bounded"), help=argparse.SUPPRESS)
+    ap.add_argument("--build-probe-type", action="store_true", help="only build the bounded probe message")
     args = ap.parse_args(argv)
+    if args.build_probe_type:
+        ensure_probe_type()
+        return 0
     if args.role:
         return (role_pub if args.role == "pub" else role_sub)(args)
 
     from bevpool_ros.node.session import isolate
 
     isolate()
+    if any(SETTINGS[s].get("_type") == "bounded" for s in args.settings.split(",")):
+        ensure_probe_type()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     for setting in args.settings.split(","):
@@ -210,7 +262,7 @@ def main(argv=None) -> int:
         for size in sizes if setting == "shipped_profile" else [s for s in sizes if s == 2621440] or sizes[:1]:
             for conversion in (("raw", "msg") if setting == "shipped_profile" and size == 2621440 else ("raw",)):
                 r = run_one(setting, size, conversion, args)
-                print(json.dumps({k: v for k, v in r.items() if k != "shm_segments"}), flush=True)
+                print(json.dumps(r), flush=True)
                 rows.append(r)
     res = {"rows": rows, "in_process": [in_process(s) for s in sizes], "cores": os.cpu_count(),
            "load_avg": os.getloadavg(), "command": "python bench/dds_hop.py " + " ".join(argv or sys.argv[1:]),

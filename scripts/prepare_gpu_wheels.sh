@@ -26,7 +26,8 @@ VENV=$ROOT/build/$TAG
 OUT=$ROOT/.whl/ros_$TAG.tar.xz
 mkdir -p "$ROOT/.whl" "$ROOT/build"
 
-STAMP=$(cat "$ROOT/requirements.txt" "$ROOT"/msg/*.msg "$ROOT/msg/CMakeLists.txt" "$0" | sha256sum | cut -c1-16)
+STAMP=$(cat "$ROOT/requirements.txt" "$ROOT"/msg/*.msg "$ROOT/msg/CMakeLists.txt" "$ROOT"/bench/dds_probe_msgs/msg/*.msg "$0" \
+  | sha256sum | cut -c1-16)
 if [ -f "$OUT" ] && [ "$(cat "$OUT.stamp" 2>/dev/null)" = "$STAMP" ]; then
   echo "[prepare_gpu_wheels] $OUT up to date" >&2; exit 0
 fi
@@ -36,8 +37,9 @@ fi
 grep -E '^(ros-kilted-|catkin_pkg|numpy==|pyyaml==|rosbags==)' "$ROOT/requirements.txt" > "$VENV/requirements.ros.txt"
 "$VENV/bin/pip" install -q --disable-pip-version-check -r "$VENV/requirements.ros.txt"
 
-# (2) bevpool_msgs for this Python
+# (2) bevpool_msgs for this Python, and the bounded probe type of bench/dds_hop.py
 BEVPOOL_MSGS_BUILD=$ROOT/build/bevpool_msgs_$TAG "$ROOT/scripts/build_msgs.sh" "$VENV"
+"$VENV/bin/python" "$ROOT/bench/dds_hop.py" --build-probe-type
 
 # (3) the runtime, pruned. Kept: every .so under lib/ (message type supports, rcl, rmw, Fast DDS),
 # site-packages of the runtime (rclpy, rosidl runtime, rosidl_parser.definition + generator_py's import_type_support, the
