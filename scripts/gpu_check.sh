@@ -92,6 +92,13 @@ if [ "$RUN_ROS" = 1 ]; then
             >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
       done
       grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
+      # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
+      # setting on an idle 16-core host (docs/dds.md); the CPU machines are too loaded for clean numbers
+      if [ "${ROS_DDS_HOP:-0}" = 1 ]; then
+        timeout 240 $RPY bench/dds_hop.py --messages 120 --out "$OUT/dds_hop_h200.json" \
+            --settings shipped_profile,builtin_default,shipped_profile_sync,shipped_profile_async,bounded_type,bounded_type_qos_from_xml \
+            2>&1 | grep '^{"setting' | cut -c1-230
+      fi
     ) || status=1
   else
     echo "ROS runtime not installed (see ros_install.log)"; tail -5 "$OUT/ros_install.log"; status=1

@@ -169,9 +169,9 @@ def test_node_refuses_the_handoff_on_the_cpu_backend_and_keeps_publishing():
     g = RosGraph({"backend": "cpu", "output.gpu_handoff": True, "diagnostics.period_s": 0.2})
     try:
         assert g.publish_and_wait(0) is not None, g.node.output()[-3000:]
-        d = g.diagnostics_where(lambda d: d.get("gpu_handoff", "").startswith("refused"))
+        d = g.diagnostics_where(lambda d: d.get("gpu_handoff", "").startswith("refused"), timeout=30.0)
         assert d is not None, g.node.output()[-3000:]
         assert "keeps no grid on a GPU" in d["gpu_handoff"]
-        assert "output.gpu_handoff is off" in g.node.output()
+        assert g.spin_until(lambda: "output.gpu_handoff is off" in g.node.output(), 10.0), g.node.output()[-3000:]
     finally:
         assert g.close() == 0
