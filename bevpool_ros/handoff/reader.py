@@ -40,25 +40,20 @@ class _MappedRing:
         self.buffers: list[SharedDeviceMemory] = []
         self.control = None
         self.events: dict[bytes, IpcEvent] = {}
+        pending = list(fds)  # descriptors not yet owned by a mapping; closed here on failure
         try:
-            self.control = SharedControlBlock.attach(fds[0])
+            self.control = SharedControlBlock.attach(pending.pop(0))
             if self.control.block.ring_id != self.ring_id:
                 raise RingError("control block belongs to another ring")
             sizes = [int(s) for s in description["sizes"]]
-            if len(sizes) != len(fds) - 1 or len(sizes) != self.control.block.ring_size:
-                raise RingError(f"{len(fds) - 1} buffers for a ring of {self.control.block.ring_size}")
-            buffer_fds, fds = fds[1:], []
-            for i, (fd, size) in enumerate(zip(buffer_fds, sizes)):
-                try:
-                    self.buffers.append(SharedDeviceMemory.import_fd(device, fd, size))
-                except Exception:
-                    for rest in buffer_fds[i + 1:]:
-                        os.close(rest)
-                    raise
+            if len(sizes) != len(pending) or len(sizes) != self.control.block.ring_size:
+                raise RingError(f"{len(pending)} buffers for a ring of {self.control.block.ring_size}")
+            for size in sizes:
+                self.buffers.append(SharedDeviceMemory.import_fd(device, pending.pop(0), size))
             for h in description["events"]:
                 self.events[bytes.fromhex(h)] = IpcEvent.open(bytes.fromhex(h))
         except Exception:
-            for fd in fds:
+            for fd in pending:
                 os.close(fd)
             self.close()
             raise

@@ -100,12 +100,17 @@ class SharedControlBlock:
 
     @classmethod
     def attach(cls, fd: int) -> "SharedControlBlock":
-        """Consumer side: read-only mapping (a consumer can never corrupt the producer's record)."""
-        size = os.fstat(fd).st_size
-        if size < ControlBlock.nbytes(2):
-            raise RingError(f"control block of {size} bytes is too small")
-        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
-        return cls(fd, size, ControlBlock(mapping, writable=False), mapping)
+        """Consumer side, taking ownership of ``fd``: a read-only mapping (a consumer can never
+        corrupt the producer's record)."""
+        try:
+            size = os.fstat(fd).st_size
+            if size < ControlBlock.nbytes(2):
+                raise RingError(f"control block of {size} bytes is too small")
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            return cls(fd, size, ControlBlock(mapping, writable=False), mapping)
+        except Exception:  # the descriptor is ours from the call on
+            os.close(fd)
+            raise
 
     def close(self) -> None:
         self.block = None

@@ -96,10 +96,17 @@ class SharedDeviceMemory:
         g = granularity(device)
         size = max(g, -(-int(nbytes) // g) * g)
         handle = check(cu.cuMemCreate(size, _prop(device), 0), "cuMemCreate")
-        fd = int(check(cu.cuMemExportToShareableHandle(
-            handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            "cuMemExportToShareableHandle"))
-        return cls(device, handle, size, fd)
+        fd = -1
+        try:
+            fd = int(check(cu.cuMemExportToShareableHandle(
+                handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                "cuMemExportToShareableHandle"))
+            return cls(device, handle, size, fd)
+        except Exception:
+            cu.cuMemRelease(handle)
+            if fd >= 0:
+                os.close(fd)
+            raise
 
     @classmethod
     def import_fd(cls, device, fd: int, size: int) -> "SharedDeviceMemory":
