@@ -175,3 +175,20 @@ def test_node_refuses_the_handoff_on_the_cpu_backend_and_keeps_publishing():
         assert g.spin_until(lambda: "output.gpu_handoff is off" in g.node.output(), 10.0), g.node.output()[-3000:]
     finally:
         assert g.close() == 0
+
+
+def test_device_output_prefers_the_backends_own_method_then_the_cuda_buffers():
+    from types import SimpleNamespace
+
+    from bevpool_ros.handoff.vmm import HandoffUnsupported
+    from bevpool_ros.node.handoff_output import DeviceOutput, device_output
+
+    own = DeviceOutput(1234, np.dtype(np.float16), "stream", "device")
+    assert device_output(SimpleNamespace(name="tensorrt", device_output=lambda: own)) is own
+    cuda_like = SimpleNamespace(name="cuda", io={"out": SimpleNamespace(ptr=4096)}, plan=SimpleNamespace(out_dtype="float32"),
+                                rt=SimpleNamespace(stream=SimpleNamespace(handle="h"), device="dev"))
+    got = device_output(cuda_like)
+    assert (got.ptr, got.dtype, got.stream, got.device) == (4096, np.dtype(np.float32), "h", "dev")
+    for unprepared in (SimpleNamespace(name="cpu"), SimpleNamespace(name="cuda", io=None, rt=object(), plan=None)):
+        with pytest.raises(HandoffUnsupported, match="keeps no grid on a GPU"):
+            device_output(unprepared)
