@@ -192,3 +192,22 @@ def test_device_output_prefers_the_backends_own_method_then_the_cuda_buffers():
     for unprepared in (SimpleNamespace(name="cpu"), SimpleNamespace(name="cuda", io=None, rt=object(), plan=None)):
         with pytest.raises(HandoffUnsupported, match="keeps no grid on a GPU"):
             device_output(unprepared)
+
+
+@pytest.mark.parametrize("description, why", [
+    ({"ring_id": 6, "sizes": [4096, 4096], "events": []}, "another ring"),
+    ({"ring_id": 5, "sizes": [4096], "events": []}, "2 buffer descriptors and 1 sizes for a ring of 2"),
+])
+def test_a_reader_refuses_a_mismatched_ring_and_closes_every_descriptor(description, why):
+    from bevpool_ros.handoff.reader import _MappedRing
+
+    ctl = SharedControlBlock.create(ring_id=5, ring_size=2)
+    fds = [os.dup(ctl.fd), os.memfd_create("a"), os.memfd_create("b")]
+    try:
+        with pytest.raises(RingError, match=why):
+            _MappedRing(device=None, description=description, fds=fds)  # fails before any CUDA call
+        for fd in fds:
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    finally:
+        ctl.close()

@@ -47,7 +47,8 @@ class _MappedRing:
                 raise RingError("control block belongs to another ring")
             sizes = [int(s) for s in description["sizes"]]
             if len(sizes) != len(pending) or len(sizes) != self.control.block.ring_size:
-                raise RingError(f"{len(pending)} buffers for a ring of {self.control.block.ring_size}")
+                raise RingError(f"{len(pending)} buffer descriptors and {len(sizes)} sizes for a ring of "
+                                f"{self.control.block.ring_size}")
             for size in sizes:
                 self.buffers.append(SharedDeviceMemory.import_fd(device, pending.pop(0), size))
             for h in description["events"]:
