@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Per-frame cost of the node's pooling path without ROS: the GPU half of the latency budget.
+"""Per-frame cost of the node's pooling stage without ROS: the GPU half of the latency budget.
 
-    python bench/frame_latency.py --backend cuda --precision fp16 [--frames 300] [--out DIR]
+    python bench/frame_latency.py --backend cuda --precision fp16 fp8 \\
+        --wire-dtype float16 float32 --out-dtype float16 float32 [--frames 300] [--prefix h200_]
 
-Drives bevpool_node's own pooling stage (``PoolingWorker.process``: stack the six cameras'
-tensors, ``backend.pool`` = validate + H2D + CUDA-graph replay + D2H + sync, finiteness check)
-with synthetic nuScenes-rig frames at the wire dtype a GPU deployment sends (float16), and
-reports p50/p99 of each stage plus the kernel alone (graph replay of the same launch). The
-ROS half (DDS transport, message decode/encode, publish) is measured by bench/latency.py on
-the machine that has rclpy; the H200 has none (README.md, "Benchmarks", says how they combine).
+Drives bevpool_node's own pooling stage (``PoolingWorker.process``: the set's cameras in rig
+order, then ``backend.pool_cameras`` = each payload copied once into its pinned slot, one graph
+replay (H2D, conversion and value checks on the device, kernel, epilogue, D2H), one sync, one
+flag read) with synthetic nuScenes-rig frames, writing the grid into a message payload buffer
+(``ReusableBuffer``) as the node does. One row per precision x wire dtype x published dtype:
+p50/p99 of the stage, the cuda backend's split into host staging and replay + sync, and the
+kernel alone (graph replay of the same launch). Writes <out>/<prefix>frame_latency_<backend>.json.
+The ROS half (DDS, message build, publish) is measured by bench/latency.py.
 """
 from __future__ import annotations
 
@@ -29,12 +32,14 @@ from bevpool_ros.backends import create_backend  # noqa: E402
 from bevpool_ros.node.calibration import LiveCalibration  # noqa: E402
 from bevpool_ros.node.pooling import PoolingWorker  # noqa: E402
 from bevpool_ros.node.sync import CameraSet  # noqa: E402
+from bevpool_ros.node.tensor_codec import ReusableBuffer  # noqa: E402
 from bevpool_ros.synthetic import SyntheticScene  # noqa: E402
 from bevpool_ros.workloads import base_rig  # noqa: E402
 
 
-def pct(values, q) -> float:
-    return float(np.percentile(np.asarray(values) * 1e3, q))
+def pct(values_s) -> dict:
+    v = np.asarray(values_s) * 1e3
+    return {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99))}
 
 
 def camera_set(rig, depth, feat, stamp_ns: int) -> CameraSet:
@@ -44,87 +49,105 @@ def camera_set(rig, depth, feat, stamp_ns: int) -> CameraSet:
     return CameraSet(frames, tuple(frames), (), now, now, True)
 
 
-def cuda_breakdown(backend, depth, feat, frames: int) -> dict:
-    """Split CudaBackend.pool into host staging, graph replay + sync (H2D, kernel, D2H), result copy."""
-    from bevpool_ros.backends.staging import stage_fp16
+E4M3_SCALE = 16.0
 
-    stage, replay, copy = [], [], []
+
+def wire_frame(frame, wire: str):
+    """(depth, feat) as a producer would send them in ``wire``."""
+    if wire == "float8_e4m3":
+        from bevpool_ros.fp8 import encode
+
+        return tuple(encode(a.astype(np.float64) * E4M3_SCALE) for a in frame)
+    return tuple(a.astype(wire) for a in frame)
+
+
+def cuda_split(backend, cameras, out, frames: int) -> dict:
+    """The GPU backend's stage in two: host staging into the pinned slots; graph replay + sync."""
+    frame = backend.frame
+    stage, replay = [], []
     for _ in range(frames):
         t0 = time.perf_counter()
-        stage_fp16(backend.smap, depth, feat, backend.h_depth.array, backend.h_feat.array)
+        wire = frame.staging.stage(cameras)
         t1 = time.perf_counter()
-        backend.graph.replay()
+        graph, _ = frame._graph(wire, out)
+        graph.replay()
         backend.rt.stream.synchronize()
         t2 = time.perf_counter()
-        backend.h_out.array.copy()
-        t3 = time.perf_counter()
         stage.append(t1 - t0)
         replay.append(t2 - t1)
-        copy.append(t3 - t2)
-    return {k: {"p50": pct(v, 50), "p99": pct(v, 99)} for k, v in
-            (("stage_ms", stage), ("replay_sync_ms", replay), ("result_copy_ms", copy))}
+    return {"staging_ms": pct(stage), "replay_sync_ms": pct(replay)}
 
 
-def kernel_only_us(backend) -> float | None:
-    """Graph-replay median of the backend's own launch, when the backend can say (cuda)."""
-    timer = getattr(backend, "kernel_time_us", None)
-    return float(timer()) if callable(timer) else None
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="cuda")
-    p.add_argument("--precision", default="fp16")
-    p.add_argument("--frames", type=int, default=300)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--wire-dtype", default="float16", choices=("float16", "float32"))
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    args = p.parse_args()
-
-    rig = base_rig()
-    backend = create_backend(args.backend, args.precision, fallback=False)
-    # keep only the latest result, as the node does once it has published (retaining every grid
-    # would grow the heap by 5 MB a frame and time page faults instead of the pooling path)
+def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int) -> dict:
+    payload = ReusableBuffer()
+    # keep only the latest result, as the node does once it has published
     results, drops = deque(maxlen=1), []
     worker = PoolingWorker(backend, LiveCalibration(rig), results.append,
-                           lambda reason, detail: drops.append((reason, detail)))
+                           lambda reason, detail: drops.append((reason, detail)),
+                           out_dtype=out_dtype, out_buffer=payload)
     worker.prepare()
-    scene = SyntheticScene(rig)
-    frames = [tuple(a.astype(args.wire_dtype) for a in scene.frame(i)) for i in range(8)]
-
-    total, pool, assemble = [], [], []
-    for i in range(args.warmup + args.frames):
+    total, pool = [], []
+    for i in range(warmup + n):
         depth, feat = frames[i % len(frames)]
         t0 = time.perf_counter()
         r = worker.process(camera_set(rig, depth, feat, i * 50_000_000))
         t1 = time.perf_counter()
         if r is None:
             raise SystemExit(f"frame {i} dropped: {drops[-1]}")
-        if i >= args.warmup:
+        if i >= warmup:
             total.append(t1 - t0)
             pool.append(r.pool_s)
-            assemble.append(r.assemble_s)
-    results.clear()
+    row = {"process_ms": pct(total), "pool_ms": pct(pool), "lands_in_payload": bool(payload.holds(r.bev))}
+    if backend.name == "cuda":
+        depth, feat = frames[0]
+        cameras = [(depth[k], feat[k]) for k in range(depth.shape[0])]
+        row["split"] = cuda_split(backend, cameras, payload.view(r.bev.shape, out_dtype), n)
+    return row
 
-    kernel_us = kernel_only_us(backend)
-    desc = backend.describe()
-    row = {
-        "backend": desc.get("backend"), "precision": desc.get("precision"), "kernel": desc.get("kernel"),
-        "device": desc.get("device"), "wire_dtype": args.wire_dtype, "frames": args.frames,
-        "process_ms": {"p50": pct(total, 50), "p99": pct(total, 99)},
-        "pool_ms": {"p50": pct(pool, 50), "p99": pct(pool, 99)},
-        "assemble_ms": {"p50": pct(assemble, 50), "p99": pct(assemble, 99)},
-        "kernel_us": kernel_us,
-    }
-    if row["backend"] == "cuda" and row["precision"] == "fp16":
-        row["pool_breakdown"] = cuda_breakdown(backend, *frames[0], args.frames)
-    k_ms = (kernel_us or 0.0) / 1e3
-    row["overhead_beyond_kernel_ms"] = {q: row["process_ms"][q] - k_ms for q in ("p50", "p99")}
-    print(json.dumps(row, indent=1))
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="cuda")
+    p.add_argument("--precision", nargs="+", default=["fp16"])
+    p.add_argument("--wire-dtype", nargs="+", default=["float16"], choices=("float16", "float32", "float8_e4m3"),
+                   help="float8_e4m3: codes as a producer quantised them (scale 16, the rule's for [0, 1) / "
+                        "[-1, 1) data), on backends that take them")
+    p.add_argument("--out-dtype", nargs="+", default=["float16"], choices=("float16", "float32"))
+    p.add_argument("--host-memory", default="auto", choices=("auto", "copy", "mapped"))
+    p.add_argument("--frames", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--prefix", default="")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    args = p.parse_args()
+
+    rig = base_rig()
+    scene = SyntheticScene(rig)
+    raw = [scene.frame(i) for i in range(8)]
+    rows = []
+    for precision in args.precision:
+        backend = create_backend(args.backend, precision, fallback=False, host_memory=args.host_memory)
+        for wire in args.wire_dtype:
+            if wire == "float8_e4m3" and np.dtype(np.uint8) not in backend.wire_dtypes:
+                continue
+            frames = [wire_frame(f, wire) for f in raw]
+            if wire == "float8_e4m3":
+                backend.fp8_scales = (E4M3_SCALE, E4M3_SCALE)
+            for out_dtype in args.out_dtype:
+                row = {"backend": backend.name, "precision": None, "wire_dtype": wire, "output_dtype": out_dtype,
+                       "frames": args.frames, **measure(backend, rig, frames, out_dtype, args.frames, args.warmup)}
+                desc = backend.describe()
+                timer = getattr(backend, "kernel_time_us", None)
+                row.update(precision=desc.get("precision"), kernel=desc.get("kernel"), device=desc.get("device"),
+                           host_memory=desc.get("host_memory"), kernel_us=float(timer()) if callable(timer) else None)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        backend.close()
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"frame_latency_{row['backend']}_{row['precision']}"
-    (args.out / f"{name}.json").write_text(json.dumps(
-        {"meta": {"python": platform.python_version(), "command": " ".join(sys.argv)}, "row": row}, indent=1) + "\n")
+    path = args.out / f"{args.prefix}frame_latency_{args.backend}.json"
+    meta = {"python": platform.python_version(), "command": "python bench/frame_latency.py " + " ".join(sys.argv[1:]),
+            "stage": "PoolingWorker.process: payloads in -> BEV bytes in the message payload, checked"}
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {path}")
     return 0
 
 

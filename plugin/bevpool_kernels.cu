@@ -4,6 +4,7 @@
 #include "bevpool_v2do.cuh"
 #include "bevpool_v3.cuh"
 #include "bevpool_v3g.cuh"
+#include "bevpool_convert.cuh"  // per-frame conversions and checks (gpu_frame.py)
 
 // ---- V3 (grouped: G lanes x VEC channels per slot; the shipped design) ---------------------
 // FP16, DRAM-bound path: TILE_C (VEC) 16 per lane, streaming output stores; FP32 accumulation,

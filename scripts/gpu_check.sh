@@ -2,7 +2,7 @@
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
 # Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--no-ros] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
-# pytest.log, bench.log, frame_latency_cuda_*.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
+# pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
 # h200_node_latency.json (one row per configuration), ros_latency.md, ros_install.log.
 set -u -o pipefail
@@ -40,16 +40,14 @@ if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
   # every gpu-marked test that needs no rclpy (the node tests run on the CPU machines)
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q -x --no-header -p no:cacheprovider \
-      -m gpu -rs test/test_cuda_backend_gpu.py test/test_backend_fallback.py \
+      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_backend_fallback.py \
       test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
-# the node's pooling stage per frame (no ROS on this machine): stack -> pool -> copy back
+# the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
 if [ "$RUN_FRAME" = 1 ]; then
-  for prec in fp16 fp8; do
-    timeout 120 $PY bench/frame_latency.py --backend cuda --precision $prec --out "$OUT" \
-        2>&1 | tee -a "$OUT/frame_latency.log" | tail -4 || status=1
-  done
+  timeout 120 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 float32 float8_e4m3 \
+      --out-dtype float16 float32 --prefix h200_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" | tail -9 || status=1
 fi
 
 if [ "$RUN_BENCH" = 1 ]; then
@@ -66,6 +64,7 @@ if [ "$RUN_NCU" = 1 ] && command -v ncu >/dev/null; then
       > "$OUT/ncu.txt" 2>&1 || echo "ncu failed (see ncu.txt)"
   grep -E "bevpool_|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Compute \(SM\) Throughput" "$OUT/ncu.txt" | head -120
 fi
+
 # --- ROS 2 on the GPU machine: the carried cp312 runtime, the ROS test suite, the node's latency --------
 # Publisher, node and subscriber in three processes over real DDS (and the GPU hand-off).
 # ROS_FRAMES (default 1000) sets per configuration at 30 Hz; ROS_MARK the pytest marker expression.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from .base import Backend, BackendUnavailable, InputError, PRECISIONS, all_finite, check_inputs
+from .base import Backend, BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, PRECISIONS, all_finite, check_inputs
 from .cpu import CpuBackend
 
 log = logging.getLogger(__name__)
@@ -12,7 +12,7 @@ BACKENDS = ("tensorrt", "cuda", "cpu")
 
 def _construct(name: str, precision: str, **options) -> Backend:
     if name == "cpu":
-        return CpuBackend(precision)
+        return CpuBackend(precision, **options)
     if name == "cuda":
         from .cuda import CudaBackend  # imported lazily: cuda-python may be missing
 
@@ -53,5 +53,5 @@ def create_backend(name: str = "best", precision: str = "fp16", fallback: bool =
     raise BackendUnavailable("no backend available: " + "; ".join(reasons))
 
 
-__all__ = ["Backend", "BackendUnavailable", "InputError", "PRECISIONS", "all_finite", "check_inputs",
+__all__ = ["Backend", "BackendUnavailable", "InputError", "NonFiniteInput", "NonFiniteOutput", "PRECISIONS", "all_finite", "check_inputs",
            "CpuBackend", "create_backend", "BACKENDS"]

@@ -109,8 +109,10 @@ class BevPoolNode(Node):
         self._make_publishers()
         self.handoff = None
         self._bev_payload = ReusableBuffer()  # publish() copies synchronously: safe to reuse after it
+        # the backend writes each grid straight into the outgoing payload, in the published dtype
         self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
-                                    self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild)
+                                    self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
+                                    out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self._bev_payload)
         self.worker.start()
         self.handoff = self._make_handoff()  # after start(): the backend has prepared its buffers
         self._make_subscriptions()
@@ -190,7 +192,8 @@ class BevPoolNode(Node):
         fallback = self.cfg["backend_fallback"]
         with _captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
             try:
-                backend = create_backend(requested, self.cfg["precision"], fallback=fallback)
+                backend = create_backend(requested, self.cfg["precision"], fallback=fallback,
+                                         check_finite=self.cfg["input.check_finite"])
             except (BackendUnavailable, ValueError) as e:
                 raise StartupError(f"backend {requested!r}: {e}") from None
             except Exception as e:  # a backend that breaks while probing must not take the node down
@@ -295,7 +298,10 @@ class BevPoolNode(Node):
     # input callbacks --------------------------------------------------------------------
     def _check_tensor(self, msg, camera: str, stream: str) -> np.ndarray:
         header = inspect_header(msg, self.cfg["input.max_tensor_bytes"])
-        arr = to_float(msg, header, self.cfg["input.check_finite"])
+        # a GPU backend takes E4M3 codes as they are and checks values on the device
+        on_device = getattr(self.backend, "checks_values_on_device", False)
+        arr = to_float(msg, header, self.cfg["input.check_finite"] and not on_device,
+                       raw_fp8=np.dtype(np.uint8) in self.backend.wire_dtypes)
         rig = self.calibration.rig
         N, D, H, W = rig.depth_shape
         if stream == "depth":

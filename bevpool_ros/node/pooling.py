@@ -1,9 +1,15 @@
-"""The pooling thread: camera set -> stacked tensors -> backend.pool -> BEV grid.
+"""The pooling thread: camera set -> backend.pool_cameras -> BEV grid in the outgoing payload.
 
 It runs apart from the ROS executor so that a slow pool never blocks subscriptions, timers
 or parameter services. Its input queue is bounded: when a new set arrives while the queue is
 full, the oldest waiting set is dropped (counted ``worker_busy``); fresher data wins.
 No ROS import: results leave through the ``on_result`` / ``on_drop`` callbacks.
+
+Per set the worker hands the backend each camera's tensors as they arrived (the backend copies
+each once into its staging slot) and the array the BEV must land in: a view of the outgoing
+message's payload (``out_buffer.view``), so the grid is never copied or cast on the host again.
+Prepare, re-prepare (a calibration change) and pool all run in this thread; the GPU backends
+make their context current in whichever thread calls them.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends import InputError
+from ..backends import InputError, NonFiniteInput, NonFiniteOutput
 from ..scatter_map import scatter_map_for
 from .calibration import LiveCalibration
 from .sync import CameraSet
@@ -23,17 +29,34 @@ from .sync import CameraSet
 @dataclass
 class PoolResult:
     camera_set: CameraSet
-    bev: np.ndarray
+    bev: np.ndarray        # in the published dtype; a view of out_buffer's memory
     rig: object            # the Rig the grid was pooled on
-    pool_s: float          # backend.pool only
-    assemble_s: float      # stacking the per-camera tensors
+    pool_s: float          # backend.pool_cameras: staging, device work, copies, checks
+    assemble_s: float      # matching the set's cameras to the rig's order
     started: float         # perf_counter when the pooling thread took the set
+
+
+class ArrayBuffer:
+    """Default ``out_buffer``: one numpy array per (shape, dtype), reused frame after frame."""
+
+    def __init__(self):
+        self._array = None
+
+    def view(self, shape, dtype) -> np.ndarray:
+        a = self._array
+        if a is None or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
+            a = self._array = np.empty(shape, dtype)
+        return a
 
 
 class PoolingWorker:
     def __init__(self, backend, calibration: LiveCalibration, on_result, on_drop, queue_size: int = 2,
-                 on_rebuild=None):
+                 on_rebuild=None, out_dtype="float32", out_buffer=None):
+        """``out_dtype``: the published dtype (or a callable returning it, read per set);
+        ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from."""
         self.backend = backend
+        self.out_dtype = out_dtype
+        self.out_buffer = out_buffer or ArrayBuffer()
         self.calibration = calibration
         self.on_result = on_result
         self.on_drop = on_drop
@@ -44,7 +67,6 @@ class PoolingWorker:
         self._running = False
         self._thread: threading.Thread | None = None
         self._prepared_version = None
-        self._buffers: dict = {}
         self.rebuilds = 0
         self.busy = False
 
@@ -104,14 +126,6 @@ class PoolingWorker:
             finally:
                 self.busy = False
 
-    def _buffer(self, name: str, shape, dtype) -> np.ndarray:
-        key = (name, tuple(shape), np.dtype(dtype).name)
-        buf = self._buffers.get(key)
-        if buf is None:
-            self._buffers = {k: v for k, v in self._buffers.items() if k[0] != name}
-            buf = self._buffers[key] = np.empty(shape, dtype)
-        return buf
-
     def process(self, camera_set: CameraSet) -> PoolResult | None:
         started = time.perf_counter()
         invalid = {c: why for c, why in self.calibration.invalid.items() if c in camera_set.frames}
@@ -125,35 +139,33 @@ class PoolingWorker:
         t0 = time.perf_counter()
         N, D, H, W = rig.depth_shape
         C = rig.channels
-        arrays = [f[s][1] for f in camera_set.frames.values() for s in ("depth", "feat")]
-        # float16 end to end only when everything is float16 and the backend is a GPU one
-        half = self.backend.name != "cpu" and all(a.dtype == np.float16 for a in arrays)
-        dtype = np.float16 if half else np.float32
-        depth = self._buffer("depth", (N, D, H, W), dtype)
-        feat = self._buffer("feat", (N, H, W, C), dtype)
-        for n, cam in enumerate(rig.cameras):
+        cameras = []
+        for cam in rig.cameras:
             frames = camera_set.frames.get(cam.name)
-            if frames is None:  # zero_fill: a zero depth distribution adds nothing to the grid
-                depth[n] = 0
-                feat[n] = 0
+            if frames is None:  # zero_fill: the backend zeroes the slot, which adds nothing to the grid
+                cameras.append((None, None))
                 continue
             d, f = frames["depth"][1], frames["feat"][1]
             if d.shape != (D, H, W) or f.shape != (H, W, C):
                 self.on_drop("bad_shape", f"camera {cam.name}: depth {d.shape} / feat {f.shape} do not fit "
                              f"the current rig ({D}, {H}, {W}) / ({H}, {W}, {C})")
                 return None
-            np.copyto(depth[n], d, casting="same_kind")
-            np.copyto(feat[n], f, casting="same_kind")
+            cameras.append((d, f))
+        dtype = self.out_dtype() if callable(self.out_dtype) else self.out_dtype
+        out = self.out_buffer.view((*rig.grid_shape, C), dtype)
         t1 = time.perf_counter()
         try:
-            bev = self.backend.pool(depth, feat)
+            bev = self.backend.pool_cameras(cameras, out=out)
+        except NonFiniteInput as e:  # found by the backend's own (device) check: the node's reason
+            self.on_drop("non_finite", str(e))
+            return None
         except InputError as e:
             self.on_drop("backend_input_error", str(e))
             return None
-        t2 = time.perf_counter()
-        if not np.isfinite(bev).all():
-            self.on_drop("non_finite_output", "backend produced NaN/Inf; set not published")
+        except NonFiniteOutput as e:
+            self.on_drop("non_finite_output", f"{e}; set not published")
             return None
+        t2 = time.perf_counter()
         result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0, started)
         self.on_result(result)
         return result

@@ -84,15 +84,17 @@ def raw_array(msg, header: TensorHeader) -> np.ndarray:
     return arr.reshape(header.shape)
 
 
-def to_float(msg, header: TensorHeader, check_finite: bool = True) -> np.ndarray:
-    """Payload as float32/float16 ndarray (a view when possible). Raises TensorError."""
+def to_float(msg, header: TensorHeader, check_finite: bool = True, raw_fp8: bool = False) -> np.ndarray:
+    """Payload as float32/float16 ndarray (a view when possible). Raises TensorError.
+
+    ``raw_fp8``: E4M3 stays as its uint8 codes (a GPU backend converts on the device)."""
     if header.dtype not in FLOAT_INPUTS:
         raise TensorError("bad_dtype", f"dtype {header.dtype} not in {list(FLOAT_INPUTS)}")
     raw = raw_array(msg, header)
     if header.dtype == "float8_e4m3":
         if check_finite and fp8.nan_mask(raw).any():
             raise TensorError("non_finite", "float8_e4m3 tensor holds NaN codes")
-        return fp8.decode(raw, np.float16)  # every E4M3 value is exact in float16
+        return raw if raw_fp8 else fp8.decode(raw, np.float16)  # every E4M3 value is exact in float16
     arr = raw if sys.byteorder == "little" else raw.astype(raw.dtype.newbyteorder("="))
     if check_finite and not all_finite(arr):
         raise TensorError("non_finite", "tensor holds NaN or Inf")
@@ -168,16 +170,30 @@ def _set_payload(msg, data: array.array) -> None:
 
 
 class ReusableBuffer:
-    """One ``array.array('B')`` payload reused from message to message (same size, same dtype)."""
+    """One ``array.array('B')`` payload reused from message to message (same size, same dtype).
+
+    ``view`` lends the payload as an array the producer writes into (the pooling thread's backend
+    copies the BEV straight there); ``write`` of that very view then copies nothing.
+    """
 
     def __init__(self):
         self._data = array.array("B")
 
-    def write(self, arr: np.ndarray, storage: str) -> array.array:
-        nbytes = arr.size * np.dtype(storage).itemsize
+    def view(self, shape, dtype) -> np.ndarray:
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         if len(self._data) != nbytes:
             self._data = array.array("B", bytes(nbytes))
-        view = np.frombuffer(self._data, dtype=storage).reshape(arr.shape)
+        return np.frombuffer(self._data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(shape)
+
+    def holds(self, arr: np.ndarray) -> bool:
+        """True when ``arr`` is exactly this payload's memory."""
+        addr, _ = self._data.buffer_info()
+        return arr.flags.c_contiguous and arr.ctypes.data == addr and arr.nbytes == len(self._data)
+
+    def write(self, arr: np.ndarray, storage: str) -> array.array:
+        if self.holds(arr) and arr.dtype == np.dtype(storage):
+            return self._data  # the producer wrote it in place
+        view = self.view(arr.shape, storage)
         np.copyto(view, arr, casting="same_kind")  # cast + copy in one pass
         return self._data
 

@@ -1,10 +1,12 @@
-"""The cuda backend: persistent buffers, pinned staging, one stream, one CUDA graph per frame.
+"""The cuda backend: the V3 launch inside the shared GPU frame path (backends/gpu_frame.py).
 
-prepare(map) (once per calibration): validate the map, build the V3 schedule, upload the map,
-pick the kernel by live L2 (regime.classify) and precision, allocate device and pinned buffers,
-capture the frame graph  H2D depth -> H2D feat -> kernel -> D2H BEV.
-pool(depth, feat) (per frame): validate inputs (before any launch), stage them into pinned
-memory, replay the graph, wait, return a copy of the BEV tensor.
+prepare(map) (once per calibration, from any thread): validate the map, upload it and its V3
+schedule, choose the precision (``auto``: measured on whole frames) and the launch (measured
+per GPU and map, cached as typed records), and set up the frame: pinned per-camera staging,
+device buffers and the frame graph (captured on the first frame of a wire dtype).
+pool_cameras(cameras, out) (per frame, from any thread): each payload copied once into its slot,
+one graph replay (H2D, conversion and checks on the device, kernel, epilogue, D2H into ``out``),
+one sync, one flag read.
 """
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ import logging
 import numpy as np
 
 from ..base import Backend, BackendUnavailable
-from ..staging import stage_fp16, stage_fp8
+from ..choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
+from ..gpu_frame import DeviceOutput, GpuFrame
+from ..planning import FP8_KERNEL_OUT_SCALE
+from ..staging import ALL_WIRE, split_cameras
 from ...scatter_map import ScatterMap
-from . import fp8
-from .driver import Graph, PinnedBuffer
 from .launch import PRECISION_INPUT
-from .precision_select import decide, fp8_within_tolerance, load_choice, store_choice
+from .precision_select import decide, fp8_within_tolerance
 from .runtime import MapOnDevice, get_runtime
 
 log = logging.getLogger(__name__)
@@ -26,169 +29,187 @@ log = logging.getLogger(__name__)
 
 class CudaBackend(Backend):
     name = "cuda"
+    wire_dtypes = ALL_WIRE
+    checks_values_on_device = True  # NaN/Inf and range checks are flag bits of the frame graph
 
     def __init__(self, precision: str = "fp16", device: int = 0, accumulate: str = "f32",
                  kernel: str | None = None, k_min: int = 16, threads: int = 256, autotune: bool = True,
-                 **_ignored):
-        super().__init__(precision)
+                 check_finite: bool = True, host_memory: str = "auto", fp8_scales=(1.0, 1.0),
+                 choice_store: ChoiceStore | None = None, **_ignored):
+        super().__init__(precision, check_finite)
         if precision == "fp32":
             raise BackendUnavailable("cuda backend runs fp16 or fp8 (or auto); fp32 is the cpu backend's")
         self.rt = get_runtime(int(device))  # raises BackendUnavailable without a GPU
         self.accumulate, self.kernel_override, self.k_min, self.threads = accumulate, kernel, k_min, threads
         self.autotune = autotune and kernel is None
-        self.launch_choice = None  # (kernel, k_min, threads) from autotune
+        self.host_memory = host_memory
+        self._fp8_scales = tuple(fp8_scales)
+        self.store = choice_store or ChoiceStore()
+        self.launch_choice: LaunchChoice | None = None
+        self.auto_record: PrecisionChoice | None = None
         self.md: MapOnDevice | None = None
         self.plan = None
-        self.graph = None
-        self.fp8_scales = (1.0, 1.0)  # (depth, feat) scales of raw E4M3 inputs
-        self._captured_scale = None
-        self.auto_record: dict | None = None
+        self.frame: GpuFrame | None = None
+        self._hooks: list = []
 
     # --- calibration ------------------------------------------------------------------------
     def prepare(self, smap: ScatterMap) -> None:
         super().prepare(smap)
+        self.rt.device.make_current()
         self._release()
         self.md = MapOnDevice(self.rt, smap, k_min=self.k_min, threads=self.threads)
+        self.auto_record = None
         if self.requested_precision == "auto":
             self.precision = self._auto_precision()
         else:
             self.precision = self.requested_precision
-        self.launch_choice = self._tuned_launch() if self.autotune else None
-        self._build(out_scale=1.0)
+            self.frame, self.plan, self.launch_choice = self._frame_for(self.precision)
+        log.info("cuda backend: %s, %s, kernel %s grid %s block %s, %s host memory", self.precision,
+                 self.md.regime(self.precision), self.plan.kernel, self.plan.grid, self.plan.block,
+                 self.frame.host_memory)
 
-    def _build(self, out_scale: float) -> None:
-        md, smap = self.md, self.smap
-        if self.graph is not None:
-            self.graph.destroy()
-        if self.launch_choice:
-            kernel, k_min, threads = self.launch_choice
-            self.plan = md.plan("v3", self.precision, kernel=kernel, k_min=k_min, threads=threads,
-                                out_scale=out_scale)
-        else:
-            self.plan = md.plan("v3", self.precision, acc=self.accumulate, kernel=self.kernel_override,
-                                out_scale=out_scale)
-        if not hasattr(self, "io") or self.io is None:
-            self.io = md.io_buffers(self.precision, self.plan.out_dtype)
-            in_dt = np.float16 if self.precision == "fp16" else np.uint8
-            self.h_depth = PinnedBuffer(smap.depth_shape, in_dt)
-            self.h_feat = PinnedBuffer(smap.feat_shape, in_dt)
-            self.h_out = PinnedBuffer(smap.bev_shape, np.dtype(self.plan.out_dtype))
-
-        def record(stream):
-            stream.h2d(self.io["depth"], self.h_depth.ptr, self.h_depth.nbytes)
-            stream.h2d(self.io["feat"], self.h_feat.ptr, self.h_feat.nbytes)
-            md.enqueue(self.plan, self.io, stream)
-            stream.d2h(self.h_out.ptr, self.io["out"], self.h_out.nbytes)
-
-        self.graph = Graph(self.rt.stream, record)
-        self._captured_scale = out_scale
-        log.info("cuda backend: %s, %s, kernel %s grid %s block %s (K=%d, %d teams)", self.precision,
-                 md.regime(self.precision), self.plan.kernel, self.plan.grid, self.plan.block,
-                 self._sched().points_per_slot, self._sched().num_teams)
+    def _frame_for(self, precision: str):
+        """(GpuFrame, plan, launch choice) of ``precision`` on the prepared map."""
+        choice = self._tuned_launch(precision) if self.autotune else None
+        out_scale = FP8_KERNEL_OUT_SCALE if precision == "fp8" else 1.0
+        plan = self.md.plan("v3", precision, choice=choice, acc=self.accumulate, kernel=self.kernel_override,
+                            out_scale=out_scale)
+        md = self.md
+        self.rt.module.function(plan.kernel)  # resolved here: not while the frame graph is captured
+        frame = GpuFrame(self.rt, self.smap, precision, lambda s, b: md.enqueue(plan, b, s),
+                         check_finite=self.check_finite, host_memory=self.host_memory, fp8_scales=self._fp8_scales)
+        frame.after_frame = self._hooks
+        return frame, plan, choice
 
     # --- per frame --------------------------------------------------------------------------
-    def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
-        smap = self._require_map()
-        if self.precision == "fp16":
-            stage_fp16(smap, depth, feat, self.h_depth.array, self.h_feat.array)
-            scale = 1.0
-        else:
-            raw = depth.dtype == np.uint8
-            s_d, s_f = stage_fp8(smap, depth, feat, self.h_depth.array, self.h_feat.array,
-                                 self.fp8_scales if raw else None)
-            scale = 1.0 / (s_d * s_f)
-        if scale != self._captured_scale:
-            self._build(out_scale=scale)
-        self.graph.replay()
-        self.rt.stream.synchronize()
-        return self.h_out.array.copy()
+    def pool_cameras(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
+        self._require_map()
+        return self.frame.run(cameras, out)
+
+    def pool(self, depth: np.ndarray, feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return self.pool_cameras(split_cameras(depth, feat), out)
+
+    @property
+    def check_finite(self) -> bool:
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, on: bool) -> None:
+        """input.check_finite; may change at run time (the frame graph is re-captured once)."""
+        self._check_finite = bool(on)
+        if getattr(self, "frame", None) is not None:
+            self.frame.check_finite = on
+
+    @property
+    def fp8_scales(self) -> tuple[float, float]:
+        """Scales raw E4M3 inputs carry (powers of two; default 1, 1): a change needs no re-capture."""
+        return self._fp8_scales
+
+    @fp8_scales.setter
+    def fp8_scales(self, scales) -> None:
+        if self.frame is not None:
+            self.frame.fp8_scales = scales
+        self._fp8_scales = (float(scales[0]), float(scales[1]))
+
+    # --- zero-copy consumers (same-host hand-off) --------------------------------------------
+    def device_output(self) -> DeviceOutput:
+        """The last frame's BEV on the device (pointer, bytes, published dtype, shape, CUstream
+        handle, Device), valid until the next frame; before the first frame, the kernel's output
+        buffer (for sizing). After ``prepare``."""
+        self._require_map()
+        return self.frame.device_output()
+
+    def add_frame_hook(self, hook) -> None:
+        """``hook(DeviceOutput)`` runs in every pool after the frame's graph is launched and before
+        the host waits for it: enqueue a device-to-device copy and an event record on
+        ``output.stream`` there, and they run right after the frame's own work (a copy made after
+        ``pool_cameras`` returns, from ``device_output()``, is as correct, one sync later)."""
+        self._hooks.append(hook)
+
+    def remove_frame_hook(self, hook) -> None:
+        self._hooks.remove(hook)
 
     def kernel_time_us(self, reps: int = 100) -> float:
         """Graph-replay median of the prepared kernel alone (no copies): the frame's GPU floor."""
         from .timing import time_graph
 
         self._require_map()
-        return time_graph(self.rt.stream, lambda i, s: self.md.enqueue(self.plan, self.io, s),
-                          reps=reps)["median_us"]
+        f = self.frame
+        bindings = {"depth": f._kin["depth"], "feat": f._kin["feat"], "out": f._kout}
+        return time_graph(self.rt.stream, lambda i, s: self.md.enqueue(self.plan, bindings, s), reps=reps)["median_us"]
 
-    # --- launch choice by measurement (cached per GPU and map) --------------------------------
-    def _tuned_launch(self):
+    # --- measured choices ---------------------------------------------------------------------
+    def _tuned_launch(self, precision: str) -> LaunchChoice:
         from .autotune import tune_v3
 
-        key = f"{self.rt.device.name}|{self.smap.key or 'unkeyed'}|C{self.smap.channels}|" \
-              f"{self.md.sched.digest()}|{self.precision}|launch"
-        cached = load_choice(key)
+        key = choice_key(LaunchChoice, backend="cuda", device=self.rt.device.name, smap=self.smap,
+                         precision=precision)
+        cached = self.store.load(key, LaunchChoice)
         if cached:
-            return tuple(cached)
-        choice, _ = tune_v3(self.md, self.precision)
-        store_choice(key, {"precision": [choice.kernel, choice.k_min, choice.threads],
-                           "median_us": choice.median_us})
-        return (choice.kernel, choice.k_min, choice.threads)
+            return cached
+        best, _ = tune_v3(self.md, precision)
+        choice = LaunchChoice(best.kernel, best.k_min, best.threads, best.median_us)
+        self.store.store(key, choice)
+        return choice
 
-    # --- precision: auto ----------------------------------------------------------------------
     def _auto_precision(self) -> str:
+        """FP8 only when its whole frame (staging, conversion, kernel, epilogue, copies) is measured
+        faster than FP16's and its grid is within the FP8 tolerance of the FP64 reference."""
         from ...reference import pool_reference
 
-        md, smap = self.md, self.smap
-        key = f"{self.rt.device.name}|{smap.key or 'unkeyed'}|C{smap.channels}|{md.sched.digest()}"
-        cached = load_choice(key)
-        if cached:
-            log.info("precision auto: %s (cached for %s)", cached, key)
-            return cached
-        rng = np.random.default_rng(0)
-        depth = rng.random(smap.depth_shape)
-        feat = rng.uniform(-1, 1, smap.feat_shape)
-        # each precision at its own best measured launch (autotune), as the benchmark compares them
-        from .autotune import tune_v3
-
-        times = {prec: tune_v3(md, prec)[0].median_us for prec in ("fp16", "fp8")}
-        s_d, s_f = fp8.pow2_scale(depth), fp8.pow2_scale(feat)
-        out8 = md.run(md.plan("v3", "fp8", out_scale=1.0 / (s_d * s_f)),
-                      fp8.quantize(depth, s_d), fp8.quantize(feat, s_f))
-        ref = pool_reference(depth, feat, smap)
-        abs_ref = pool_reference(np.abs(depth), np.abs(feat), smap)
-        ok, err = fp8_within_tolerance(out8, ref, abs_ref)
-        choice = decide(times["fp16"], times["fp8"], ok)
-        self.auto_record = {"precision": choice, "fp16_us": times["fp16"], "fp8_us": times["fp8"],
-                            "fp8_max_abs_err": err, "fp8_within_tolerance": ok}
-        log.info("precision auto: %s (fp16 %.2f us, fp8 %.2f us, fp8 max err %.4f, within tol %s) for %s",
-                 choice, times["fp16"], times["fp8"], err, ok, key)
-        store_choice(key, self.auto_record)
-        return choice
+        smap = self.smap
+        key = choice_key(PrecisionChoice, backend="cuda", device=self.rt.device.name, smap=smap)
+        cached = self.store.load(key, PrecisionChoice)
+        if cached is None:
+            rng = np.random.default_rng(0)
+            depth = rng.random(smap.depth_shape)
+            feat = rng.uniform(-1, 1, smap.feat_shape)
+            wire = split_cameras(depth.astype(np.float16), feat.astype(np.float16))
+            frames = {p: self._frame_for(p) for p in ("fp16", "fp8")}
+            times = {p: f[0].frame_time_us(wire) for p, f in frames.items()}
+            out8 = frames["fp8"][0].run(split_cameras(depth.astype(np.float32), feat.astype(np.float32)))
+            ok, err = fp8_within_tolerance(out8, pool_reference(depth, feat, smap),
+                                           pool_reference(np.abs(depth), np.abs(feat), smap))
+            cached = self.auto_record = PrecisionChoice(decide(times["fp16"], times["fp8"], ok), times["fp16"],
+                                                        times["fp8"], err, ok)
+            log.info("precision auto: %s (frame fp16 %.1f us, fp8 %.1f us, fp8 max err %.4f, within tol %s)",
+                     cached.precision, times["fp16"], times["fp8"], err, ok)
+            self.store.store(key, cached)
+            for p, (frame, plan, choice) in frames.items():
+                if p == cached.precision:
+                    self.frame, self.plan, self.launch_choice = frame, plan, choice
+                else:
+                    frame.close()
+        else:
+            log.info("precision auto: %s (cached for %s)", cached.precision, key)
+            self.frame, self.plan, self.launch_choice = self._frame_for(cached.precision)
+        return cached.precision
 
     # --- misc ---------------------------------------------------------------------------------
     def describe(self) -> dict:
         d = {"backend": self.name, "precision": self.precision, "device": self.rt.device.name,
              "arch": self.rt.device.arch, "l2_bytes": self.rt.device.l2_bytes}
-        if self.md is not None:
+        if self.md is not None and self.plan is not None:
+            sched = self.md.sched_for(self.plan.kernel, self.plan.block[0],
+                                      self.launch_choice.k_min if self.launch_choice else None)
             d.update(regime=self.md.regime(self.precision), kernel=self.plan.kernel,
                      grid=list(self.plan.grid), block=list(self.plan.block),
-                     points_per_slot=self._sched().points_per_slot, teams=self._sched().num_teams,
-                     launch_choice=list(self.launch_choice) if self.launch_choice else None,
-                     input_dtype=PRECISION_INPUT[self.precision], output_dtype=self.plan.out_dtype)
+                     points_per_slot=sched.points_per_slot, teams=sched.num_teams,
+                     launch_choice=[self.launch_choice.kernel, self.launch_choice.k_min, self.launch_choice.threads]
+                     if self.launch_choice else None,
+                     input_dtype=PRECISION_INPUT[self.precision], output_dtype=self.plan.out_dtype,
+                     host_memory=self.frame.host_memory, check_finite=self.check_finite)
         if self.auto_record:
-            d["auto"] = self.auto_record
+            d["auto"] = dict(vars(self.auto_record))
         return d
 
-    def _sched(self):
-        k_min = self.launch_choice[1] if self.launch_choice else None
-        return self.md.sched_for(self.plan.kernel, self.plan.block[0], k_min)
-
     def _release(self) -> None:
-        if self.graph is not None:
-            self.graph.destroy()
-        self.graph = None
-        for name in ("h_depth", "h_feat", "h_out"):
-            buf = getattr(self, name, None)
-            if buf is not None:
-                buf.free()
-            setattr(self, name, None)
-        io = getattr(self, "io", None)
-        if io:
-            for b in io.values():
-                b.free()
-        self.io = None
+        if self.frame is not None:
+            self.frame.close()
+        self.frame = None
+        if self.md is not None:
+            self.md.free()
+        self.md = None
 
     def close(self) -> None:
         self._release()
-        self.md = None

@@ -3,10 +3,16 @@
 One primary context per device, one stream, device buffers, pinned host buffers, module
 loading, kernel launches from a LaunchPlan, CUDA-graph capture/replay and event timing.
 Every call's return code is checked; failures raise CudaError naming the call.
+
+Threads: the driver keeps the current context per thread, and the node calls its backend from
+its pooling thread (TensorRT from its own callbacks). So every wrapper that talks to the
+driver first makes the device's primary context current in the calling thread (``bind``: a
+thread-local check, one cuCtxSetCurrent per thread and context).
 """
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,8 +44,21 @@ def check(result, what: str):
     return rest[0] if len(rest) == 1 else tuple(rest)
 
 
+_bound = threading.local()   # .ctx: the context this thread has made current through us
+_default_ctx = None          # the last Device's primary context: what a bare wrapper call binds
+
+
+def bind(ctx=None) -> None:
+    """Make ``ctx`` (default: the last opened device's) current in this thread, once per thread."""
+    ctx = ctx if ctx is not None else _default_ctx
+    if ctx is None or getattr(_bound, "ctx", None) is ctx:
+        return
+    check(_cu().cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    _bound.ctx = ctx
+
+
 class Device:
-    """Primary context of one GPU, made current on construction."""
+    """Primary context of one GPU, made current on construction (and by ``bind`` in any thread)."""
 
     def __init__(self, ordinal: int = 0):
         cu = _cu()
@@ -59,26 +78,50 @@ class Device:
         self.minor = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev), "attr")
         self.l2_bytes = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, self.dev), "attr")
         self.sm_count = check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, self.dev), "attr")
+        # memory shared with the host (DRIVE Thor, Jetson) and whether pinned host memory can be mapped
+        self.integrated = bool(check(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_INTEGRATED, self.dev), "attr"))
+        self.can_map_host = bool(check(cu.cuDeviceGetAttribute(
+            attr.CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, self.dev), "attr"))
         self.ordinal = ordinal
+        global _default_ctx
+        _default_ctx = self.ctx
 
     @property
     def arch(self) -> str:
         return f"sm_{self.major}{self.minor}"
 
     def make_current(self) -> None:
-        check(_cu().cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        _bound.ctx = None
+        bind(self.ctx)
 
     def synchronize(self) -> None:
+        bind(self.ctx)
         check(_cu().cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """A device address (part of a buffer, or mapped host memory) a launch can bind by name."""
+
+    ptr: int
+    nbytes: int
 
 
 class DeviceBuffer:
     def __init__(self, nbytes: int):
+        bind()
         self.nbytes = int(nbytes)
+        self._ctx = _default_ctx
         self.ptr = int(check(_cu().cuMemAlloc(max(self.nbytes, 16)), "cuMemAlloc"))
+
+    def view(self, offset: int, nbytes: int) -> DeviceView:
+        if offset < 0 or offset + nbytes > max(self.nbytes, 16):
+            raise ValueError(f"view [{offset}, {offset + nbytes}) outside a {self.nbytes}-byte buffer")
+        return DeviceView(self.ptr + offset, nbytes)
 
     def free(self) -> None:
         if self.ptr:
+            bind(self._ctx)
             _cu().cuMemFree(self.ptr)
             self.ptr = 0
 
@@ -90,18 +133,29 @@ class DeviceBuffer:
 
 
 class PinnedBuffer:
-    """Page-locked host memory viewed as a numpy array (async copies need it)."""
+    """Page-locked host memory viewed as a numpy array (async copies need it).
 
-    def __init__(self, shape, dtype):
+    ``mapped``: also mapped into the device's address space (``device_ptr``), so kernels read and
+    write it in place: the integrated-GPU path, where host and device share one memory.
+    """
+
+    def __init__(self, shape, dtype, mapped: bool = False):
+        bind()
+        cu = _cu()
         dtype = np.dtype(dtype)
+        self._ctx = _default_ctx
         self.nbytes = int(np.prod(shape)) * dtype.itemsize
-        self.ptr = int(check(_cu().cuMemHostAlloc(max(self.nbytes, 16), 0), "cuMemHostAlloc"))
+        flags = cu.CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0
+        self.ptr = int(check(cu.cuMemHostAlloc(max(self.nbytes, 16), flags), "cuMemHostAlloc"))
+        self.device_ptr = int(check(cu.cuMemHostGetDevicePointer(self.ptr, 0), "cuMemHostGetDevicePointer")) \
+            if mapped else 0
         raw = (ctypes.c_byte * max(self.nbytes, 16)).from_address(self.ptr)
         self.array = np.frombuffer(raw, dtype=np.uint8, count=self.nbytes).view(dtype).reshape(shape)
 
     def free(self) -> None:
         if self.ptr:
             self.array = None
+            bind(self._ctx)
             _cu().cuMemFreeHost(self.ptr)
             self.ptr = 0
 
@@ -112,32 +166,73 @@ class PinnedBuffer:
             pass
 
 
+class HostRegistration:
+    """Page-lock memory we did not allocate (a numpy array over a message's payload), so the frame
+    graph can copy straight into it; ``mapped`` also gives its device address. Holds the array,
+    so the memory outlives the registration; ``release`` unregisters."""
+
+    def __init__(self, array: np.ndarray, mapped: bool = False):
+        bind()
+        cu = _cu()
+        if not array.flags.c_contiguous or not array.flags.writeable:
+            raise ValueError("only a writable C-contiguous array can be registered")
+        self.array, self._ctx = array, _default_ctx
+        self.ptr, self.nbytes = int(array.ctypes.data), int(array.nbytes)
+        flags = cu.CU_MEMHOSTREGISTER_DEVICEMAP if mapped else 0
+        check(cu.cuMemHostRegister(self.ptr, max(self.nbytes, 1), flags), "cuMemHostRegister")
+        self.device_ptr = int(check(cu.cuMemHostGetDevicePointer(self.ptr, 0), "cuMemHostGetDevicePointer")) \
+            if mapped else 0
+
+    def covers(self, array: np.ndarray) -> bool:
+        return self.array is not None and array.ctypes.data == self.ptr and array.nbytes == self.nbytes
+
+    def release(self) -> None:
+        if self.array is not None:
+            bind(self._ctx)
+            _cu().cuMemHostUnregister(self.ptr)
+            self.array = None
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
 class Stream:
     def __init__(self):
+        bind()
         cu = _cu()
         self.handle = check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
 
     def synchronize(self) -> None:
+        bind()
         check(_cu().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
 
     def h2d(self, dst: DeviceBuffer, src_ptr: int, nbytes: int) -> None:
+        bind()
         check(_cu().cuMemcpyHtoDAsync(dst.ptr, src_ptr, nbytes, self.handle), "cuMemcpyHtoDAsync")
 
     def d2h(self, dst_ptr: int, src: DeviceBuffer, nbytes: int) -> None:
+        bind()
         check(_cu().cuMemcpyDtoHAsync(dst_ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoHAsync")
 
     def d2d(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int) -> None:
+        bind()
         check(_cu().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoDAsync")
 
     def memset32(self, dst: DeviceBuffer, value: int, count: int) -> None:
+        bind()
         check(_cu().cuMemsetD32Async(dst.ptr, value, count, self.handle), "cuMemsetD32Async")
 
     def memset8(self, dst: DeviceBuffer, value: int, nbytes: int) -> None:
+        bind()
         check(_cu().cuMemsetD8Async(dst.ptr, value, nbytes, self.handle), "cuMemsetD8Async")
 
 
 class Module:
     def __init__(self, image: bytes):
+        bind()
         cu = _cu()
         self._image = np.frombuffer(image, dtype=np.uint8).copy()  # kept alive while loaded
         self.handle = check(cu.cuModuleLoadData(self._image.ctypes.data), "cuModuleLoadData")
@@ -150,30 +245,34 @@ class Module:
         return self._functions[name]
 
 
-_SCALAR = {"i32": np.int32, "u32": np.uint32, "f32": np.float32}
+_SCALAR = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "f32": np.float32}
 
 
 def launch(module: Module, plan, buffers: dict, stream: Stream) -> None:
     """Launch ``plan`` (launch.LaunchPlan) with its symbolic buffers bound to ``buffers``.
 
-    A plan names a buffer that is not bound -> KeyError before anything reaches the GPU.
+    A plan names a buffer that is not bound -> KeyError before anything reaches the GPU; a name
+    bound to None passes a null pointer (an optional argument, e.g. no finiteness flags).
     """
-    holders = []
-    for kind, value in plan.args:
-        if kind == "buf":
-            holders.append(np.array([buffers[value].ptr], dtype=np.uint64))
-        else:
-            holders.append(np.array([value], dtype=_SCALAR[kind]))
+    args = [("ptr", 0 if buffers[v] is None else buffers[v].ptr) if k == "buf" else (k, v) for k, v in plan.args]
+    launch_args(module, plan.kernel, plan.grid, plan.block, args, stream, getattr(plan, "shared_bytes", 0))
+
+
+def launch_args(module: Module, kernel: str, grid, block, args, stream: Stream, shared_bytes: int = 0) -> None:
+    """Launch ``kernel`` with concrete arguments: ("ptr", address) or ("i32"|"u32"|"i64"|"f32", value)."""
+    bind()
+    holders = [np.array([value], dtype=np.uint64 if kind == "ptr" else _SCALAR[kind]) for kind, value in args]
     params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
-    f = module.function(plan.kernel)
-    check(_cu().cuLaunchKernel(f, *plan.grid, *plan.block, getattr(plan, "shared_bytes", 0), stream.handle,
-                               params.ctypes.data if holders else 0, 0), f"cuLaunchKernel({plan.kernel})")
+    f = module.function(kernel)
+    check(_cu().cuLaunchKernel(f, *grid, *block, shared_bytes, stream.handle,
+                               params.ctypes.data if holders else 0, 0), f"cuLaunchKernel({kernel})")
 
 
 class Graph:
     """Capture whatever ``record(stream)`` enqueues; replay it with one launch."""
 
     def __init__(self, stream: Stream, record):
+        bind()
         cu = _cu()
         check(cu.cuStreamBeginCapture(stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "cuStreamBeginCapture")
@@ -186,11 +285,13 @@ class Graph:
         self.stream = stream
 
     def replay(self, stream: Stream | None = None) -> None:
+        bind()
         check(_cu().cuGraphLaunch(self.exec, (stream or self.stream).handle), "cuGraphLaunch")
 
     def destroy(self) -> None:
         cu = _cu()
         if self.exec is not None:
+            bind()
             cu.cuGraphExecDestroy(self.exec)
             cu.cuGraphDestroy(self.graph)
             self.exec = None
@@ -198,17 +299,21 @@ class Graph:
 
 class EventTimer:
     def __init__(self):
+        bind()
         cu = _cu()
         self.start = check(cu.cuEventCreate(0), "cuEventCreate")
         self.end = check(cu.cuEventCreate(0), "cuEventCreate")
 
     def record_start(self, stream: Stream) -> None:
+        bind()
         check(_cu().cuEventRecord(self.start, stream.handle), "cuEventRecord")
 
     def record_end(self, stream: Stream) -> None:
+        bind()
         check(_cu().cuEventRecord(self.end, stream.handle), "cuEventRecord")
 
     def elapsed_ms(self) -> float:
+        bind()
         cu = _cu()
         check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
         return float(check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime"))

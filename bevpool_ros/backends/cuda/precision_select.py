@@ -1,13 +1,12 @@
 """precision: auto -> FP8 only where it is measured faster than FP16 AND within the FP8 tolerance.
 
-The decision is cached per (GPU name, map key, channels) in a small JSON file in the private
-kernel-cache directory, and logged.
+The FP8 tolerance and the rule live here; the cuda backend measures whole frames and caches
+its answer as a choices.PrecisionChoice record.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ def fp8_within_tolerance(out: np.ndarray, ref: np.ndarray, abs_ref: np.ndarray) 
     return ok, float(err.max()) if err.size else 0.0
 
 
-def _cache_file() -> Path:
+def _cache_file() -> Path | None:
     from ...private_cache import private_dir
     from .nvrtc_build import default_cache_dir
 
@@ -36,33 +35,31 @@ def _cache_file() -> Path:
     return (d / "precision_choices.json") if d else None
 
 
-def load_choice(key: str) -> str | None:
-    path = _cache_file()
-    if not path or not path.is_file():
-        return None
-    from ...private_cache import trusted_file
+# Untyped string-keyed choices, kept for the tensorrt backend until it moves to choices.ChoiceStore
+# (typed records, one key builder), which the cuda backend uses.
+def _read_all(path: Path) -> dict:
+    from ...private_cache import read_trusted
 
-    if not trusted_file(path):
-        return None
+    payload = read_trusted(path, "cached choices")
     try:
-        return json.loads(path.read_text()).get(key, {}).get("precision")
-    except (OSError, ValueError):
-        return None
+        return json.loads(payload) if payload else {}
+    except ValueError:
+        return {}
+
+
+def load_choice(key: str):
+    path = _cache_file()
+    return _read_all(path).get(key, {}).get("precision") if path else None
 
 
 def store_choice(key: str, record: dict) -> None:
+    from ...private_cache import write_trusted
+
     path = _cache_file()
-    if not path:
-        return
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, ValueError):
-        data = {}
-    data[key] = record
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    if path:
+        data = _read_all(path)
+        data[key] = record
+        write_trusted(path, json.dumps(data, indent=1, sort_keys=True).encode(), "cached choices")
 
 
 def decide(fp16_us: float, fp8_us: float, fp8_ok: bool) -> str:

@@ -65,35 +65,47 @@ class MapOnDevice:
         else:
             g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
             key = (g.groups_per_block, g.groups_per_warp, k_min)
-        if key not in self._scheds:
-            self._scheds[key] = build_v3_schedule(self.smap, k_min=k_min, block=key[0], warp=key[1])
-        return self._scheds[key]
+        return self._schedule_for(self.smap, *key)
 
     def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None):
         return self.schedule(L.V3_KERNELS[kernel], threads, k_min)
 
-    def _slots_buffer(self, sched, k_min: int) -> str:
-        name = f"slots_{sched.block}_{sched.warp}_{k_min}"
-        if name not in self.arrays.buffers:
-            self.arrays.buffers.update(DeviceArrays.upload({name: sched.slots}, self.rt.stream).buffers)
-        return name
+    def free(self) -> None:
+        for buf in self.arrays.buffers.values():
+            buf.free()
+        self.arrays.buffers.clear()
 
     def regime(self, precision: str) -> str:
         return regime_for(self.smap, precision, self.rt.device.l2_bytes)
 
     def plan(self, variant: str, precision: str = "fp16", *, acc: str = "f32", kernel: str | None = None,
-             out_scale: float = 1.0, threads: int | None = None, k_min: int | None = None) -> L.LaunchPlan:
+             out_scale: float = 1.0, threads: int | None = None, k_min: int | None = None,
+             choice=None) -> L.LaunchPlan:
         if variant == "v2":
             return L.plan_v2(self.smap)
         if variant == "v2do":
             return L.plan_v2do(self.smap)
         if variant != "v3":
             raise ValueError(f"variant: expected one of {L.VARIANTS}, got {variant!r}")
-        info = L.V3_KERNELS[kernel] if kernel else L.choose_v3_kernel(
-            self.smap.channels, precision, self.regime(precision), acc)
-        geom = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-        sched = self.schedule(info, threads, k_min)
-        return L.plan_v3(self.smap, sched, info, geom, out_scale, self._slots_buffer(sched, k_min or self.k_min))
+        from ..planning import plan_for
+
+        _, plan = plan_for(self.smap, precision, self.regime(precision), choice=choice, kernel=kernel, acc=acc,
+                           k_min=k_min or self.k_min, threads=threads or self.threads, out_scale=out_scale,
+                           schedule=self._schedule_for, slots_buffer=self._slots_name)
+        return plan
+
+    def _schedule_for(self, smap, block: int, warp: int, k_min: int):
+        """Schedules built once per geometry; their slots uploaded when a plan first binds them."""
+        key = (block, warp, k_min)
+        if key not in self._scheds:
+            self._scheds[key] = build_v3_schedule(smap, k_min=k_min, block=block, warp=warp)
+        return self._scheds[key]
+
+    def _slots_name(self, sched) -> str:
+        name = next(f"slots_{b}_{w}_{k}" for (b, w, k), s in self._scheds.items() if s is sched)
+        if name not in self.arrays.buffers:
+            self.arrays.buffers.update(DeviceArrays.upload({name: sched.slots}, self.rt.stream).buffers)
+        return name
 
     def io_buffers(self, precision: str, out_dtype: str) -> dict:
         s = self.smap

@@ -26,7 +26,7 @@ import logging
 
 import numpy as np
 
-from ..base import Backend, BackendUnavailable
+from ..base import Backend, BackendUnavailable, NonFiniteOutput, all_finite, check_out
 from ..staging import stage_fp16, stage_fp8
 from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
@@ -147,7 +147,7 @@ class TensorRTBackend(Backend):
         return (choice.kernel, choice.k_min, choice.threads)
 
     # --- per frame --------------------------------------------------------------------------
-    def pool(self, depth: np.ndarray, feat: np.ndarray) -> np.ndarray:
+    def pool(self, depth: np.ndarray, feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         smap = self._require_map()
         r = self.runner
         if r is None:
@@ -156,7 +156,15 @@ class TensorRTBackend(Backend):
             stage_fp16(smap, depth, feat, r.h_depth.array, r.h_feat.array)
         else:  # float inputs quantised with the engine's fixed scales; raw codes carry them
             stage_fp8(smap, depth, feat, r.h_depth.array, r.h_feat.array, self.fp8_scales)
-        return r.run()
+        bev = r.run()
+        if out is not None:  # until this backend runs on gpu_frame.GpuFrame: one host copy/cast
+            check_out(smap, out)
+            with np.errstate(over="ignore"):
+                np.copyto(out, bev, casting="same_kind")
+            bev = out
+        if not all_finite(bev):
+            raise NonFiniteOutput("tensorrt grid holds NaN/Inf")
+        return bev
 
     # --- precision: auto ----------------------------------------------------------------------
     def _auto_precision(self) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from ...regime import OUTPUT_DTYPE
 from ...scatter_map import ScatterMap
 from ..cuda import launch as L
-from ..cuda.schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule, v2do_intervals
+from ..cuda.schedule import DEFAULT_K_MIN, V3Schedule, v2do_intervals
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"
@@ -183,19 +183,11 @@ def config_for_plan(smap: ScatterMap, sched: V3Schedule, plan: L.LaunchPlan, pre
 def v3_launch(smap: ScatterMap, precision: str, regime: str, *, acc: str | None = None, out_scale: float = 1.0,
               kernel: str | None = None, k_min: int = DEFAULT_K_MIN, threads: int | None = None
               ) -> tuple[V3Schedule, L.LaunchPlan]:
-    """Kernel, geometry, schedule and plan exactly as the cuda backend derives them.
+    """Kernel, geometry, schedule and plan exactly as the cuda backend derives them (planning.plan_for)."""
+    from ..planning import plan_for
 
-    The only place this package calls into launch.py/schedule.py for V3: kernel by precision and
-    regime (choose_v3_kernel), geometry (v3_geometry), the schedule built for that geometry, the plan.
-    """
-    if kernel:
-        info = L.V3_KERNELS[kernel]
-    else:
-        extra = {} if acc is None else {"acc": acc}
-        info = L.choose_v3_kernel(smap.channels, precision, regime, **extra)
-    geom = L.v3_geometry(smap.channels, info, threads or L.V3_DEFAULT_THREADS)
-    sched = build_v3_schedule(smap, k_min=k_min, block=geom.groups_per_block, warp=geom.groups_per_warp)
-    return sched, L.plan_v3(smap, sched, info, geom, out_scale)
+    return plan_for(smap, precision, regime, kernel=kernel, acc=acc, k_min=k_min, threads=threads,
+                    out_scale=out_scale)
 
 
 def config_for_v3(smap: ScatterMap, precision: str, regime: str, **launch_options

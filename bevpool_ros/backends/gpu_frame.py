@@ -1,0 +1,344 @@
+"""One frame on the GPU, shared by the cuda and tensorrt backends: one copy in, one copy out.
+
+Per frame the host does three things: copy each camera's payload, as it arrived, into its slot
+of a pinned staging buffer (staging.CameraStaging); replay one CUDA graph; wait and read one
+flag word. The graph holds everything else:
+
+    H2D depth, feat (wire dtype)            [no copy on an integrated GPU: mapped memory]
+    convert -> kernel input on the device   (float32 -> float16; float -> E4M3 with the power-of-two
+                                             scale computed on the device from the frame's amax)
+    value checks (NaN/Inf, FP16 range)      -> flag bits (input.check_finite)
+    the pooling step                        (cuda: the V3 launch; tensorrt: the engine)
+    epilogue -> the published dtype         (FP8: x 2^(8 - k_depth - k_feat), exponents read from
+                                             device memory: a new scale needs no re-capture)
+    D2H of the BEV into the caller's array  (the message payload: registered once, no host copy)
+    D2H of the flag word
+
+One graph is captured per (depth wire dtype, feat wire dtype, output array): in a deployment that
+is one graph, captured on the first frame, in whatever thread calls (driver.bind).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..scatter_map import ScatterMap
+from .base import NonFiniteInput, NonFiniteOutput, check_out
+from .cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
+from .planning import FP8_KERNEL_OUT_SCALE
+from .staging import ALL_WIRE, CameraStaging
+
+log = logging.getLogger(__name__)
+
+FLAG_INPUT = 1    # bevpool_convert.cuh: BEVPOOL_FLAG_INPUT_NONFINITE
+FLAG_OUTPUT = 2   # BEVPOOL_FLAG_OUTPUT_NONFINITE
+KERNEL_INPUT = {"fp16": np.dtype(np.float16), "fp8": np.dtype(np.uint8)}
+KERNEL_OUTPUT = {"fp16": np.dtype(np.float32), "fp8": np.dtype(np.float16)}
+_SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.uint8): "e4m3"}
+_THREADS = 256
+CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f16", "bevconv_check_e4m3",
+                   "bevconv_amax_f32", "bevconv_amax_f16", "bevconv_f32_to_e4m3", "bevconv_f16_to_e4m3",
+                   "bevconv_out_f32_to_f16", "bevconv_out_f16_to_f16", "bevconv_out_f16_to_f32",
+                   "bevconv_check_out_f32")  # plugin/bevpool_convert.cuh
+HOST_MEMORY = ("auto", "copy", "mapped")
+
+
+def choose_host_memory(integrated: bool, can_map_host: bool, requested: str = "auto") -> str:
+    """'mapped' (kernels use pinned host memory in place, no copies) where host and device share
+    one memory (an integrated GPU: DRIVE Thor, Jetson) and it can be mapped; 'copy' otherwise."""
+    if requested not in HOST_MEMORY:
+        raise ValueError(f"host_memory: expected one of {HOST_MEMORY}, got {requested!r}")
+    if requested == "mapped" and not can_map_host:
+        raise ValueError("host_memory: mapped asked for, but this GPU cannot map host memory")
+    if requested != "auto":
+        return requested
+    return "mapped" if integrated and can_map_host else "copy"
+
+
+def pow2_exponent(scale: float) -> int:
+    """log2 of a power-of-two FP8 scale (the documented rule only makes those)."""
+    m, e = math.frexp(float(scale))
+    if m != 0.5:
+        raise ValueError(f"fp8 scale {scale} is not a power of two")
+    return e - 1
+
+
+@dataclass(frozen=True)
+class DeviceOutput:
+    """Where the published-dtype BEV of the last frame lives on the device (for a zero-copy
+    consumer): valid until the next frame. ``stream`` is the frame's CUstream handle (work
+    enqueued there runs after the frame's), ``device`` the driver.Device it belongs to."""
+
+    ptr: int
+    nbytes: int
+    dtype: np.dtype
+    shape: tuple
+    stream: object
+    device: object
+
+
+class _Ptr:
+    """An address as launch bindings take it."""
+
+    def __init__(self, ptr: int):
+        self.ptr = int(ptr)
+
+
+class GpuFrame:
+    """Device buffers, staging and frame graphs of one map at one kernel precision.
+
+    ``enqueue_kernel(stream, bindings)`` records the pooling step reading ``bindings['depth']``,
+    ``bindings['feat']`` (kernel input dtype) and writing ``bindings['out']`` (KERNEL_OUTPUT); an
+    FP8 step must run with out_scale FP8_KERNEL_OUT_SCALE.
+    """
+
+    def __init__(self, rt, smap: ScatterMap, precision: str, enqueue_kernel: Callable, *,
+                 check_finite: bool = True, host_memory: str = "auto", fp8_scales=(1.0, 1.0)):
+        self.rt, self.smap, self.precision = rt, smap, precision
+        self.enqueue_kernel = enqueue_kernel
+        self._graphs: dict[tuple, tuple[Graph, DeviceOutput]] = {}
+        self.check_finite = check_finite
+        dev = rt.device
+        self.host_memory = choose_host_memory(dev.integrated, dev.can_map_host, host_memory)
+        mapped = self.host_memory == "mapped"
+        self._pinned = []
+
+        def alloc(nbytes):
+            buf = PinnedBuffer((nbytes,), np.uint8, mapped=mapped)
+            self._pinned.append(buf)
+            return buf.array
+
+        self.staging = CameraStaging(smap.depth_shape, smap.feat_shape, alloc, allowed=ALL_WIRE)
+        self._region_buf = dict(zip(("depth", "feat"), self._pinned))
+        self.kin = KERNEL_INPUT[precision]
+        self.kout = KERNEL_OUTPUT[precision]
+        n_in = {"depth": smap.num_depth, "feat": smap.num_feat_rows * smap.channels}
+        self.n = {**n_in, "out": smap.num_cells * smap.channels}
+        self._kin = {s: DeviceBuffer(n * self.kin.itemsize) for s, n in n_in.items()}
+        self._raw: dict[str, DeviceBuffer] = {}       # wire-dtype copies awaiting conversion
+        self._kout = DeviceBuffer(self.n["out"] * self.kout.itemsize)
+        self._bev: dict[np.dtype, DeviceBuffer] = {}  # published dtype != kernel output dtype
+        # device scratch: flags (u32) | amax depth, feat (u32 bits) | k depth, feat (i32)
+        self._scratch = DeviceBuffer(32)
+        self._small = PinnedBuffer((4,), np.int32)     # host: k depth, k feat (raw E4M3) | flags
+        self._own_out: dict[np.dtype, PinnedBuffer] = {}
+        self._registered: dict[int, HostRegistration] = {}
+        self.after_frame: list[Callable[[DeviceOutput], None]] = []
+        self.last_output: DeviceOutput | None = None
+        self.fp8_scales = fp8_scales
+
+    # --- configuration ---------------------------------------------------------------------------
+    @property
+    def check_finite(self) -> bool:
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, on: bool) -> None:
+        """Input value checks in the graph (input.check_finite); a change re-captures on the next frame."""
+        if getattr(self, "_check_finite", None) is not None and bool(on) != self._check_finite:
+            self._drop_graphs(lambda k: True)
+        self._check_finite = bool(on)
+
+    @property
+    def fp8_scales(self) -> tuple[float, float]:
+        return self._fp8_scales
+
+    @fp8_scales.setter
+    def fp8_scales(self, scales) -> None:
+        """Scales that raw E4M3 inputs carry (powers of two); read by the graph every frame."""
+        k = (pow2_exponent(scales[0]), pow2_exponent(scales[1]))
+        self._fp8_scales = (float(scales[0]), float(scales[1]))
+        self._small.array[:2] = k
+
+    # --- per frame -------------------------------------------------------------------------------
+    def run(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
+        """Stage, replay, sync, check the flags; the BEV lands in ``out`` (or a fresh array)."""
+        if out is not None:
+            check_out(self.smap, out)
+        wire = self.staging.stage(cameras)  # header checks: refused before any device work
+        target = out if out is not None else self._own_output(self.kout).array
+        graph, dev_out = self._graph(wire, target)
+        graph.replay()
+        self.last_output = dev_out
+        for hook in self.after_frame:
+            hook(dev_out)
+        self.rt.stream.synchronize()
+        flags = int(self._small.array[2])
+        if flags & FLAG_INPUT:
+            raise NonFiniteInput("inputs hold NaN/Inf (or values beyond FP16's range)")
+        if flags & FLAG_OUTPUT:
+            raise NonFiniteOutput(f"{self.precision} grid holds NaN/Inf (overflow of the published dtype?)")
+        return out if out is not None else target.copy()
+
+    # --- graphs ----------------------------------------------------------------------------------
+    def _graph(self, wire, target: np.ndarray):
+        key = (*wire, target.dtype, target.ctypes.data, target.nbytes)
+        hit = self._graphs.get(key)
+        if hit is None:
+            host = self._host_target(target)
+            self._allocate(wire, target.dtype)  # nothing may allocate while a stream is captured
+            recorded = {}
+            graph = Graph(self.rt.stream, lambda s: recorded.update(out=self._record(s, wire, target.dtype, host)))
+            hit = self._graphs[key] = (graph, recorded["out"])
+            log.debug("frame graph captured: wire %s/%s -> %s (%s memory)", wire[0], wire[1], target.dtype,
+                      self.host_memory)
+        return hit
+
+    def _host_target(self, target: np.ndarray):
+        """The output array as the graph sees it: pinned (ours) or registered (the caller's)."""
+        for buf in self._own_out.values():
+            if buf.array is target:
+                return buf
+        reg = self._registered.get(target.ctypes.data)
+        if reg is None or not reg.covers(target):
+            # one registration at a time: the caller moved its payload (a new size or dtype), so the
+            # old one is released first (and two registrations can never share a page)
+            for old in list(self._registered.values()):
+                self._forget_output(old.array)
+            reg = self._registered[target.ctypes.data] = HostRegistration(target, self.host_memory == "mapped")
+        return reg
+
+    def _own_output(self, dtype) -> PinnedBuffer:
+        dtype = np.dtype(dtype)
+        if dtype not in self._own_out:
+            self._own_out[dtype] = PinnedBuffer(self.smap.bev_shape, dtype, mapped=self.host_memory == "mapped")
+        return self._own_out[dtype]
+
+    def _record(self, s, wire, out_dtype: np.dtype, host) -> DeviceOutput:
+        mapped = self.host_memory == "mapped"
+        scratch = self._scratch.ptr
+        flags = _Ptr(scratch) if self.check_finite else None
+        out_flags = _Ptr(scratch)
+        s.memset32(self._scratch, 0, 3)  # flags, amax depth, amax feat
+        fp8_raw = self.precision == "fp8" and np.dtype(np.uint8) in wire
+        if fp8_raw:  # exponents of the raw inputs' scales (a quantised stream overwrites its own)
+            s.h2d(self._scratch.view(12, 8), self._small.ptr, 8)
+        kin = {}
+        for i, stream in enumerate(("depth", "feat")):
+            kin[stream] = self._record_input(s, stream, np.dtype(wire[i]), i, flags, mapped)
+        bindings = {"depth": kin["depth"], "feat": kin["feat"], "out": self._kout}
+        direct = out_dtype == self.kout and self.precision == "fp16"  # float32 out: check only
+        if direct and mapped:
+            bindings["out"] = _Ptr(host.device_ptr)  # the kernel writes the caller's memory itself
+        self.enqueue_kernel(s, bindings)
+        n = self.n["out"]
+        if direct:
+            bev = bindings["out"]
+            self._elementwise(s, "bevconv_check_out_f32", n, ("ptr", bev.ptr), ("i64", n), ("ptr", out_flags.ptr))
+        else:
+            bev = _Ptr(host.device_ptr) if mapped else self._bev[out_dtype]
+            k = ("ptr", scratch + 12) if self.precision == "fp8" else ("ptr", 0)
+            name = f"bevconv_out_{_SUFFIX[self.kout]}_to_{_SUFFIX[out_dtype]}"
+            self._elementwise(s, name, n, ("ptr", self._kout.ptr), ("ptr", bev.ptr), ("i64", n), k,
+                              ("ptr", out_flags.ptr))
+        nbytes = n * out_dtype.itemsize
+        if not mapped:
+            s.d2h(host.ptr, bev, nbytes)
+        s.d2h(self._small.ptr + 8, self._scratch, 4)
+        return DeviceOutput(bev.ptr, nbytes, out_dtype, tuple(self.smap.bev_shape), s.handle, self.rt.device)
+
+    def device_output(self) -> DeviceOutput:
+        """The last frame's output; before the first frame, where a float32 grid (the widest
+        published dtype) would land: a consumer sizing its buffers from it fits any grid."""
+        if self.last_output is not None:
+            return self.last_output
+        f32 = np.dtype(np.float32)
+        if self.kout != f32 and f32 not in self._bev:
+            self._bev[f32] = DeviceBuffer(self.n["out"] * f32.itemsize)
+        buf = self._kout if self.kout == f32 else self._bev[f32]
+        return DeviceOutput(buf.ptr, buf.nbytes, f32, tuple(self.smap.bev_shape), self.rt.stream.handle,
+                            self.rt.device)
+
+    def _record_input(self, s, stream: str, wire: np.dtype, i: int, flags, mapped: bool):
+        """H2D (unless mapped), then convert/check; returns what the pooling step reads."""
+        n = self.n[stream]
+        nbytes = self.staging.nbytes(stream, wire)
+        region = self._region_buf[stream]
+        if wire == self.kin:  # already the kernel's dtype: check only
+            if mapped:
+                src = _Ptr(region.device_ptr)
+            else:
+                src = self._kin[stream]
+                s.h2d(src, region.ptr, nbytes)
+            if flags is not None:
+                self._elementwise(s, f"bevconv_check_{_SUFFIX[wire]}", n, ("ptr", src.ptr), ("i64", n),
+                                  ("ptr", flags.ptr))
+            return src
+        if mapped:
+            src = _Ptr(region.device_ptr)
+        else:
+            src = self._raw[stream]
+            s.h2d(src, region.ptr, nbytes)
+        dst = self._kin[stream]
+        fl = ("ptr", flags.ptr if flags is not None else 0)
+        if self.precision == "fp16":
+            self._elementwise(s, f"bevconv_{_SUFFIX[wire]}_to_f16", n, ("ptr", src.ptr), ("ptr", dst.ptr),
+                              ("i64", n), fl)
+        else:  # float -> E4M3 (E4M3 codes are the fp8 kernel's own dtype: handled above)
+            amax = self._scratch.ptr + 4 + 4 * i
+            self._elementwise(s, f"bevconv_amax_{_SUFFIX[wire]}", n, ("ptr", src.ptr), ("i64", n), ("ptr", amax), fl)
+            self._elementwise(s, f"bevconv_{_SUFFIX[wire]}_to_e4m3", n, ("ptr", src.ptr), ("ptr", dst.ptr),
+                              ("i64", n), ("ptr", amax), ("ptr", self._scratch.ptr + 12 + 4 * i))
+        return dst
+
+    def _elementwise(self, s, kernel: str, n: int, *args) -> None:
+        blocks = max(1, min(-(-n // _THREADS), self.rt.device.sm_count * 8))
+        launch_args(self.rt.module, kernel, (blocks, 1, 1), (_THREADS, 1, 1), args, s)
+
+    def _allocate(self, wire, out_dtype: np.dtype) -> None:
+        """Device buffers a graph for (wire, out_dtype) needs beyond the kernel's own, and every
+        function handle it launches: resolved before capture."""
+        for kernel in CONVERT_KERNELS:
+            self.rt.module.function(kernel)
+        if self.host_memory == "mapped":
+            return
+        for stream, dtype in zip(("depth", "feat"), wire):
+            if np.dtype(dtype) != self.kin and stream not in self._raw:
+                self._raw[stream] = DeviceBuffer(self.staging.nbytes(stream, np.float32))
+        direct = out_dtype == self.kout and self.precision == "fp16"
+        if not direct and out_dtype not in self._bev:
+            self._bev[out_dtype] = DeviceBuffer(self.n["out"] * out_dtype.itemsize)
+
+    def _drop_graphs(self, which) -> None:
+        for key in [k for k in self._graphs if which(k)]:
+            self._graphs.pop(key)[0].destroy()
+
+    # --- measurement -----------------------------------------------------------------------------
+    def frame_time_us(self, cameras, out_dtype=np.float16, frames: int = 30, warmup: int = 3) -> float:
+        """Median wall time of whole frames (staging, graph, sync, flags): what precision: auto compares."""
+        import time
+
+        out = np.empty(self.smap.bev_shape, out_dtype)
+        times = []
+        for i in range(warmup + frames):
+            t0 = time.perf_counter()
+            self.run(cameras, out)
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        self._forget_output(out)
+        return float(np.median(times) * 1e6)
+
+    def _forget_output(self, out: np.ndarray) -> None:
+        reg = self._registered.pop(out.ctypes.data, None)
+        if reg is not None:
+            self._drop_graphs(lambda k: k[3] == reg.ptr)
+            reg.release()
+
+    def close(self) -> None:
+        self._drop_graphs(lambda k: True)
+        for reg in self._registered.values():
+            reg.release()
+        self._registered.clear()
+        for buf in (*self._kin.values(), *self._raw.values(), self._kout, *self._bev.values(), self._scratch):
+            buf.free()
+        for buf in (*self._pinned, self._small, *self._own_out.values()):
+            buf.free()
+        self._pinned, self._own_out, self._kin, self._raw, self._bev = [], {}, {}, {}, {}
+
+
+__all__ = ["GpuFrame", "DeviceOutput", "choose_host_memory", "pow2_exponent", "FP8_KERNEL_OUT_SCALE",
+           "KERNEL_INPUT", "KERNEL_OUTPUT", "HOST_MEMORY"]

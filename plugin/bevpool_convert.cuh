@@ -1,0 +1,151 @@
+// Per-frame conversions and value checks that run on the GPU inside the frame's CUDA graph
+// (bevpool_ros/backends/gpu_frame.py), so the host never touches a payload element by element.
+//
+//   input:    wire dtype (float32 | float16 | E4M3 codes) -> kernel input (float16 | E4M3)
+//   fp8:      amax -> power-of-two scale 2^k with amax * 2^k in (8, 16] (docs/kernels.md), read
+//             from device memory by the quantiser and the epilogue: a new scale needs no re-capture
+//   epilogue: kernel output -> published dtype (float32 | float16), times 2^(8 - k_depth - k_feat)
+//             after an FP8 kernel launched with out_scale 2^-8 (powers of two: exact)
+// Every kernel ORs a bit into *flags when it meets a value it must not pass on; the host reads
+// the word after the frame's sync. flags == nullptr: no check (input.check_finite off).
+#pragma once
+#include "bevpool_common.cuh"
+
+#define BEVPOOL_FLAG_INPUT_NONFINITE 1u   // NaN/Inf, an E4M3 NaN code, or beyond FP16
+#define BEVPOOL_FLAG_OUTPUT_NONFINITE 2u  // NaN/Inf in the BEV about to be published
+#define BEVPOOL_FP8_KERNEL_LOG2_SCALE 8   // the FP8 pooling kernel runs with out_scale = 2^-8
+
+namespace bevconv {
+
+__device__ __forceinline__ float load_f(const float* p, long long i) { return __ldg(p + i); }
+__device__ __forceinline__ float load_f(const __half* p, long long i) { return __half2float(__ldg(p + i)); }
+__device__ __forceinline__ float load_f(const fp8_e4m3* p, long long i) { return fp8_to_float(__ldg(p + i)); }
+
+__device__ __forceinline__ bool bad_code(fp8_e4m3 c) { return (c & 0x7f) == 0x7f; }
+
+// The scaling rule's exponent k for amax (bit pattern of a non-negative float): 2^k * amax in (8, 16].
+// amax = m * 2^e with m in [0.5, 1): k = 4 - e, or 5 - e when m == 0.5 exactly; 0 for amax 0 or non-finite.
+__device__ __forceinline__ int pow2_exponent(unsigned amax_bits) {
+  const float a = __uint_as_float(amax_bits);
+  if (!(a > 0.f) || !isfinite(a)) return 0;
+  int e;
+  const float m = frexpf(a, &e);
+  const int k = (m == 0.5f ? 5 : 4) - e;
+  return max(-126, min(127, k));  // 2^k stays a normal float
+}
+
+__device__ __forceinline__ long long grid_start() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ long long grid_step() { return (long long)gridDim.x * blockDim.x; }
+
+}  // namespace bevconv
+
+// ---- input: wire dtype -> FP16 kernel input ---------------------------------------------------
+template <typename IN>
+__device__ __forceinline__ void bevconv_to_half(const IN* x, __half* y, long long n, unsigned* flags) {
+  bool bad = false;
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step()) {
+    const float v = bevconv::load_f(x, i);
+    const __half h = __float2half_rn(v);
+    y[i] = h;
+    bad |= !isfinite(v) || __hisinf(h);  // Inf after rounding: a finite float32 beyond FP16
+  }
+  if (flags != nullptr && bad) atomicOr(flags, BEVPOOL_FLAG_INPUT_NONFINITE);
+}
+
+extern "C" __global__ void bevconv_f32_to_f16(const float* x, __half* y, long long n, unsigned* flags) {
+  bevconv_to_half<float>(x, y, n, flags);
+}
+extern "C" __global__ void bevconv_e4m3_to_f16(const fp8_e4m3* x, __half* y, long long n, unsigned* flags) {
+  // E4M3 values are exact in FP16; only NaN codes can be bad
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step()) {
+    const fp8_e4m3 c = __ldg(x + i);
+    y[i] = __half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3));
+    if (flags != nullptr && bevconv::bad_code(c)) atomicOr(flags, BEVPOOL_FLAG_INPUT_NONFINITE);
+  }
+}
+
+// ---- input checks where the wire dtype is already the kernel's ---------------------------------
+extern "C" __global__ void bevconv_check_f16(const __half* x, long long n, unsigned* flags) {
+  const unsigned short* u = reinterpret_cast<const unsigned short*>(x);
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step())
+    if ((__ldg(u + i) & 0x7c00u) == 0x7c00u) atomicOr(flags, BEVPOOL_FLAG_INPUT_NONFINITE);
+}
+extern "C" __global__ void bevconv_check_e4m3(const fp8_e4m3* x, long long n, unsigned* flags) {
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step())
+    if (bevconv::bad_code(__ldg(x + i))) atomicOr(flags, BEVPOOL_FLAG_INPUT_NONFINITE);
+}
+
+// ---- FP8: amax, then quantise with the scale derived from it on the device ---------------------
+// *amax_bits must be zeroed before (a memset node of the same graph).
+template <typename IN>
+__device__ __forceinline__ void bevconv_amax(const IN* x, long long n, unsigned* amax_bits, unsigned* flags) {
+  float m = 0.f;
+  bool bad = false;
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step()) {
+    const float v = fabsf(bevconv::load_f(x, i));
+    if (isfinite(v)) m = fmaxf(m, v); else bad = true;
+  }
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0 && m > 0.f) atomicMax(amax_bits, __float_as_uint(m));  // m >= 0: bits order as floats
+  if (flags != nullptr && bad) atomicOr(flags, BEVPOOL_FLAG_INPUT_NONFINITE);
+}
+extern "C" __global__ void bevconv_amax_f32(const float* x, long long n, unsigned* amax_bits, unsigned* flags) {
+  bevconv_amax<float>(x, n, amax_bits, flags);
+}
+extern "C" __global__ void bevconv_amax_f16(const __half* x, long long n, unsigned* amax_bits, unsigned* flags) {
+  bevconv_amax<__half>(x, n, amax_bits, flags);
+}
+
+// y = E4M3(x * 2^k), k from *amax_bits; thread 0 records k in *k_out for the epilogue.
+// Saturating, round-to-nearest-even: the host codec's rule (bevpool_ros/fp8.py).
+template <typename IN>
+__device__ __forceinline__ void bevconv_quantize(const IN* x, fp8_e4m3* y, long long n, const unsigned* amax_bits,
+                                                 int* k_out) {
+  const int k = bevconv::pow2_exponent(*amax_bits);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *k_out = k;
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step())
+    y[i] = (fp8_e4m3)__nv_cvt_float_to_fp8(ldexpf(bevconv::load_f(x, i), k), __NV_SATFINITE, __NV_E4M3);
+}
+extern "C" __global__ void bevconv_f32_to_e4m3(const float* x, fp8_e4m3* y, long long n, const unsigned* amax_bits,
+                                               int* k_out) {
+  bevconv_quantize<float>(x, y, n, amax_bits, k_out);
+}
+extern "C" __global__ void bevconv_f16_to_e4m3(const __half* x, fp8_e4m3* y, long long n, const unsigned* amax_bits,
+                                               int* k_out) {
+  bevconv_quantize<__half>(x, y, n, amax_bits, k_out);
+}
+
+// ---- epilogue: kernel output -> published dtype, output check ----------------------------------
+// k_pair == nullptr: no scaling (FP16 kernels). Else y = x * 2^(8 - k_pair[0] - k_pair[1]).
+template <typename IN, typename OUT>
+__device__ __forceinline__ void bevconv_epilogue(const IN* x, OUT* y, long long n, const int* k_pair, unsigned* flags) {
+  const int shift = k_pair == nullptr ? 0 : BEVPOOL_FP8_KERNEL_LOG2_SCALE - k_pair[0] - k_pair[1];
+  bool bad = false;
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step()) {
+    const float v = ldexpf(bevconv::load_f(x, i), shift);
+    if constexpr (sizeof(OUT) == 2) {
+      const __half h = __float2half_rn(v);
+      y[i] = h;
+      bad |= __hisinf(h) || __hisnan(h);
+    } else {
+      y[i] = v;
+      bad |= !isfinite(v);
+    }
+  }
+  if (bad) atomicOr(flags, BEVPOOL_FLAG_OUTPUT_NONFINITE);
+}
+extern "C" __global__ void bevconv_out_f32_to_f16(const float* x, __half* y, long long n, const int* k, unsigned* f) {
+  bevconv_epilogue<float, __half>(x, y, n, k, f);
+}
+extern "C" __global__ void bevconv_out_f16_to_f16(const __half* x, __half* y, long long n, const int* k, unsigned* f) {
+  bevconv_epilogue<__half, __half>(x, y, n, k, f);
+}
+extern "C" __global__ void bevconv_out_f16_to_f32(const __half* x, float* y, long long n, const int* k, unsigned* f) {
+  bevconv_epilogue<__half, float>(x, y, n, k, f);
+}
+// float32 kernel output published as float32: the check alone, no second buffer
+extern "C" __global__ void bevconv_check_out_f32(const float* x, long long n, unsigned* flags) {
+  bool bad = false;
+  for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step()) bad |= !isfinite(__ldg(x + i));
+  if (bad) atomicOr(flags, BEVPOOL_FLAG_OUTPUT_NONFINITE);
+}

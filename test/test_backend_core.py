@@ -1,0 +1,265 @@
+"""The GPU backends' shared core, on the CPU: staging into slots, host-memory selection, typed
+choices, plan_for, the cpu backend's output array, and the worker writing into the payload."""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from bevpool_ros.backends import CpuBackend, InputError, NonFiniteOutput
+from bevpool_ros.backends.choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
+from bevpool_ros.backends.gpu_frame import choose_host_memory, pow2_exponent
+from bevpool_ros.backends.staging import CameraStaging, frame_dtype, split_cameras
+from bevpool_ros.reference import pool_reference
+from bevpool_ros.workloads import get_workload
+
+N, D, H, W, C = 3, 4, 2, 5, 8
+
+
+def staging(alloc_log=None):
+    def alloc(n):
+        a = np.full(n, 0xAB, np.uint8)
+        if alloc_log is not None:
+            alloc_log.append(a)
+        return a
+
+    return CameraStaging((N, D, H, W), (N, H, W, C), alloc)
+
+
+def cams(rng, dtype=np.float32):
+    return [(rng.random((D, H, W)).astype(dtype), rng.random((H, W, C)).astype(dtype)) for _ in range(N)]
+
+
+# --- staging --------------------------------------------------------------------------------------
+def test_each_payload_lands_in_its_slot_in_its_own_dtype():
+    rng = np.random.default_rng(0)
+    st = staging()
+    for dtype in (np.float32, np.float16, np.uint8):
+        c = [(rng.integers(0, 255, (D, H, W)).astype(dtype), rng.integers(0, 255, (H, W, C)).astype(dtype))
+             for _ in range(N)]
+        assert st.stage(c) == (np.dtype(dtype), np.dtype(dtype))
+        for n in range(N):
+            assert np.array_equal(st.slots("depth", dtype)[n], c[n][0])
+            assert np.array_equal(st.slots("feat", dtype)[n], c[n][1])
+        # the slots are views of the one region per stream: nothing stacked, nothing cast
+        assert np.shares_memory(st.slots("depth", dtype), st.regions["depth"])
+
+
+def test_no_allocation_per_frame():
+    allocated = []
+    st = staging(allocated)
+    rng = np.random.default_rng(1)
+    st.stage(cams(rng))
+    views = st.slots("depth", np.float32), st.slots("feat", np.float32)
+    for _ in range(3):
+        st.stage(cams(rng))
+    assert len(allocated) == 2  # one region per stream, at construction
+    assert st.slots("depth", np.float32) is views[0] and st.slots("feat", np.float32) is views[1]
+
+
+def test_missing_camera_slot_is_zeroed_and_chw_views_are_copied_once():
+    rng = np.random.default_rng(2)
+    st = staging()
+    c = cams(rng)
+    chw = np.ascontiguousarray(c[2][1].transpose(2, 0, 1))
+    c[1] = (None, None)
+    c[2] = (c[2][0], chw.transpose(1, 2, 0))  # a transposed view, as the node passes CHW
+    st.stage(c)
+    assert not st.slots("depth", np.float32)[1].any() and not st.slots("feat", np.float32)[1].any()
+    assert np.array_equal(st.slots("feat", np.float32)[2], chw.transpose(1, 2, 0))
+
+
+def test_mixed_float_dtypes_stage_as_float32_and_e4m3_mixed_is_refused():
+    assert frame_dtype([np.zeros(2, np.float16), np.zeros(2, np.float32)]) == np.float32
+    with pytest.raises(InputError, match="mixed"):
+        frame_dtype([np.zeros(2, np.uint8), np.zeros(2, np.float16)])
+    with pytest.raises(InputError, match="int32"):
+        frame_dtype([np.zeros(2, np.int32)])
+
+
+@pytest.mark.parametrize("bad", ["shape", "dtype", "type", "count"])
+def test_bad_headers_are_refused_before_anything_is_copied(bad):
+    rng = np.random.default_rng(3)
+    st = staging()
+    before = {k: v.copy() for k, v in st.regions.items()}
+    c = cams(rng)
+    if bad == "shape":
+        c[2] = (c[2][0][:, :, :-1], c[2][1])
+    elif bad == "dtype":
+        c[2] = (c[2][0].astype(np.int16), c[2][1])
+    elif bad == "type":
+        c[2] = (c[2][0].tolist(), c[2][1])
+    else:
+        c = c[:-1]
+    with pytest.raises(InputError):
+        st.stage(c)
+    for k, v in st.regions.items():  # the first cameras were not copied either
+        assert np.array_equal(v, before[k])
+
+
+def test_split_cameras_are_views():
+    d, f = np.zeros((N, D, H, W), np.float32), np.zeros((N, H, W, C), np.float32)
+    parts = split_cameras(d, f)
+    assert len(parts) == N and all(np.shares_memory(p[0], d) for p in parts)
+    with pytest.raises(InputError):
+        split_cameras(d, f[:-1])
+
+
+# --- host memory: integrated GPUs use mapped memory ------------------------------------------------
+@pytest.mark.parametrize("integrated,can_map,requested,expected", [
+    (True, True, "auto", "mapped"),      # DRIVE Thor, Jetson
+    (False, True, "auto", "copy"),       # discrete: PCIe copies beat kernels reading host memory
+    (True, False, "auto", "copy"),
+    (False, True, "mapped", "mapped"),
+    (True, True, "copy", "copy"),
+])
+def test_host_memory_choice_from_device_attributes(integrated, can_map, requested, expected):
+    dev = SimpleNamespace(integrated=integrated, can_map_host=can_map)  # as driver.Device reports them
+    assert choose_host_memory(dev.integrated, dev.can_map_host, requested) == expected
+
+
+def test_host_memory_refusals():
+    with pytest.raises(ValueError, match="cannot map"):
+        choose_host_memory(True, False, "mapped")
+    with pytest.raises(ValueError, match="host_memory"):
+        choose_host_memory(True, True, "zero-copy")
+
+
+def test_fp8_scales_must_be_powers_of_two():
+    assert pow2_exponent(64.0) == 6 and pow2_exponent(0.25) == -2 and pow2_exponent(1.0) == 0
+    with pytest.raises(ValueError):
+        pow2_exponent(3.0)
+
+
+# --- typed choices ---------------------------------------------------------------------------------
+def test_choice_store_round_trips_typed_records(tmp_path):
+    smap = get_workload("small")
+    store = ChoiceStore(tmp_path / "choices")
+    key = choice_key(LaunchChoice, backend="cuda", device="GPU X", smap=smap, precision="fp16")
+    rec = LaunchChoice("bevpool_v3_fp16_l2", 16, 256, 7.5)
+    assert store.load(key, LaunchChoice) is None
+    assert store.store(key, rec)
+    assert store.load(key, LaunchChoice) == rec
+    assert store.load(key, PrecisionChoice) is None  # another record type under that key: a miss
+    (path,) = (tmp_path / "choices").iterdir()
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    path.write_bytes(path.read_bytes()[:-3])  # truncated: a miss, and the file is gone
+    assert store.load(key, LaunchChoice) is None and not path.exists()
+
+
+def test_choice_key_names_every_input():
+    a, b = get_workload("small"), get_workload("canonical")
+    k = dict(backend="cuda", device="GPU X", precision="fp8")
+    keys = {choice_key(LaunchChoice, smap=a, **k), choice_key(LaunchChoice, smap=b, **k),
+            choice_key(PrecisionChoice, smap=a, **k), choice_key(LaunchChoice, smap=a, **{**k, "backend": "tensorrt"}),
+            choice_key(LaunchChoice, smap=a, **{**k, "device": "GPU Y"}),
+            choice_key(LaunchChoice, smap=a, **{**k, "precision": "fp16"})}
+    assert len(keys) == 6
+
+
+def test_plan_for_is_what_the_tensorrt_config_uses():
+    from bevpool_ros.backends.planning import plan_for
+    from bevpool_ros.backends.tensorrt.plugin_config import v3_launch
+
+    smap = get_workload("small")
+    for precision in ("fp16", "fp8"):
+        s1, p1 = plan_for(smap, precision, "L2-resident", k_min=8, threads=128)
+        s2, p2 = v3_launch(smap, precision, "L2-resident", k_min=8, threads=128)
+        assert p1 == p2 and s1.digest() == s2.digest()
+    choice = LaunchChoice("bevpool_v3_fp16_l2", 32, 128)
+    _, p = plan_for(smap, "fp16", "DRAM-bound", choice=choice, kernel="bevpool_v3_fp16_dram", threads=512)
+    assert p.kernel == choice.kernel and p.block[0] == 128  # a measured choice wins over overrides
+
+
+# --- the cpu backend writes where it is told ---------------------------------------------------------
+@pytest.mark.parametrize("out_dtype", [np.float32, np.float16])
+def test_cpu_pool_cameras_writes_into_out(out_dtype):
+    smap = get_workload("small")
+    be = CpuBackend()
+    be.prepare(smap)
+    rng = np.random.default_rng(4)
+    d = rng.random(smap.depth_shape, dtype=np.float32)
+    f = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
+    out = np.full(smap.bev_shape, np.nan, out_dtype)  # poisoned: every cell must be written
+    got = be.pool_cameras(split_cameras(d, f), out=out)
+    assert got is out
+    ref = pool_reference(d, f, smap)
+    assert np.abs(out.astype(np.float64) - ref).max() <= (1e-4 if out_dtype == np.float32 else 2e-2)
+
+
+def test_cpu_non_finite_is_refused_with_check_and_caught_without():
+    smap = get_workload("small")
+    d = np.ones(smap.depth_shape, np.float32)
+    f = np.ones(smap.feat_shape, np.float32)
+    f.reshape(-1, smap.channels)[smap.ranks_feat[0]] = np.inf
+    checked, unchecked = CpuBackend(), CpuBackend(check_finite=False)
+    for be in (checked, unchecked):
+        be.prepare(smap)
+    with pytest.raises(InputError):
+        checked.pool(d, f)
+    with pytest.raises(NonFiniteOutput):
+        unchecked.pool(d, f)
+    big = np.full(smap.feat_shape, 6e4, np.float32)  # finite float32, beyond float16 once summed
+    with pytest.raises(NonFiniteOutput):
+        checked.pool(d, big, out=np.empty(smap.bev_shape, np.float16))
+    huge = np.full(smap.feat_shape, 3e38, np.float32)  # finite, but the sums overflow float32
+    with pytest.raises(NonFiniteOutput):
+        checked.pool(d, huge)
+
+
+# --- the worker: the grid lands in the message payload ------------------------------------------------
+def test_worker_pools_into_the_message_payload_memory():
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.node.tensor_codec import ReusableBuffer, fill_msg
+    from bevpool_ros.workloads import base_rig
+
+    Tensor = pytest.importorskip("bevpool_msgs.msg").Tensor
+
+    rig = base_rig()
+    payload = ReusableBuffer()
+    results, drops = [], []
+    be = CpuBackend()
+    worker = PoolingWorker(be, LiveCalibration(rig), results.append, lambda r, d: drops.append(r),
+                           out_dtype="float16", out_buffer=payload)
+    worker.prepare()
+    rng = np.random.default_rng(5)
+    N_, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, rng.random((D_, H_, W_), dtype=np.float32)),
+                         "feat": (1, rng.random((H_, W_, rig.channels), dtype=np.float32))}
+              for cam in rig.cameras[1:]}  # the first camera is missing: zero-filled
+    r = worker.process(CameraSet(frames, tuple(frames), (rig.cameras[0].name,), 0.0, 0.0, False))
+    assert not drops and r is results[0]
+    assert r.bev.dtype == np.float16 and payload.holds(r.bev)
+    msg = fill_msg(Tensor(), r.bev, name="bev", layout="ZYXC", dtype="float16", reuse=payload)
+    addr, _ = msg.data.buffer_info()
+    assert addr == r.bev.ctypes.data  # the message's data is the very memory the backend wrote
+    depth = np.zeros(rig.depth_shape, np.float32)
+    feat = np.zeros((N_, H_, W_, rig.channels), np.float32)
+    for n, cam in enumerate(rig.cameras[1:], start=1):
+        depth[n], feat[n] = frames[cam.name]["depth"][1], frames[cam.name]["feat"][1]
+    ref = pool_reference(depth, feat, be.smap)
+    assert np.abs(r.bev.astype(np.float64) - ref).max() <= 2e-2 * max(1.0, np.abs(ref).max() / 64)
+
+
+def test_worker_counts_a_backend_found_nan_as_non_finite():
+    """A GPU backend checks values on the device (the node then skips its host scan): its finding
+    must land in the same ``non_finite`` counter; the cpu backend's own check stands in here."""
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    drops = []
+    worker = PoolingWorker(CpuBackend(), LiveCalibration(rig), lambda r: None, lambda r, d: drops.append(r))
+    worker.prepare()
+    _, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, np.ones((D_, H_, W_), np.float32)),
+                         "feat": (1, np.ones((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+    frames[rig.cameras[3].name]["feat"][1][0, 0, 0] = np.nan
+    assert worker.process(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True)) is None
+    assert drops == ["non_finite"]
