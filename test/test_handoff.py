@@ -177,21 +177,18 @@ def test_node_refuses_the_handoff_on_the_cpu_backend_and_keeps_publishing():
         assert g.close() == 0
 
 
-def test_device_output_prefers_the_backends_own_method_then_the_cuda_buffers():
+def test_device_output_comes_from_the_backend_or_the_handoff_is_refused():
     from types import SimpleNamespace
 
+    from bevpool_ros.backends.gpu_frame import DeviceOutput
     from bevpool_ros.handoff.vmm import HandoffUnsupported
-    from bevpool_ros.node.handoff_output import DeviceOutput, device_output
+    from bevpool_ros.node.handoff_output import device_output, grid_bytes
 
-    own = DeviceOutput(1234, np.dtype(np.float16), "stream", "device")
-    assert device_output(SimpleNamespace(name="tensorrt", device_output=lambda: own)) is own
-    cuda_like = SimpleNamespace(name="cuda", io={"out": SimpleNamespace(ptr=4096)}, plan=SimpleNamespace(out_dtype="float32"),
-                                rt=SimpleNamespace(stream=SimpleNamespace(handle="h"), device="dev"))
-    got = device_output(cuda_like)
-    assert (got.ptr, got.dtype, got.stream, got.device) == (4096, np.dtype(np.float32), "h", "dev")
-    for unprepared in (SimpleNamespace(name="cpu"), SimpleNamespace(name="cuda", io=None, rt=object(), plan=None)):
-        with pytest.raises(HandoffUnsupported, match="keeps no grid on a GPU"):
-            device_output(unprepared)
+    own = DeviceOutput(1234, 2 * 3 * 4 * 5 * 2, np.dtype(np.float16), (2, 3, 4, 5), "stream", "device")
+    assert device_output(SimpleNamespace(name="cuda", device_output=lambda: own)) is own
+    assert grid_bytes(own) == 2 * 3 * 4 * 5 * 2
+    with pytest.raises(HandoffUnsupported, match="keeps no grid on a GPU"):
+        device_output(SimpleNamespace(name="cpu"))
 
 
 @pytest.mark.parametrize("description, why", [

@@ -55,7 +55,7 @@ def test_second_process_reads_the_ring_against_the_reference(tmp_path):
     from bevpool_ros.backends.cuda.driver import _cu, check
     from bevpool_ros.handoff.producer import HandoffRing
     from bevpool_ros.handoff.vmm import device_attributes
-    from bevpool_ros.node.handoff_output import device_output
+    from bevpool_ros.node.handoff_output import device_output, grid_bytes
     from bevpool_ros.reference import pool_reference
     from bevpool_ros.workloads import get_workload
 
@@ -63,9 +63,10 @@ def test_second_process_reads_the_ring_against_the_reference(tmp_path):
     be = CudaBackend("fp16")
     be.prepare(smap)
     attrs = device_attributes(be.rt.device)
-    out = device_output(be)
-    nbytes = int(np.prod(smap.bev_shape)) * out.dtype.itemsize
-    ring = HandoffRing(be.rt.device, nbytes, ring_size=3)
+    ring = HandoffRing(be.rt.device, grid_bytes(device_output(be)), ring_size=3)  # sized for float32
+    written = []
+    # as the node does: the copy joins each frame's stream inside pool, before the host waits
+    be.add_frame_hook(lambda out: written.append((ring.write(out.ptr, grid_bytes(out), out.stream), out)))
     try:
         for b in ring.buffers:  # poison: a slot the copy missed reads as NaN
             check(_cu().cuMemsetD8(b.ptr, 0xFF, b.size), "cuMemsetD8")
@@ -75,13 +76,13 @@ def test_second_process_reads_the_ring_against_the_reference(tmp_path):
             d = rng.random(smap.depth_shape, dtype=np.float32)
             f = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
             be.pool(d, f)
-            out = device_output(be)
-            w = ring.write(out.ptr, nbytes, out.stream)
+            w, out = written[-1]
             refs[w.sequence] = pool_reference(d.astype(np.float16), f.astype(np.float16), smap)
             msgs.append({"socket_path": ring.socket_path, "ring_id": ring.ring_id, "ring_size": ring.ring_size,
-                         "slot": w.slot, "sequence": w.sequence, "offset": 0, "nbytes": nbytes,
-                         "dtype": {"float16": 8, "float32": 9}[out.dtype.name], "shape": list(smap.bev_shape),
+                         "slot": w.slot, "sequence": w.sequence, "offset": 0, "nbytes": grid_bytes(out),
+                         "dtype": {"float16": 8, "float32": 9}[np.dtype(out.dtype).name], "shape": list(out.shape),
                          "event_handle": w.event_handle.hex(), "device_uuid": ring.uuid.hex()})
+        assert len(written) == 4
         proc = subprocess.run([sys.executable, "-c", READER, str(tmp_path)], input=json.dumps(msgs),
                               capture_output=True, text=True, timeout=120, cwd=REPO,
                               env=dict(os.environ, PYTHONPATH=REPO))

@@ -2,8 +2,6 @@
 ring, announced as bevpool_msgs/BevHandoff (same host and GPU only; BevFeature stays for the rest)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..handoff.message import handoff_msg
@@ -11,43 +9,48 @@ from ..handoff.producer import HandoffRing
 from ..handoff.vmm import HandoffUnsupported
 
 
-@dataclass(frozen=True)
-class DeviceOutput:
-    ptr: int            # device address of the last pooled grid
-    dtype: np.dtype
-    stream: object      # the backend's stream handle: the copy is ordered after the kernel
-    device: object      # backends.cuda.driver.Device
-
-
-def device_output(backend) -> DeviceOutput:
-    """Where the backend's last grid lives on the GPU (``backend.device_output()`` when the
-    backend offers it, else the cuda backend's output buffer and stream)."""
+def device_output(backend):
+    """The backend's ``device_output()`` (backends.gpu_frame.DeviceOutput: where the last grid,
+    in the published dtype, lives on the GPU); a backend without one cannot hand off."""
     api = getattr(backend, "device_output", None)
-    if api is not None:
-        return api()
-    io, rt, plan = getattr(backend, "io", None), getattr(backend, "rt", None), getattr(backend, "plan", None)
-    if not io or "out" not in io or rt is None or plan is None:
+    if api is None:
         raise HandoffUnsupported(f"the {backend.name} backend keeps no grid on a GPU")
-    return DeviceOutput(io["out"].ptr, np.dtype(plan.out_dtype), rt.stream.handle, rt.device)
+    return api()
+
+
+def grid_bytes(out) -> int:
+    return int(np.prod(out.shape)) * np.dtype(out.dtype).itemsize
 
 
 class HandoffOutput:
-    def __init__(self, node, backend, rig, topic: str, ring_size: int, qos):
+    def __init__(self, node, backend, topic: str, ring_size: int, qos):
         from bevpool_msgs.msg import BevHandoff
 
-        out = device_output(backend)
-        self.shape = (*rig.grid_shape, rig.channels)
-        slot_bytes = int(np.prod(self.shape)) * out.dtype.itemsize
-        self.ring = HandoffRing(out.device, slot_bytes, ring_size)
+        out = device_output(backend)  # after prepare: sized for the widest published dtype (float32)
+        self.ring = HandoffRing(out.device, grid_bytes(out), ring_size)
         self.pub = node.create_publisher(BevHandoff, topic, qos)
+        self.backend = backend
+        self._written = None  # (producer.Written, DeviceOutput) of the frame being published
+        self._hooked = hasattr(backend, "add_frame_hook")
+        if self._hooked:
+            backend.add_frame_hook(self._on_frame)
 
-    def publish(self, header, rig, backend) -> None:
-        """Runs in the pooling thread right after pool(): the backend's output still holds this grid."""
-        out = device_output(backend)
-        out.device.make_current()
-        written = self.ring.write(out.ptr, int(np.prod(self.shape)) * out.dtype.itemsize, out.stream)
-        self.pub.publish(handoff_msg(header, rig, self.ring, written, self.shape, out.dtype,
-                                     backend.name, backend.precision))
+    def _on_frame(self, out) -> None:
+        """Inside pool, before the host waits: the copy joins the frame's own stream work."""
+        self._written = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
+
+    def publish(self, header, rig) -> None:
+        """Runs in the pooling thread right after the pool that produced this grid."""
+        pending, self._written = self._written, None
+        if pending is None:  # a backend without frame hooks: copy now, from its last output
+            out = device_output(self.backend)
+            out.device.make_current()
+            pending = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
+        written, out = pending
+        self.pub.publish(handoff_msg(header, rig, self.ring, written, out.shape, out.dtype,
+                                     self.backend.name, self.backend.precision))
 
     def close(self) -> None:
+        if self._hooked:
+            self.backend.remove_frame_hook(self._on_frame)
         self.ring.close()

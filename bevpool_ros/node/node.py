@@ -230,7 +230,7 @@ class BevPoolNode(Node):
         from .handoff_output import HandoffOutput
 
         try:
-            return HandoffOutput(self, self.backend, self.calibration.rig, self.cfg["output.handoff_topic"],
+            return HandoffOutput(self, self.backend, self.cfg["output.handoff_topic"],
                                  self.cfg["output.handoff_ring_size"],
                                  make_qos(self.cfg["output.qos_reliability"], self.cfg["output.qos_depth"]))
         except Exception as e:  # HandoffUnsupported, or a driver refusing the export
@@ -423,7 +423,7 @@ class BevPoolNode(Node):
 
         header = Header(stamp=ns_to_time(r.camera_set.stamp_ns), frame_id=self.cfg["ego_frame"])
         try:
-            self.handoff.publish(header, r.rig, self.backend)
+            self.handoff.publish(header, r.rig)
         except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid
             self._count("handoff_failed")
             self.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
