@@ -208,3 +208,21 @@ def test_a_reader_refuses_a_mismatched_ring_and_closes_every_descriptor(descript
                 os.fstat(fd)
     finally:
         ctl.close()
+
+
+def test_a_failing_ring_copy_never_breaks_the_frame_and_surfaces_at_publish():
+    from types import SimpleNamespace
+
+    from bevpool_ros.backends.gpu_frame import DeviceOutput
+    from bevpool_ros.node.handoff_output import HandoffOutput
+
+    class BrokenRing:
+        def write(self, *a):
+            raise RuntimeError("cuMemcpyDtoDAsync(hand-off) failed: CUDA_ERROR_INVALID_CONTEXT")
+
+    h = HandoffOutput.__new__(HandoffOutput)  # no GPU here: only the hook/publish hand-over is under test
+    h.ring, h.backend, h._written = BrokenRing(), SimpleNamespace(name="cuda", precision="fp16"), None
+    h._on_frame(DeviceOutput(1, 8, np.dtype(np.float32), (2,), "s", "d"))  # inside pool: must not raise
+    with pytest.raises(RuntimeError, match="INVALID_CONTEXT"):
+        h.publish(header=None, rig=None)
+    assert h._written is None

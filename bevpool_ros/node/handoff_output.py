@@ -36,12 +36,18 @@ class HandoffOutput:
             backend.add_frame_hook(self._on_frame)
 
     def _on_frame(self, out) -> None:
-        """Inside pool, before the host waits: the copy joins the frame's own stream work."""
-        self._written = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
+        """Inside pool, before the host waits: the copy joins the frame's own stream work.
+        A failure here must not cost the frame its BevFeature: it is kept and raised by publish."""
+        try:
+            self._written = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
+        except Exception as e:
+            self._written = e
 
     def publish(self, header, rig) -> None:
         """Runs in the pooling thread right after the pool that produced this grid."""
         pending, self._written = self._written, None
+        if isinstance(pending, Exception):
+            raise pending
         if pending is None:  # a backend without frame hooks: copy now, from its last output
             out = device_output(self.backend)
             out.device.make_current()
