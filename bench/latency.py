@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""End-to-end latency of bevpool_node with the synthetic 6-camera nuScenes rig at 20 Hz.
+"""End-to-end latency of bevpool_node: synthetic publisher, node and subscriber in three processes.
 
-    .venv/bin/python bench/latency.py [--backend cpu] [--frames 400] [--rate 20] [--bev-dtype float32]
+    python bench/latency.py [--backend cpu] [--precision fp16] [--bev-dtype float32]
+                            [--transport dds|handoff] [--frames 1000] [--rate 30] [--rows FILE.json]
 
-Measures, per camera set:
-  e2e       last input message of the set published -> its BEV message received (one clock:
-            publisher and consumer share this process; the node runs in its own process)
-  node      the node's own view: last input message received -> BEV message published
-  pool      backend.pool() inside the node (the kernel)
-  overhead  node - pool: synchronisation, stacking, message build, publish, queueing
-plus the stage split of the overhead and the kernel alone (backend.pool() on the same inputs
-in this process, no ROS). Writes bench/results/latency_<backend>.json and .md.
+Per camera set (the synthetic 6-camera nuScenes rig):
+  e2e       last input message of the set published (publisher process) -> its grid received
+            (subscriber process): a BevFeature decoded, or, with --transport handoff, the
+            BevHandoff opened and its IPC event waited on. One clock: CLOCK_MONOTONIC is
+            system-wide, so the two processes' timestamps compare directly.
+  node      the node's own view from /diagnostics: last input received -> BEV published
+  stage     the pooling stage inside the node (payloads in -> BEV bytes ready): backend.pool()
+            plus assembling the set, as /diagnostics reports it
+  kernel    the pooling kernel alone (cuda: CUDA-graph replay median; cpu: backend.pool())
+Writes <out>.json and <out>.md (default bench/results/latency_<backend>), and with --rows appends
+one row per configuration (backend, precision, output_dtype, transport, frames, received,
+e2e_p50_ms, e2e_p99_ms, stage_p50_ms, stage_p99_ms, kernel_us, ...) to that JSON list.
 A benchmark, not a timed test: numbers depend on the machine and on what else runs there.
 """
 from __future__ import annotations
@@ -19,7 +24,10 @@ import argparse
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,14 +35,120 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
+DRAIN_S = 2.0
+READY_TIMEOUT_S = 40.0  # node start-up (kernel compile / autotune on a cold cache) + discovery
 
 
-def kernel_only(backend_name: str, precision: str, rig, frames: int = 50) -> dict:
-    """backend.pool() alone on the synthetic inputs: the floor the node's latency sits on."""
+# --- the two ROS roles, each in its own process ------------------------------------------------
+def _spin_until(node, predicate, timeout: float) -> bool:
+    import rclpy
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not predicate():
+        rclpy.spin_once(node, timeout_sec=0.02)
+    return bool(predicate())
+
+
+def role_publisher(args) -> int:
+    """Publish ``frames`` camera sets at ``rate``; record when each set's last message went out."""
+    import rclpy
+
+    from bevpool_ros.node.synthetic_publisher import SyntheticRigPublisher
+    from bevpool_ros.rig import load_rig
+
+    rclpy.init(args=[sys.argv[0]])
+    pub = SyntheticRigPublisher(load_rig(str(RIG)), dtype=args.input_dtype)
+    sent = []
+    try:
+        if not pub.wait_for_subscribers(60.0, spin=lambda t: rclpy.spin_once(pub, timeout_sec=t)):
+            print("publisher: the node never subscribed", file=sys.stderr)
+            return 1
+        for i in range(min(args.cycle_frames, args.frames)):  # build every message before timing
+            pub._messages(i)
+        pub.start(args.rate, args.frames, on_frame=lambda i, stamp, t: sent.append((stamp, time.monotonic_ns())))
+        _spin_until(pub, lambda: pub.done, args.frames / args.rate * 3 + 30)
+    finally:
+        Path(args.record).write_text(json.dumps({"sent": sent}))
+        pub.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+def role_subscriber(args) -> int:
+    """Receive grids (BevFeature or BevHandoff) and /diagnostics until the stop file appears."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.node import Node
+
+    from bevpool_ros.node.diagnostics import status_values
+    from bevpool_ros.node.outputs import stamp_to_ns
+    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.node.tensor_codec import decode_any
+
+    rclpy.init(args=[sys.argv[0]])
+    node = Node("bevpool_latency_subscriber")
+    received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
+    qos = make_qos("reliable", 10)
+    if args.transport == "handoff":
+        from bevpool_msgs.msg import BevHandoff
+
+        from bevpool_ros.handoff.reader import HandoffOverwritten, HandoffReader
+
+        reader = HandoffReader()
+
+        def on_grid(msg):
+            t_cb = time.monotonic_ns()
+            try:
+                view = reader.open(msg)  # maps the ring once, then waits on the grid's event
+                state["dtype"] = view.dtype.name
+                if view.still_valid():
+                    t = time.monotonic_ns()
+                    received.append((stamp_to_ns(msg.header.stamp), t))
+                    state.setdefault("open_ms", []).append((t - t_cb) / 1e6)
+                else:
+                    state["overwritten"] += 1
+            except HandoffOverwritten:
+                state["overwritten"] += 1
+            except Exception as e:  # counted and reported, the run goes on
+                state["errors"] += 1
+                state["last_error"] = f"{type(e).__name__}: {e}"
+        sub = node.create_subscription(BevHandoff, "bev/handoff", on_grid, qos)
+    else:
+        from bevpool_msgs.msg import BevFeature
+
+        def on_grid(msg):
+            decode_any(msg.tensor)  # what any consumer does: a view of the bytes, checked
+            received.append((stamp_to_ns(msg.header.stamp), time.monotonic_ns()))
+        sub = node.create_subscription(BevFeature, "bev/features", on_grid, qos)
+    node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diagnostics.append(
+        (time.monotonic_ns(), status_values(m))), 10)
+    stop = Path(args.record + ".stop")
+    try:
+        if not _spin_until(node, lambda: sub.get_publisher_count() > 0, READY_TIMEOUT_S + 5):
+            print("subscriber: no grid publisher appeared", file=sys.stderr)
+            return 1
+        Path(args.record + ".ready").touch()
+        _spin_until(node, stop.exists, 3600.0)
+        asked = time.monotonic_ns()  # one more /diagnostics, so its statistics cover the whole run
+        _spin_until(node, lambda: diagnostics and diagnostics[-1][0] > asked, 10.0)
+    finally:
+        Path(args.record).write_text(json.dumps({"received": received, **state,
+                                                 "diagnostics": diagnostics[-1][1] if diagnostics else {}}))
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+# --- orchestration -------------------------------------------------------------------------------
+def kernel_only(backend_name: str, precision: str, frames: int = 50) -> dict:
+    """The kernel alone on the synthetic inputs: the floor the node's latency sits on."""
     from bevpool_ros.backends import create_backend
+    from bevpool_ros.rig import load_rig
     from bevpool_ros.scatter_map import build_scatter_map
     from bevpool_ros.synthetic import SyntheticScene
 
+    rig = load_rig(str(RIG))
     backend = create_backend(backend_name, precision)
     backend.prepare(build_scatter_map(rig))
     depth, feat = SyntheticScene(rig).frame(0)
@@ -44,8 +158,10 @@ def kernel_only(backend_name: str, precision: str, rig, frames: int = 50) -> dic
         t0 = time.perf_counter()
         backend.pool(depth, feat)
         times.append((time.perf_counter() - t0) * 1e3)
-    return {"backend": backend.name, "p50_ms": float(np.percentile(times, 50)),
-            "p99_ms": float(np.percentile(times, 99)), "frames": frames}
+    kernel_us = backend.kernel_time_us() if hasattr(backend, "kernel_time_us") else float(np.median(times)) * 1e3
+    backend.close()
+    return {"backend": backend.name, "pool_p50_ms": float(np.percentile(times, 50)),
+            "pool_p99_ms": float(np.percentile(times, 99)), "kernel_us": float(kernel_us), "frames": frames}
 
 
 def machine() -> dict:
@@ -58,34 +174,107 @@ def machine() -> dict:
             "platform": platform.platform(), "load_avg_at_start": os.getloadavg()}
 
 
+def _child(role: str, args, record: str, log) -> subprocess.Popen:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--record", record,
+           "--frames", str(args.frames), "--rate", str(args.rate), "--transport", args.transport,
+           "--input-dtype", args.input_dtype]
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _wait_file(path: Path, procs, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        if any(p.poll() is not None for p in procs):
+            return path.exists()
+        time.sleep(0.05)
+    return False
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    return proc.returncode
+
+
+def run_pipeline(args) -> dict:
+    from bevpool_ros.node.session import isolate, ros_param_args
+
+    isolate()
+    params = {"rig_file": str(RIG), "backend": args.backend, "precision": args.precision,
+              "output.bev_dtype": args.bev_dtype, "output.publish_image": False, "diagnostics.period_s": 0.5,
+              "diagnostics.latency_window": min(100000, args.frames + 10),
+              "output.gpu_handoff": args.transport == "handoff"}
+    work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
+    log = open(work / "processes.log", "w+")
+    node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],
+                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    sub = _child("subscriber", args, str(work / "sub.json"), log)
+    pub = None
+    try:
+        if not _wait_file(work / "sub.json.ready", (node, sub), READY_TIMEOUT_S):
+            log.flush()
+            log.seek(0)
+            print(log.read()[-4000:], file=sys.stderr)
+            raise SystemExit(f"no {args.transport} grid publisher reached the subscriber "
+                             f"in {READY_TIMEOUT_S:g} s (node log above)")
+        pub = _child("publisher", args, str(work / "pub.json"), log)
+        pub.wait(args.frames / args.rate * 3 + 120)
+        time.sleep(DRAIN_S)  # grids still in flight reach the subscriber
+        (work / "sub.json.stop").touch()
+        sub.wait(30)
+    finally:
+        for p in (pub, sub):
+            if p is not None:
+                _stop(p)
+        node_rc = _stop(node)
+        log.flush()
+        log.seek(0)
+        log_tail = log.read()[-4000:]
+        log.close()
+    sent = dict(json.loads((work / "pub.json").read_text())["sent"]) if (work / "pub.json").exists() else {}
+    subrec = json.loads((work / "sub.json").read_text()) if (work / "sub.json").exists() else {"received": []}
+    return {"sent": sent, "sub": subrec, "node_rc": node_rc, "log_tail": log_tail}
+
+
+def percentiles(values, qs=(50, 95, 99)) -> dict:
+    if not len(values):
+        return {q: float("nan") for q in qs}
+    return dict(zip(qs, np.percentile(values, qs).tolist()))
+
+
 def render_md(res: dict) -> str:
-    e, n = res["e2e_ms"], res["node_ms"]
+    e, n, r = res["e2e_ms"], res["node_ms"], res["row"]
     lines = [
-        f"# bevpool_node latency: {res['backend']} backend, {res['cameras']} cameras at {res['rate_hz']:g} Hz",
+        f"# bevpool_node latency: {r['backend']} backend ({r['precision']}), {r['output_dtype']} grid over "
+        f"{r['transport']}, {res['cameras']} cameras at {res['rate_hz']:g} Hz",
         "",
         f"Command: `{res['command']}`  ",
         f"Machine: {res['machine']['cpu']}, {res['machine']['cores']} cores, Python {res['machine']['python']} "
         f"(load average at start {', '.join(f'{x:.2f}' for x in res['machine']['load_avg_at_start'])})  ",
-        f"Sets: {res['sent']} sent, {res['received']} received, {res['measured']} measured after "
-        f"{res['warmup']} warm-up sets; BEV message dtype {res['bev_dtype']}.",
+        f"Sets: {r['frames']} sent, {r['received']} received ({res['warmup']} warm-up sets left out of the "
+        f"statistics); publisher, node and subscriber in three processes; inputs {res['input_dtype']}.",
         "",
         "| measure (ms) | p50 | p95 | p99 |",
         "|---|---|---|---|",
-        f"| end to end: last input published -> BEV received | {e['p50']:.2f} | {e['p95']:.2f} | {e['p99']:.2f} |",
+        f"| end to end: last input published -> grid received (other process) | {e[50]:.2f} | {e[95]:.2f} | {e[99]:.2f} |",
         f"| in the node: last input received -> BEV published | {n['p50']:.2f} | {n['p95']:.2f} | {n['p99']:.2f} |",
-        f"| kernel in the node: backend.pool() | {res['pool_ms']['p50']:.2f} | | {res['pool_ms']['p99']:.2f} |",
-        f"| **overhead beyond the kernel** (node - pool, per set) | **{res['overhead_ms']['p50']:.2f}** | | "
-        f"**{res['overhead_ms']['p99']:.2f}** |",
-        f"| kernel alone, no ROS, same inputs | {res['kernel_only']['p50_ms']:.2f} | | {res['kernel_only']['p99_ms']:.2f} |",
+        f"| pooling stage in the node | {r['stage_p50_ms']:.3f} | | {r['stage_p99_ms']:.3f} |",
+        f"| kernel alone (us) | {r['kernel_us']:.1f} | | |",
         "",
-        "Overhead split (p50 / p99 ms): " + ", ".join(
+        "Node stages (p50 / p99 ms): " + ", ".join(
             f"{k} {v['p50']:.2f} / {v['p99']:.2f}" for k, v in res["stages_ms"].items()) + ".",
         "",
-        f"Drops: {res['drops'] or 'none'}.",
-        "",
-        "The end-to-end figure also holds DDS transport of the 12 input tensors (2.3 MB per set) and of the "
-        "BEV message (5.2 MB at float32), and the consumer's decode; publisher, consumer and node share "
-        "the machine's cores.",
+        f"Drops: {res['drops'] or 'none'}." + (
+            f" Hand-off: grids overwritten before read {res['overwritten']}; open + event wait in the subscriber "
+            f"p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
+            if r["transport"] == "handoff" else ""),
     ]
     return "\n".join(lines) + "\n"
 
@@ -94,45 +283,51 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="cpu", choices=("best", "tensorrt", "cuda", "cpu"))
     ap.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "fp8", "auto"))
-    ap.add_argument("--frames", type=int, default=400)
+    ap.add_argument("--frames", type=int, default=1000)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--rate", type=float, default=20.0)
+    ap.add_argument("--rate", type=float, default=30.0)
     ap.add_argument("--bev-dtype", default="float32", choices=("float32", "float16"))
+    ap.add_argument("--input-dtype", default="float32", choices=("float32", "float16"))
+    ap.add_argument("--transport", default="dds", choices=("dds", "handoff"))
     ap.add_argument("--out", default=None, help="output prefix (default bench/results/latency_<backend>)")
+    ap.add_argument("--rows", default=None, help="append this configuration's row to a JSON list file")
+    ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
+    ap.add_argument("--record", help=argparse.SUPPRESS)
+    ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-
-    from bevpool_ros.node.session import PipelineSession
+    if args.role:
+        return (role_publisher if args.role == "publisher" else role_subscriber)(args)
 
     info = machine()
-    session = PipelineSession(None, {"backend": args.backend, "precision": args.precision,
-                                     "output.bev_dtype": args.bev_dtype, "output.publish_image": False,
-                                     "diagnostics.period_s": 0.5,
-                                     "diagnostics.latency_window": args.frames + args.warmup + 10})
-    try:
-        if not session.wait_ready(30.0):
-            print("bevpool_node did not come up", file=sys.stderr)
-            return 1
-        result = session.run(args.frames + args.warmup, args.rate, warmup=args.warmup)
-    finally:
-        rc, log = session.close()
-    d = result.diagnostics
+    run = run_pipeline(args)
+    sent, sub = run["sent"], run["sub"]
+    d = sub.get("diagnostics", {})
     f = lambda k: float(d.get(k, "nan"))  # noqa: E731
-    e2e = result.percentiles()
+    order = sorted(sent)
+    measured = set(order[args.warmup:])
+    e2e = [(t - sent[s]) / 1e6 for s, t in sub["received"] if s in measured]
+    e = percentiles(e2e)
     backend = d.get("backend", args.backend)
+    kern = kernel_only(backend if backend not in ("best", "") else "cpu", args.precision)
+    stage = ("stage_p50_ms", "stage_p99_ms") if "stage_p50_ms" in d else ("pool_p50_ms", "pool_p99_ms")
+    row = {"backend": backend, "precision": d.get("precision", args.precision), "output_dtype": sub.get("dtype", args.bev_dtype),
+           "transport": args.transport, "frames": len(sent), "received": len(sub["received"]),
+           "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),
+           "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate,
+           "node_p50_ms": f("latency_p50_ms"), "node_p99_ms": f("latency_p99_ms"),
+           "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms")}
     res = {
-        "backend": backend, "backend_requested": args.backend, "precision": d.get("precision"),
-        "cameras": session.rig.num_cameras, "rate_hz": args.rate, "bev_dtype": args.bev_dtype,
-        "sent": result.sent, "received": result.received, "warmup": args.warmup, "measured": len(result.e2e_ms),
-        "e2e_ms": {"p50": e2e[50], "p95": e2e[95], "p99": e2e[99]},
-        "node_ms": {"p50": f("latency_p50_ms"), "p95": f("latency_p95_ms"), "p99": f("latency_p99_ms")},
-        "pool_ms": {"p50": f("pool_p50_ms"), "p99": f("pool_p99_ms")},
-        "overhead_ms": {"p50": f("overhead_p50_ms"), "p99": f("overhead_p99_ms")},
+        "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,
+        "input_dtype": args.input_dtype, "warmup": args.warmup, "measured": len(e2e),
+        "e2e_ms": e, "node_ms": {"p50": f("latency_p50_ms"), "p95": f("latency_p95_ms"), "p99": f("latency_p99_ms")},
         "stages_ms": {k: {"p50": f(f"{k}_p50_ms"), "p99": f(f"{k}_p99_ms")}
                       for k in ("queue_wait", "assemble", "message", "publish")},
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")
                   or k in ("sync_incomplete_timeout", "sync_late", "sync_evicted", "sync_superseded")},
-        "kernel_only": kernel_only(backend if backend != "best" else "cpu", args.precision, session.rig),
-        "node_exit_code": rc, "machine": info,
+        "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:]) if args.transport == "handoff" else None,
+        "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
+        "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
+        "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
         "command": "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -140,8 +335,16 @@ def main(argv=None) -> int:
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
     prefix.with_suffix(".md").write_text(render_md(res))
+    if args.rows:
+        rows_path = Path(args.rows)
+        rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
+        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}  # NaN -> null
+        rows_path.write_text(json.dumps(rows + [dict(row, date_utc=res["date_utc"], machine=info["cpu"])],
+                                        indent=2) + "\n")
     print(render_md(res))
-    return 0 if rc == 0 else 1
+    if not row["received"]:
+        print(run["log_tail"], file=sys.stderr)
+    return 0 if run["node_rc"] == 0 and row["received"] else 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@
 #  1. generator packages missing from wheel metadata come from requirements.txt;
 #  2. cmake is configured with AMENT_PREFIX_PATH / CMAKE_PREFIX_PATH / install prefix = venv
 #     and the venv's Python, so the result is importable with no environment variables;
-#  3. the wheels' exported cmake files hard-code /opt/python/cp311-cp311/... include paths:
-#     they are rewritten to this interpreter's include dir and numpy's include dir.
+#  3. the wheels' exported cmake files hard-code the include paths of the Python they were built
+#     with (/opt/python/cp3XX-cp3XX/..., cp311 or cp312 wheels alike): they are rewritten to this
+#     interpreter's include dir and numpy's include dir, whatever the Python version.
 # Idempotent and fast: a stamp of the inputs skips everything when nothing changed.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,9 +29,10 @@ fi
 # (3) fix the hard-coded include paths, only in files that still carry them
 PY_INC=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 NP_INC=$("$PY" -c "import numpy; print(numpy.get_include())")
-{ grep -rl --include='*.cmake' '/opt/python/cp311-cp311' "$VENV/share" 2>/dev/null || true; } | while read -r f; do
-  sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$NP_INC#g" \
-         -e "s#/opt/python/cp311-cp311/include/python3.11#$PY_INC#g" "$f"
+WHEEL_PY='/opt/python/cp3[0-9]+-cp3[0-9]+'
+{ grep -rlE --include='*.cmake' "$WHEEL_PY" "$VENV/share" 2>/dev/null || true; } | while read -r f; do
+  sed -i -E -e "s#$WHEEL_PY/lib/python3\.[0-9]+/site-packages/numpy/_core/include#$NP_INC#g" \
+            -e "s#$WHEEL_PY/include/python3\.[0-9]+#$PY_INC#g" "$f"
 done
 
 # (2) configure, build, install into the venv prefix

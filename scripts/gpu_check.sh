@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
-# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--tune W1,W2]
+# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--no-ros] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
 # pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
+# ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
+# h200_node_latency.json (one row per configuration), ros_latency.md, ros_install.log.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export BEVPOOL_KERNEL_CACHE=${BEVPOOL_KERNEL_CACHE:-/tmp/bevpool_kcache}
-RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 TUNE=""
+RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 RUN_ROS=1 TUNE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) RUN_TESTS=0 ;;
     --no-ncu) RUN_NCU=0 ;;
     --no-frame) RUN_FRAME=0 ;;
     --no-bench) RUN_BENCH=0 ;;
+    --no-ros) RUN_ROS=0 ;;
     --tune) TUNE="$2"; shift ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
@@ -72,4 +75,43 @@ if [ "${RUN_TRT:-1}" = 1 ]; then
   timeout 150 $PY bench/trt_plugin_host_cost.py --out "$OUT" 2>&1 | tee "$OUT/trt_plugin.log" | tail -8 || status=1
 fi
 # ---- end of the TensorRT plugin block ----------------------------------------------------------------
+
+# --- ROS 2 on the GPU machine: the carried cp312 runtime, the ROS test suite, the node's latency --------
+# Publisher, node and subscriber in three processes over real DDS (and the GPU hand-off).
+# ROS_FRAMES (default 1000) sets per configuration at 30 Hz; ROS_MARK the pytest marker expression.
+if [ "$RUN_ROS" = 1 ]; then
+  ROS_PREFIX=${ROS_PREFIX:-/tmp/bevpool_ros_runtime}
+  if scripts/install_ros_runtime.sh "${ROS_ARCHIVE:-.whl/ros_py312.tar.xz}" "$ROS_PREFIX" "$PY" \
+      > "$OUT/ros_install.log" 2>&1; then
+    tail -1 "$OUT/ros_install.log"
+    (
+      # shellcheck disable=SC1091
+      . "$ROS_PREFIX/ros_env.sh"
+      RPY=$PY
+      # shellcheck disable=SC2086
+      # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda)
+      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/
+        timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
+      } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
+      rm -f "$OUT/h200_node_latency.json" "$OUT/ros_latency.md"
+      for cfg in "fp16 float16 dds" "fp16 float32 dds" "fp8 float16 dds" "fp8 float32 dds" "fp16 float16 handoff"; do
+        set -- $cfg
+        timeout $(( ${ROS_FRAMES:-1000} / 30 + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda --precision "$1" \
+            --bev-dtype "$2" --transport "$3" --frames "${ROS_FRAMES:-1000}" --rate 30 \
+            --out "/tmp/bevpool_latency_$1_$2_$3" --rows "$OUT/h200_node_latency.json" \
+            >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
+      done
+      grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
+      # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
+      # setting on an idle 16-core host (docs/dds.md); the CPU machines are too loaded for clean numbers
+      if [ "${ROS_DDS_HOP:-0}" = 1 ]; then
+        timeout 240 $RPY bench/dds_hop.py --messages 120 --out "$OUT/dds_hop_h200.json" \
+            --settings shipped_profile,builtin_default,shipped_profile_sync,shipped_profile_async,bounded_type,bounded_type_qos_from_xml \
+            2>&1 | grep '^{"setting' | cut -c1-230
+      fi
+    ) || status=1
+  else
+    echo "ROS runtime not installed (see ros_install.log)"; tail -5 "$OUT/ros_install.log"; status=1
+  fi
+fi
 exit $status

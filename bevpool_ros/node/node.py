@@ -25,7 +25,7 @@ from . import params as P
 from .calibration import LiveCalibration
 from .diagnostics import diagnostic_array
 from .latency import RollingStats
-from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
+from .outputs import bev_feature_msg, bev_rgb, image_msg, ns_to_time, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
@@ -42,7 +42,7 @@ _SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_pol
 
 
 # counters that are events, not dropped data
-NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected")
+NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed")
 
 
 class StartupError(RuntimeError):
@@ -107,12 +107,14 @@ class BevPoolNode(Node):
         self._camera_frames: dict[str, str] = {}
 
         self._make_publishers()
+        self.handoff = None
         self._bev_payload = ReusableBuffer()  # publish() copies synchronously: safe to reuse after it
         # the backend writes each grid straight into the outgoing payload, in the published dtype
         self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
                                     self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
                                     out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self._bev_payload)
         self.worker.start()
+        self.handoff = self._make_handoff()  # after start(): the backend has prepared its buffers
         self._make_subscriptions()
         self._poll_timer = self.create_timer(self._poll_period(), self._poll_sync)
         self._diag_timer = self.create_timer(self.cfg["diagnostics.period_s"], self._publish_diagnostics)
@@ -220,6 +222,21 @@ class BevPoolNode(Node):
         self.bev_pub = self.create_publisher(BevFeature, self.cfg["output.bev_topic"], out_qos)
         self.image_pub = self.create_publisher(Image, self.cfg["output.image_topic"], out_qos)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+
+    def _make_handoff(self):
+        """output.gpu_handoff: the zero-copy GPU ring, or None (with one warning saying why)."""
+        if not self.cfg["output.gpu_handoff"]:
+            return None
+        from .handoff_output import HandoffOutput
+
+        try:
+            return HandoffOutput(self, self.backend, self.cfg["output.handoff_topic"],
+                                 self.cfg["output.handoff_ring_size"],
+                                 make_qos(self.cfg["output.qos_reliability"], self.cfg["output.qos_depth"]))
+        except Exception as e:  # HandoffUnsupported, or a driver refusing the export
+            self.get_logger().warning(f"output.gpu_handoff is off: {e}")
+            self.handoff_off_reason = str(e)
+            return None
 
     def _make_subscriptions(self) -> None:
         from bevpool_msgs.msg import Tensor
@@ -377,6 +394,8 @@ class BevPoolNode(Node):
     def _publish_result(self, r: PoolResult) -> None:
         """Runs in the pooling thread."""
         s = r.camera_set
+        if self.handoff is not None:  # first: its consumers wait for no host copy or message build
+            self._publish_handoff(r)
         t_msg = time.perf_counter()
         msg = bev_feature_msg(
             r.bev, r.rig, s.stamp_ns, self.cfg["ego_frame"], cameras=list(s.frames),
@@ -398,6 +417,16 @@ class BevPoolNode(Node):
         if self.cfg["output.publish_image"] and self._published % self.cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # the image costs a few ms: only when watched
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), msg.header))
+
+    def _publish_handoff(self, r: PoolResult) -> None:
+        from std_msgs.msg import Header
+
+        header = Header(stamp=ns_to_time(r.camera_set.stamp_ns), frame_id=self.cfg["ego_frame"])
+        try:
+            self.handoff.publish(header, r.rig)
+        except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid
+            self._count("handoff_failed")
+            self.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
 
     def _on_rebuild(self, rig) -> None:
         self._count("scatter_map_rebuilds")
@@ -431,6 +460,8 @@ class BevPoolNode(Node):
             "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": self.worker.queued,
+            "gpu_handoff": "on" if self.handoff is not None else
+            ("off" if not self.cfg["output.gpu_handoff"] else f"refused: {self.handoff_off_reason}"[:200]),
         }
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
@@ -526,6 +557,8 @@ class BevPoolNode(Node):
         # also called by rclpy's context cleanup on a node whose __init__ failed half-way
         if getattr(self, "worker", None) is not None:
             self.worker.stop()
+        if getattr(self, "handoff", None) is not None:
+            self.handoff.close()
         if getattr(self, "backend", None) is not None:
             self.backend.close()
         return super().destroy_node()

@@ -18,6 +18,15 @@ def ns_to_time(ns: int):
     return Time(sec=int(ns // 1_000_000_000), nanosec=int(ns % 1_000_000_000))
 
 
+def set_grid_geometry(m, rig: Rig) -> None:
+    """origin, resolution_*, width/height/layers/channels and layout of a BevFeature or BevHandoff."""
+    Z, Y, X = rig.grid_shape
+    m.origin.x, m.origin.y, m.origin.z = float(rig.x.lower), float(rig.y.lower), float(rig.z.lower)
+    m.resolution_x, m.resolution_y, m.resolution_z = float(rig.x.step), float(rig.y.step), float(rig.z.step)
+    m.width, m.height, m.layers, m.channels = X, Y, Z, rig.channels
+    m.layout = "ZYXC"
+
+
 def bev_feature_msg(bev: np.ndarray, rig: Rig, stamp_ns: int, frame_id: str, cameras, camera_stamps_ns,
                     missing, backend: str, precision: str, dtype: str = "float32", reuse=None):
     """BevFeature for ``bev`` [Z, Y, X, C] pooled on ``rig``'s grid (``reuse``: see fill_msg)."""
@@ -29,10 +38,7 @@ def bev_feature_msg(bev: np.ndarray, rig: Rig, stamp_ns: int, frame_id: str, cam
     m = BevFeature()
     m.header.stamp = ns_to_time(stamp_ns)
     m.header.frame_id = frame_id
-    m.origin.x, m.origin.y, m.origin.z = float(rig.x.lower), float(rig.y.lower), float(rig.z.lower)
-    m.resolution_x, m.resolution_y, m.resolution_z = float(rig.x.step), float(rig.y.step), float(rig.z.step)
-    m.width, m.height, m.layers, m.channels = X, Y, Z, rig.channels
-    m.layout = "ZYXC"
+    set_grid_geometry(m, rig)
     fill_msg(m.tensor, bev, name="bev", layout="ZYXC", dtype=dtype, reuse=reuse)
     m.tensor.header = m.header
     m.cameras = list(cameras)

@@ -104,6 +104,12 @@ PARAMS: tuple[Param, ...] = (
     Param("output.qos_reliability", "string", "reliable", "Output QoS reliability.",
           choices=("best_effort", "reliable"), read_only=True),
     Param("output.qos_depth", "integer", 2, "Output history depth (KEEP_LAST).", low=1, high=100, read_only=True),
+    Param("output.gpu_handoff", "bool", False, "Also hand each grid to same-host GPU consumers without "
+          "copying it off the GPU (bevpool_msgs/BevHandoff on output.handoff_topic; cuda backend, devices "
+          "with POSIX-fd memory handles; docs/gpu_handoff.md).", read_only=True),
+    Param("output.handoff_topic", "string", "bev/handoff", "BevHandoff topic (output.gpu_handoff).", read_only=True),
+    Param("output.handoff_ring_size", "integer", 4, "Device buffers in the hand-off ring: a consumer may "
+          "lag this many grids minus one before its grid is overwritten.", low=2, high=64, read_only=True),
     # processing and reporting
     Param("processing.queue_size", "integer", 2, "Complete sets waiting for the pooling thread; one more "
           "drops the oldest (counted worker_busy).", low=1, high=16),

@@ -1,0 +1,87 @@
+"""Producer side of the hand-off: a ring of exported device buffers the node copies grids into."""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+
+from ..backends.cuda.driver import _cu, check
+from .fdpass import FdServer
+from .ring import RingCursor, SharedControlBlock
+from .vmm import HandoffUnsupported, IpcEvent, SharedDeviceMemory, device_attributes, device_uuid, unsupported_reason
+
+
+@dataclass(frozen=True)
+class Written:
+    slot: int
+    sequence: int
+    event_handle: bytes
+
+
+class HandoffRing:
+    """``ring_size`` device buffers of ``slot_bytes`` each, their events and the control block,
+    handed to consumers through a Unix socket. ``write`` copies one grid in on the caller's stream."""
+
+    def __init__(self, device, slot_bytes: int, ring_size: int = 4):
+        reason = unsupported_reason(device_attributes(device), device.name)
+        if reason:
+            raise HandoffUnsupported(reason)
+        device.make_current()
+        self.device, self.slot_bytes = device, int(slot_bytes)
+        self.cursor = RingCursor(ring_size)  # checks ring_size before anything is allocated
+        self.ring_id = secrets.randbits(62)
+        self.uuid = device_uuid(device)
+        self.buffers: list[SharedDeviceMemory] = []
+        self.events: list[IpcEvent] = []
+        self.control = None
+        self.server = None
+        try:
+            for _ in range(ring_size):
+                self.buffers.append(SharedDeviceMemory.create(device, slot_bytes))
+                self.events.append(IpcEvent.create())
+            self.event_handles = [e.handle() for e in self.events]
+            self.control = SharedControlBlock.create(self.ring_id, ring_size)
+            self.server = FdServer(self._describe, name=f"ring-{os.getpid()}-{self.ring_id:x}")
+        except Exception:
+            self.close()
+            raise
+
+    @property
+    def ring_size(self) -> int:
+        return self.cursor.ring_size
+
+    @property
+    def socket_path(self) -> str:
+        return self.server.path
+
+    def _describe(self):
+        return ({"ring_id": self.ring_id, "ring_size": self.ring_size, "slot_bytes": self.slot_bytes,
+                 "sizes": [b.size for b in self.buffers], "uuid": self.uuid.hex(),
+                 "events": [h.hex() for h in self.event_handles], "pid": os.getpid()},
+                [self.control.fd] + [b.fd for b in self.buffers])
+
+    def write(self, src_ptr: int, nbytes: int, stream_handle) -> Written:
+        """Enqueue the copy of ``nbytes`` at device address ``src_ptr`` into the next slot on
+        ``stream_handle`` and record the slot's event after it. The slot is claimed first."""
+        if not 0 < nbytes <= self.slot_bytes:
+            raise ValueError(f"{nbytes} bytes do not fit a {self.slot_bytes}-byte hand-off slot")
+        slot, seq = self.cursor.next()
+        self.control.block.claim(slot, seq)
+        check(_cu().cuMemcpyDtoDAsync(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle),
+              "cuMemcpyDtoDAsync(hand-off)")
+        self.events[slot].record(stream_handle)
+        self.control.block.publish(seq)
+        return Written(slot, seq, self.event_handles[slot])
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+        for e in self.events:
+            e.destroy()
+        for b in self.buffers:
+            b.free()
+        self.events, self.buffers = [], []
+        if self.control is not None:
+            self.control.close()
+            self.control = None
