@@ -29,6 +29,7 @@ from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
+from .logtext import clip, shown
 from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
@@ -39,6 +40,10 @@ _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMET
 _SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_policy",
                 "sync.min_cameras", "sync.max_pending_sets")
 
+
+DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
+DEPTH_MAX = 1.01                      # a distribution's values lie in [0, 1]; 1 % for float16/fp8 rounding
+FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected")
@@ -91,7 +96,7 @@ class BevPoolNode(Node):
         self.cameras = self.calibration.camera_names
         self._declare_extrinsics()
         self.backend, self.backend_requested = self._create_backend()
-        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args())
+        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args(), on_drop=self._sync_dropped)
         self._sync_lock = threading.Lock()
         self.latency = RollingStats(self.cfg["diagnostics.latency_window"])   # last input -> published
         self.pool_time = RollingStats(self.cfg["diagnostics.latency_window"])
@@ -281,11 +286,16 @@ class BevPoolNode(Node):
         rig = self.calibration.rig
         N, D, H, W = rig.depth_shape
         if stream == "depth":
+            if header.layout not in DEPTH_LAYOUTS:
+                raise TensorError("bad_layout", f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
+            if self.cfg["input.check_depth_range"] and arr.size and not (arr.min() >= 0 and arr.max() <= DEPTH_MAX):
+                raise TensorError("depth_out_of_range", f"depth values span [{float(arr.min()):.4g}, "
+                                  f"{float(arr.max()):.4g}], a distribution lies in [0, 1]")
             want = (D, H, W)
         else:
             layout = header.layout or self.cfg["input.feature_layout"]
-            if layout not in ("HWC", "CHW"):
-                raise TensorError("bad_shape", f"feature layout {layout!r} (expected HWC or CHW)")
+            if layout not in FEATURE_LAYOUTS:
+                raise TensorError("bad_layout", f"feature layout {shown(layout)} (expected HWC, CHW or empty)")
             if layout == "CHW" and arr.ndim == 3:
                 arr = arr.transpose(1, 2, 0)  # a view; the one copy happens when the set is stacked
             want = (H, W, rig.channels)
@@ -293,15 +303,26 @@ class BevPoolNode(Node):
             raise TensorError("bad_shape", f"{stream} shape {tuple(arr.shape)} != expected {want}")
         return arr
 
+    def _check_stamp(self, stamp_ns: int) -> None:
+        """Stamp 0 (never set) and stamps from the future are not capture times."""
+        if stamp_ns == 0:
+            raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
+        ahead_s = (stamp_ns - self.get_clock().now().nanoseconds) / 1e9
+        if ahead_s > self.cfg["sync.max_future_s"]:
+            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's clock "
+                              f"(sync.max_future_s {self.cfg['sync.max_future_s']})")
+
     def _on_tensor(self, msg, camera: str, stream: str) -> None:
         now = time.perf_counter()
+        stamp_ns = stamp_to_ns(msg.header.stamp)
         try:
+            self._check_stamp(stamp_ns)
             arr = self._check_tensor(msg, camera, stream)
         except TensorError as e:
             self._drop(e.reason, f"{camera}/{stream}: {e.detail}")
             return
         with self._sync_lock:
-            sets = self.sync.add(camera, stream, stamp_to_ns(msg.header.stamp), arr, now)
+            sets = self.sync.add(camera, stream, stamp_ns, arr, now)
         for s in sets:
             self.worker.submit(s)
 
@@ -314,6 +335,7 @@ class BevPoolNode(Node):
         for i, msg in enumerate(msgs):
             cam, stream = self.cameras[i // 2], ("depth", "feat")[i % 2]
             try:
+                self._check_stamp(stamp_to_ns(msg.header.stamp))
                 arr = self._check_tensor(msg, cam, stream)
             except TensorError as e:
                 self._drop(e.reason, f"{cam}/{stream}: {e.detail}")
@@ -348,7 +370,7 @@ class BevPoolNode(Node):
             try:
                 tf = self._tf_buffer.lookup_transform(self.cfg["ego_frame"], frame, Time())
             except Exception as e:
-                self.warn("tf_lookup", f"TF {self.cfg['ego_frame']} <- {frame} unavailable: {e}")
+                self.warn("tf_lookup", clip(f"TF {self.cfg['ego_frame']} <- {shown(frame)} unavailable: {e}", 300))
                 continue
             t, q = tf.transform.translation, tf.transform.rotation
             try:
@@ -402,7 +424,11 @@ class BevPoolNode(Node):
 
     def _drop(self, reason: str, detail: str) -> None:
         self._count(reason)
-        self.warn(reason, f"dropped ({reason}): {detail}")
+        self.warn(reason, f"dropped ({reason}): {clip(detail)}")
+
+    def _sync_dropped(self, reason: str, detail: str) -> None:
+        """The synchroniser counted a drop (sync_<reason>): say so, throttled per reason."""
+        self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {clip(detail)}")
 
     # diagnostics ------------------------------------------------------------------------
     def snapshot(self) -> dict:
