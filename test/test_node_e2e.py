@@ -118,13 +118,21 @@ def test_parameters_through_the_parameter_service(graph):
         assert graph.spin_until(fut.done, 10)
         return fut.result().results[0]
 
-    for name, value in [("sync.slop_s", -0.5), ("sync.camera_timeout_s", 0.0), ("sync.min_cameras", 7),
-                        ("sync.missing_camera_policy", "wait"), ("output.bev_dtype", "int8"),
-                        ("backend", "cuda"), ("extrinsics.CAM_FRONT", [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),
-                        ("sync.slop_s", "fast")]:
+    before = graph.counter(graph.diagnostics_where(lambda d: True), "parameter_rejected")
+    cases = [("sync.slop_s", -0.5, "below minimum"), ("sync.camera_timeout_s", 0.0, "below minimum"),
+             ("sync.min_cameras", 7, "number of cameras"), ("sync.missing_camera_policy", "wait", "not one of"),
+             ("output.bev_dtype", "int8", "not one of"), ("backend", "cuda", "read-only"),
+             ("extrinsics.CAM_FRONT", [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], "quaternion"),
+             ("sync.slop_s", "fast", "expected double"), ("sync.slop_s", 1, "write 1.0, not 1"),
+             ("extrinsics.CAM_FRONT", "x" * 5000, "expected double_array")]
+    for name, value, why in cases:
         r = set_(name, value)
         assert not r.successful, (name, value)
-        assert r.reason, name
+        assert name in r.reason and why in r.reason and len(r.reason) < 300, (name, r.reason[:400])
+    # every rejection counted (descriptor ones too) and logged in words
+    d = graph.diagnostics_where(lambda d: graph.counter(d, "parameter_rejected") >= before + len(cases))
+    assert d is not None and graph.counter(d, "parameter_rejected") == before + len(cases)
+    assert "parameter change rejected: sync.slop_s: -0.5 below minimum" in graph.node.output()
     assert set_("sync.slop_s", 0.03).successful
     fut = client.get_parameters(["sync.slop_s"])
     assert graph.spin_until(fut.done, 10) and fut.result().values[0].double_value == pytest.approx(0.03)

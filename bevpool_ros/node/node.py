@@ -165,9 +165,9 @@ class BevPoolNode(Node):
             calib = LiveCalibration(load_rig(path), self.cfg["camera_names"])
         except RigError as e:
             raise StartupError(f"rig_file {path}: {e}") from None
-        if self.cfg["sync.min_cameras"] > len(calib.camera_names):
-            raise StartupError(f"sync.min_cameras: {self.cfg['sync.min_cameras']} > number of cameras "
-                               f"{len(calib.camera_names)}")
+        errors = P.check_all(self.cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
+        if errors:
+            raise StartupError("; ".join(errors))
         return calib
 
     def _declare_extrinsics(self) -> None:
@@ -505,14 +505,41 @@ class BevPoolNode(Node):
                 continue
             if p.name in P.BY_NAME:
                 proposed[p.name] = p.value
-        errors += [e for p in changes if p.name in P.BY_NAME and (e := P.check(p.name, p.value))]
-        if not errors and proposed["sync.min_cameras"] > len(self.cameras):
-            errors.append(f"sync.min_cameras: {proposed['sync.min_cameras']} > number of cameras {len(self.cameras)}")
+        errors += P.check_all(proposed, num_cameras=len(self.cameras))
         if errors:
-            self._count("parameter_rejected")
-            self.get_logger().warning("parameter change rejected: " + "; ".join(errors))
             return SetParametersResult(successful=False, reason="; ".join(errors))
         return SetParametersResult(successful=True)
+
+    def set_parameters_atomically(self, parameter_list):
+        """Every rejection (by the descriptors: type, range, read-only; or by
+        _validate_parameters) is counted and logged with a reason that names the parameter.
+        The parameter services and set_parameters() all come through here."""
+        result = super().set_parameters_atomically(parameter_list)
+        if not result.successful:
+            result.reason = self._readable_rejection(parameter_list, result.reason)
+            self._count("parameter_rejected")
+            self.warn("parameter_rejected", f"parameter change rejected: {clip(result.reason, 300)}")
+        return result
+
+    def set_parameters(self, parameter_list):
+        return [self.set_parameters_atomically([p]) for p in parameter_list]
+
+    def _readable_rejection(self, params, reason: str) -> str:
+        """rclpy's descriptor messages ("Wrong parameter type, expected '3' got '4'") in words."""
+        from rclpy.parameter import Parameter
+
+        why = []
+        for p in params:
+            spec = P.BY_NAME.get(p.name)
+            if spec is not None and spec.read_only:
+                why.append(f"{p.name}: read-only (set it at start-up)")
+            elif spec is not None and (err := spec.check(p.value)):
+                why.append(err)
+            elif reason.startswith("Wrong parameter type") and self.has_parameter(p.name):
+                want = Parameter.Type(self.describe_parameter(p.name).type).name.lower()
+                why.append(f"{p.name}: expected {want}, got {p.type_.name.lower()} {shown(p.value)}"
+                           + (" (write 1.0, not 1)" if want == "double" and p.type_ == Parameter.Type.INTEGER else ""))
+        return "; ".join(why) or reason
 
     def _apply_parameters(self, changes) -> None:
         for p in changes:
