@@ -23,7 +23,7 @@ from ..paths import default_rig_path
 from ..rig import RigError, load_rig
 from . import params as P
 from .calibration import LiveCalibration
-from .diagnostics import diagnostic_array
+from .diagnostics import RecentCounts, diagnostic_array, health
 from .latency import RollingStats
 from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
@@ -105,8 +105,8 @@ class BevPoolNode(Node):
         self.stages = {k: RollingStats(self.cfg["diagnostics.latency_window"])
                        for k in ("queue_wait", "assemble", "message", "publish")}
         self._published = 0
-        self._last_diag_counts: Counter[str] = Counter()
-        self._warn_until, self._warn_text = 0.0, ""
+        self._recent = RecentCounts(2.0, time.monotonic())                   # counter growth behind the diagnostics level
+        self._last_drop_detail: dict[str, str] = {}        # reason -> latest detail (the ERROR text names it)
         self._camera_info_seen: dict[str, tuple] = {}
         self._camera_frames: dict[str, str] = {}
 
@@ -424,11 +424,13 @@ class BevPoolNode(Node):
 
     def _drop(self, reason: str, detail: str) -> None:
         self._count(reason)
-        self.warn(reason, f"dropped ({reason}): {clip(detail)}")
+        self._last_drop_detail[reason] = detail = clip(detail)
+        self.warn(reason, f"dropped ({reason}): {detail}")
 
     def _sync_dropped(self, reason: str, detail: str) -> None:
         """The synchroniser counted a drop (sync_<reason>): say so, throttled per reason."""
-        self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {clip(detail)}")
+        self._last_drop_detail[f"sync_{reason}"] = detail = clip(detail)
+        self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {detail}")
 
     # diagnostics ------------------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -467,24 +469,17 @@ class BevPoolNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = self.snapshot()
-        drop_keys = [k for k in values if k.startswith("dropped_") or k in (
-            "sync_incomplete_timeout", "sync_evicted", "sync_superseded", "sync_late", "sync_duplicate",
-            "sync_out_of_order")]
-        new = {k: int(values[k]) - self._last_diag_counts.get(k, 0) for k in drop_keys}
-        self._last_diag_counts.update({k: int(values[k]) for k in drop_keys})
-        fresh = {k: v for k, v in new.items() if v > 0}
-        now = time.monotonic()
-        if fresh:  # WARN stays up a while, so a one-off drop is visible in a monitor
-            self._warn_until = now + max(2.0, 3 * self.cfg["diagnostics.period_s"])
-            self._warn_text = "recent drops: " + ", ".join(f"{k}+{v}" for k, v in sorted(fresh.items()))
+        totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
+        totals["published"] = int(values["sets_published"])
+        # a drop stays visible a few periods, so a monitor polling slower than us still sees it
+        self._recent.window_s = max(2.0, 3 * self.cfg["diagnostics.period_s"])
+        level, text = health(self._recent.update(time.monotonic(), totals), self._last_drop_detail)
         if self.calibration.invalid:
             level, text = "ERROR", f"no usable calibration for {sorted(self.calibration.invalid)}"
-        elif now < self._warn_until:
-            level, text = "WARN", self._warn_text
-        elif self.backend_requested not in ("best", self.backend.name):
+        elif level == "OK" and self.backend_requested not in ("best", self.backend.name):
             level, text = "WARN", f"running {self.backend.name}, {self.backend_requested} unavailable"
-        else:
-            level, text = "OK", f"{values['sets_published']} sets published"
+        elif level == "OK":
+            text = f"{values['sets_published']} sets published"
         self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(),
                                                f"{self.get_name()}: bev pooling", str(values["device"]),
                                                level, text, values))
