@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -33,6 +34,37 @@ def assert_bev_matches(bev, ref, msg) -> None:
     assert msg.precision in BACKEND_PRECISIONS.get(msg.backend, ()), (msg.backend, msg.precision)
     rtol, atol = TOLERANCE[msg.precision]
     np.testing.assert_allclose(bev, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max())))
+
+
+def camera_tensor_cdr(stamp_ns: int = 0, frame_id: str = "", name: str = "", layout: str = "",
+                      shape=(), dtype: int = 1, data: bytes = b"") -> bytes:
+    """A bevpool_msgs/CameraTensor serialized (CDR, little endian) by hand, so a test can send
+    what rclpy refuses to build: fields beyond the type's bounds, as a hostile publisher would."""
+    out = bytearray(b"\x00\x01\x00\x00")  # encapsulation; alignment counts from after it
+
+    def align(n):
+        out.extend(b"\x00" * (-(len(out) - 4) % n))
+
+    def u32(v):
+        align(4)
+        out.extend(struct.pack("<I", v))
+
+    def string(s):
+        b = s.encode()
+        u32(len(b) + 1)
+        out.extend(b + b"\x00")
+
+    sec, nsec = divmod(int(stamp_ns), 10**9)
+    u32(sec)
+    u32(nsec)
+    for s in (frame_id, name, layout):
+        string(s)
+    u32(len(shape))
+    for d in shape:
+        u32(d)
+    out.append(dtype)
+    u32(len(data))
+    return bytes(out) + data
 
 
 def no_gpu_env() -> dict:

@@ -85,7 +85,9 @@ def descriptor(spec: P.Param) -> ParameterDescriptor:
 
 
 class BevPoolNode(Node):
-    def __init__(self, node_name: str = "bevpool_node", **kwargs):
+    def __init__(self, node_name: str = "bevpool_node", input_guard=None, **kwargs):
+        """``input_guard(topics, depth) -> str``: told the resolved input tensor topics before
+        anything heavy starts; says how their size is bounded (main.input_size_guard), or raises."""
         super().__init__(node_name, **kwargs)
         self.counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
@@ -94,6 +96,9 @@ class BevPoolNode(Node):
         self.warn.period = self.cfg["log_throttle_s"]
         self.calibration = self._load_calibration()
         self.cameras = self.calibration.camera_names
+        topics = [self.resolve_topic_name(t) for t in self._tensor_topics().values()]
+        self.input_size_guard = (input_guard(topics, self.cfg["input.qos_depth"]) if input_guard
+                                 else "node only (no guard asked)")
         self._declare_extrinsics()
         self.backend, self.backend_requested = self._create_backend()
         self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args(), on_drop=self._sync_dropped)
@@ -126,7 +131,8 @@ class BevPoolNode(Node):
             f"ready: {len(self.cameras)} cameras {list(self.cameras)}, rig {self.calibration.rig.name}, "
             f"backend {d.get('backend')} ({d.get('precision')}), grid {self.calibration.rig.grid_shape} "
             f"x {self.calibration.rig.channels} ch, sync slop {self.cfg['sync.slop_s']} s, "
-            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}")
+            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}, "
+            f"input size bounded by: {self.input_size_guard}")
 
     # start-up ---------------------------------------------------------------------------
     def _declare_and_validate(self) -> dict:
@@ -222,22 +228,29 @@ class BevPoolNode(Node):
         self.image_pub = self.create_publisher(Image, self.cfg["output.image_topic"], out_qos)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
 
+    def _tensor_topics(self) -> dict[tuple[str, str], str]:
+        """(camera, stream) -> input tensor topic (relative), in subscription order."""
+        return {(cam, stream): self.cfg[f"input.{stream}_topic"].format(camera=cam)
+                for cam in self.cameras for stream in ("depth", "feat")}
+
     def _make_subscriptions(self) -> None:
-        from bevpool_msgs.msg import Tensor
+        from bevpool_msgs.msg import CameraTensor
         from sensor_msgs.msg import CameraInfo
 
         in_qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])
         events = self._event_callbacks()
         self._subs = []
         mf = self._message_filters() if self.cfg["sync.use_message_filters"] else None
+        tensor_topics = self._tensor_topics()
         for cam in self.cameras:
             for stream in ("depth", "feat"):
-                topic = self.cfg[f"input.{stream}_topic"].format(camera=cam)
+                topic = tensor_topics[(cam, stream)]
                 if mf is None:
                     cb = (lambda m, c=cam, s=stream: self._on_tensor(m, c, s))
-                    self._subs.append(self.create_subscription(Tensor, topic, cb, in_qos, event_callbacks=events))
+                    self._subs.append(self.create_subscription(CameraTensor, topic, cb, in_qos,
+                                                               event_callbacks=events))
                 else:
-                    self._subs.append(mf.Subscriber(self, Tensor, topic, qos_profile=in_qos))
+                    self._subs.append(mf.Subscriber(self, CameraTensor, topic, qos_profile=in_qos))
             info_topic = self.cfg["input.camera_info_topic"].format(camera=cam)
             self._subs.append(self.create_subscription(
                 CameraInfo, info_topic, lambda m, c=cam: self._on_camera_info(m, c), camera_info_qos()))
@@ -452,6 +465,7 @@ class BevPoolNode(Node):
             "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": self.worker.queued,
+            "input_size_guard": self.input_size_guard,
         }
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
