@@ -25,11 +25,11 @@ from . import params as P
 from .calibration import LiveCalibration
 from .diagnostics import RecentCounts, diagnostic_array, health
 from .latency import RollingStats
+from .logtext import clip, shown
 from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
-from .logtext import clip, shown
 from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
@@ -110,8 +110,8 @@ class BevPoolNode(Node):
         self.stages = {k: RollingStats(self.cfg["diagnostics.latency_window"])
                        for k in ("queue_wait", "assemble", "message", "publish")}
         self._published = 0
-        self._recent = RecentCounts(2.0, time.monotonic())                   # counter growth behind the diagnostics level
-        self._last_drop_detail: dict[str, str] = {}        # reason -> latest detail (the ERROR text names it)
+        self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the diagnostics level
+        self._last_drop_detail: dict[str, str] = {}         # reason -> latest detail (named by ERROR)
         self._camera_info_seen: dict[str, tuple] = {}
         self._camera_frames: dict[str, str] = {}
 
