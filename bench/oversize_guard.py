@@ -40,7 +40,7 @@ def run(guard: bool, seconds: float, big_mib: int, rate: float) -> dict:
     try:
         if not session.wait_ready(30.0):
             raise RuntimeError("node not ready")
-        pid = session.node.pid
+        pid = session.node.proc.pid
         for i in range(20):  # warm up: discovery, first sets, buffers in use
             session.pub.publish_frame(i)
             session.spin_until(lambda: False, 1 / rate)
