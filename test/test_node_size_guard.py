@@ -26,6 +26,19 @@ def graph():
     assert g.close() == 0
 
 
+@pytest.fixture(scope="module")
+def hostile(graph):
+    """A best-effort, depth-1 writer on CAM's feature topic (keeps at most one big sample here)."""
+    from bevpool_msgs.msg import CameraTensor
+
+    from bevpool_ros.node.qos import make_qos
+
+    pub = graph.pub.create_publisher(CameraTensor, f"cameras/{CAM}/feat", make_qos("best_effort", 1))
+    assert graph.spin_until(lambda: pub.get_subscription_count() > 0, 20)
+    yield pub
+    graph.pub.destroy_publisher(pub)
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
@@ -55,7 +68,7 @@ def test_input_topics_are_size_bounded_by_fast_dds(graph):
     assert "restarting once with" in graph.node.output()
 
 
-def test_repeated_200_mb_tensors_are_refused_before_allocation(graph):
+def test_repeated_200_mb_tensors_are_refused_before_allocation(graph, hostile):
     for i in range(3):  # settle: the node's buffers for valid traffic are in use before the baseline
         assert graph.publish_and_wait(i) is not None
     baseline = rss_mib(graph.node.proc.pid)
@@ -64,7 +77,7 @@ def test_repeated_200_mb_tensors_are_refused_before_allocation(graph):
     published = 0
     try:
         for i in range(6):  # each valid set travels with a 200 MB sample on one of its topics
-            graph.pub.pubs[(CAM, "feat")].publish(raw)
+            hostile.publish(raw)
             published += graph.publish_and_wait(i % 4, timeout=15) is not None
     finally:
         grew = peak.stop() - baseline
@@ -73,12 +86,12 @@ def test_repeated_200_mb_tensors_are_refused_before_allocation(graph):
     assert graph.node.alive()
 
 
-def test_string_field_beyond_its_bound_costs_nothing(graph):
+def test_string_field_beyond_its_bound_costs_nothing(graph, hostile):
     """A 1 MB layout string fits the sample size bound (16 MiB) but not the field's (8 chars)."""
     feat_bytes = 16 * 44 * 80 * 4
     raw = camera_tensor_cdr(graph.next_stamp(), "x", "feat", "Q" * MiB, (16, 44, 80), 9, bytes(feat_bytes))
     for _ in range(3):
-        graph.pub.pubs[(CAM, "feat")].publish(raw)
+        hostile.publish(raw)
     assert graph.publish_and_wait(1) is not None, graph.node.output()[-3000:]
     assert graph.node.alive()
     lines = [line for line in graph.node.output().splitlines() if "QQQQ" in line]
