@@ -103,3 +103,25 @@ def test_existing_output_is_refused(bag, tmp_path):
     for args in (("eval", bag[0], "--out", tmp_path / "out"), ("record-synthetic", tmp_path / "out")):
         r = _bag_cli(*args)
         assert r.returncode == 2 and "already exists" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bags_recorded_with_tensor_inputs_play_as_camera_tensors(tmp_path):
+    """Bags from before the bounded input type: same CDR bytes, published as CameraTensor."""
+    from rclpy.serialization import deserialize_message
+
+    from bevpool_msgs.msg import CameraTensor
+
+    from bevpool_ros.bag.io import BagWriter
+    from bevpool_ros.bag.play import played_type
+    from bevpool_ros.node.tensor_codec import make_tensor
+
+    feat = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    old = make_tensor(feat, "feat", "HWC")
+    old.header.stamp.sec, old.header.frame_id = 7, "cam_front_optical"
+    with BagWriter(tmp_path / "old") as bag:
+        bag.write("/cameras/CAM_FRONT/feat", old, 1)
+    (m,) = read_bag(tmp_path / "old")
+    assert m.msgtype == "bevpool_msgs/msg/Tensor" and played_type(m) == "bevpool_msgs/msg/CameraTensor"
+    c = deserialize_message(m.raw, CameraTensor)
+    assert (c.header.stamp.sec, c.header.frame_id, c.layout) == (7, "cam_front_optical", "HWC")
+    np.testing.assert_array_equal(decode_any(c), feat)
