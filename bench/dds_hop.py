@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     if args.role:
         return (role_pub if args.role == "pub" else role_sub)(args)
 
-    from bevpool_ros.node.session import isolate
+    from bevpool_ros.demo.session import isolate
 
     isolate()
     if any(SETTINGS[s].get("_type") == "bounded" for s in args.settings.split(",")):

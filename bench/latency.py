@@ -54,7 +54,7 @@ def role_publisher(args) -> int:
     """Publish ``frames`` camera sets at ``rate``; record when each set's last message went out."""
     import rclpy
 
-    from bevpool_ros.node.synthetic_publisher import SyntheticRigPublisher
+    from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
     from bevpool_ros.rig import load_rig
 
     rclpy.init(args=[sys.argv[0]])
@@ -204,7 +204,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 20.0) -> int:
 
 
 def run_pipeline(args) -> dict:
-    from bevpool_ros.node.session import isolate, ros_param_args
+    from bevpool_ros.demo.session import isolate, ros_param_args
 
     isolate()
     params = {"rig_file": str(RIG), "backend": args.backend, "precision": args.precision,

@@ -34,3 +34,10 @@ def config_dir() -> Path:
 
 def plugin_dir() -> Path:
     return shared_dir("plugin")
+
+
+DEFAULT_RIG = "rigs/nuscenes_bevdet_r50.yaml"  # relative to config/: the shipped nuScenes/BEVDet-R50 rig
+
+
+def default_rig_path() -> Path:
+    return config_dir() / DEFAULT_RIG

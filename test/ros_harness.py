@@ -1,4 +1,5 @@
-"""Helpers for the ROS tests: isolated DDS domain, node subprocess, spin-until waits.
+"""Helpers for the ROS tests: isolated DDS domain, the demo session as a test graph, spin-until
+waits, tolerances of the backend the node chose, hand-built CDR.
 
 Isolation: every test session picks its own ROS_DOMAIN_ID and localhost-only discovery, set
 before rclpy.init, inherited by the node subprocesses. Waits poll graph state or received
@@ -7,14 +8,63 @@ data with generous timeouts; no fixed sleeps.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
+import struct
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+import numpy as np
+
+from bevpool_ros.demo.session import PipelineSession, isolate
+
 DISCOVERY_TIMEOUT = 20.0
+# The node runs the best backend of the machine: a grid is checked at the tolerance of the
+# precision it says it ran (BevFeature.precision), as (rtol, atol per unit of max |reference|).
+# fp16/fp8 as the GPU kernel tests (test_cuda_backend_gpu.py, precision_select.FP8_*).
+TOLERANCE = {"fp32": (1e-4, 1e-5), "fp16": (1e-2, 1e-2), "fp8": (0.15, 2e-2)}
+BACKEND_PRECISIONS = {"cpu": ("fp32",), "cuda": ("fp16", "fp8"), "tensorrt": ("fp16", "fp8")}
+
+
+def assert_bev_matches(bev, ref, msg) -> None:
+    """``bev`` (from BevFeature ``msg``) equals the FP64 reference at the tolerance of the
+    backend and precision the node actually chose."""
+    assert msg.precision in BACKEND_PRECISIONS.get(msg.backend, ()), (msg.backend, msg.precision)
+    rtol, atol = TOLERANCE[msg.precision]
+    np.testing.assert_allclose(bev, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max())))
+
+
+def camera_tensor_cdr(stamp_ns: int = 0, frame_id: str = "", name: str = "", layout: str = "",
+                      shape=(), dtype: int = 1, data: bytes = b"") -> bytes:
+    """A bevpool_msgs/CameraTensor serialized (CDR, little endian) by hand, so a test can send
+    what rclpy refuses to build: fields beyond the type's bounds, as a hostile publisher would."""
+    out = bytearray(b"\x00\x01\x00\x00")  # encapsulation; alignment counts from after it
+
+    def align(n):
+        out.extend(b"\x00" * (-(len(out) - 4) % n))
+
+    def u32(v):
+        align(4)
+        out.extend(struct.pack("<I", v))
+
+    def string(s):
+        b = s.encode()
+        u32(len(b) + 1)
+        out.extend(b + b"\x00")
+
+    sec, nsec = divmod(int(stamp_ns), 10**9)
+    u32(sec)
+    u32(nsec)
+    for s in (frame_id, name, layout):
+        string(s)
+    u32(len(shape))
+    for d in shape:
+        u32(d)
+    out.append(dtype)
+    u32(len(data))
+    return bytes(out) + data
+
+
+def no_gpu_env() -> dict:
+    """Environment in which a node sees no GPU (cuda and tensorrt unavailable on any machine)."""
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="")
 
 
 def isolate_ros_env() -> int:
@@ -22,62 +72,9 @@ def isolate_ros_env() -> int:
     below Linux's ephemeral port range; pid and time spread concurrent runs over them."""
     if "BEVPOOL_TEST_DOMAIN" not in os.environ:
         os.environ["BEVPOOL_TEST_DOMAIN"] = str(1 + (os.getpid() * 7919 + time.time_ns() // 1000) % 101)
-    os.environ["ROS_DOMAIN_ID"] = os.environ["BEVPOOL_TEST_DOMAIN"]
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
-    from bevpool_ros.node.main import use_large_data_profile
-
-    use_large_data_profile()  # multi-MB tensors as single shared-memory messages
-    return int(os.environ["ROS_DOMAIN_ID"])
-
-
-def ros_args(params: dict, name: str | None = None, namespace: str | None = None) -> list[str]:
-    out = ["--ros-args"]
-    for k, v in params.items():
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, (list, tuple)):
-            v = "[" + ",".join(f"'{x}'" if isinstance(x, str) else repr(x) for x in v) + "]"
-        out += ["-p", f"{k}:={v}"]
-    if name:
-        out += ["-r", f"__node:={name}"]
-    if namespace:
-        out += ["-r", f"__ns:={namespace}"]
-    return out
-
-
-class NodeProcess:
-    """bevpool_node in its own process; stopped with SIGINT, output kept for assertions."""
-
-    def __init__(self, params: dict | None = None, extra_args=(), name: str | None = None,
-                 namespace: str | None = None, module: str = "bevpool_ros.node.main"):
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bevpool_node_{os.getpid()}_{time.time_ns()}.log"
-        self._log = open(self.log_path, "w+")
-        cmd = [sys.executable, "-m", module, *extra_args, *ros_args(params or {}, name, namespace)]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-    def output(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text()
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait(self, timeout: float = 30.0) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
-        return self.proc.returncode
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    return isolate(int(os.environ["BEVPOOL_TEST_DOMAIN"]))  # + the node's DDS profile
 
 
 def spin_until(executor, predicate, timeout: float, step: float = 0.02) -> bool:
@@ -89,51 +86,32 @@ def spin_until(executor, predicate, timeout: float, step: float = 0.02) -> bool:
     return bool(predicate())
 
 
-class RosGraph:
-    """The test side of a real graph: rclpy in this process (synthetic publisher + consumer),
-    bevpool_node in a subprocess. Use as a context manager (module-scoped fixtures)."""
+class RosGraph(PipelineSession):
+    """The test side of a real graph: the demo's pipeline session (bevpool_node in a
+    subprocess; synthetic publisher + consumer here) plus stamps, waits and counters for tests.
+    Use as a module-scoped fixture; ``close()`` returns the node's exit code."""
 
     def __init__(self, node_params: dict, rig_path=None, publisher_kwargs=None):
         isolate_ros_env()
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
-
-        from bevpool_ros.node.consumer import BevConsumer
-        from bevpool_ros.node.synthetic_publisher import SyntheticRigPublisher
-        from bevpool_ros.rig import load_rig
-
-        self.rig = load_rig(rig_path or REPO / "config" / "rigs" / "nuscenes_bevdet_r50.yaml")
-        self.node = NodeProcess(node_params)
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.pub = SyntheticRigPublisher(self.rig, context=self.context, **(publisher_kwargs or {}))
-        self.con = BevConsumer(context=self.context)
-        self.executor.add_node(self.pub)
-        self.executor.add_node(self.con)
+        super().__init__(str(rig_path) if rig_path else None, node_params, subscribe_image=True,
+                         publisher_kwargs=publisher_kwargs)
         self._stamp = 1_000 * 1_000_000_000
-        ok = self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pub.pubs.items()
-                                         if k[1] != "camera_info")
-                             and self.con.bev_sub.get_publisher_count() > 0, DISCOVERY_TIMEOUT)
-        if not ok or not self.warm_up():
+        if not self.wait_ready(DISCOVERY_TIMEOUT) or self.warm_up() is None:
             out = self.node.output()
             self.close()
             raise RuntimeError(f"bevpool_node not ready within {DISCOVERY_TIMEOUT} s; its output:\n{out}")
 
-    def warm_up(self) -> bool:
+    def warm_up(self, publisher=None, index: int = 0) -> int | None:
         """Discovery is asymmetric: our writers may match before the node's readers know them,
-        and best-effort samples sent in between are lost. Publish until one BEV comes back."""
-        import time
-
+        and best-effort samples sent in between are lost. Publish frame ``index`` (fresh stamps)
+        until one BEV comes back; its stamp, or None."""
+        publisher = publisher or self.pub
         deadline = time.monotonic() + DISCOVERY_TIMEOUT
         while time.monotonic() < deadline:
-            stamp = self.pub.publish_frame(0, self.next_stamp())
+            stamp = publisher.publish_frame(index, self.next_stamp())
             if self.spin_until(lambda: stamp in self.con.by_stamp(), 1.0):
-                return True
-        return False
-
-    def spin_until(self, predicate, timeout: float) -> bool:
-        return spin_until(self.executor, predicate, timeout)
+                return stamp
+        return None
 
     def next_stamp(self, step_ms: int = 100) -> int:
         """Strictly increasing stamps across the whole module (the node remembers every stream)."""
@@ -164,11 +142,4 @@ class RosGraph:
         return int((d or {}).get(key, 0))
 
     def close(self) -> int:
-        import rclpy
-
-        rc = self.node.stop()
-        self.executor.shutdown()
-        self.pub.destroy_node()
-        self.con.destroy_node()
-        rclpy.try_shutdown(context=self.context)
-        return rc
+        return super().close()[0]

@@ -27,7 +27,7 @@ def test_bag_holds_every_camera_stream(bag, nuscenes_rig):
     assert len(stamps) == 12
     for cam in nuscenes_rig.cameras:
         expected = 11 if cam.name == "CAM_BACK" else 12  # frame 4 skipped CAM_BACK
-        for stream, msgtype in (("depth", "bevpool_msgs/msg/Tensor"), ("feat", "bevpool_msgs/msg/Tensor"),
+        for stream, msgtype in (("depth", "bevpool_msgs/msg/CameraTensor"), ("feat", "bevpool_msgs/msg/CameraTensor"),
                                 ("camera_info", "sensor_msgs/msg/CameraInfo")):
             t = s["topics"][f"/cameras/{cam.name}/{stream}"]
             assert (t["type"], t["count"]) == (msgtype, expected)
@@ -73,3 +73,55 @@ def test_eval_usage_errors():
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "record-synthetic", "x", "--skip", "CAM"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "FRAME:CAMERA" in r.stderr
+
+
+def _bag_cli(*args):
+    return subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("damage", ["truncated_mcap", "garbage_metadata"])
+def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, damage):
+    import shutil
+
+    path = tmp_path / "damaged"
+    shutil.copytree(bag[0], path)
+    if damage == "truncated_mcap":
+        mcap = next(path.glob("*.mcap"))
+        mcap.write_bytes(mcap.read_bytes()[: mcap.stat().st_size // 2])
+    else:
+        (path / "metadata.yaml").write_text("{{{: [\n")
+    for args in (("info", path), ("eval", path, "--out", tmp_path / "out")):
+        r = _bag_cli(*args)
+        assert r.returncode == 2, (args, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and str(path) in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out").exists()  # refused before a node was started
+
+
+def test_existing_output_is_refused(bag, tmp_path):
+    (tmp_path / "out").mkdir()
+    for args in (("eval", bag[0], "--out", tmp_path / "out"), ("record-synthetic", tmp_path / "out")):
+        r = _bag_cli(*args)
+        assert r.returncode == 2 and "already exists" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_bags_recorded_with_tensor_inputs_play_as_camera_tensors(tmp_path):
+    """Bags from before the bounded input type: same CDR bytes, published as CameraTensor."""
+    from rclpy.serialization import deserialize_message
+
+    from bevpool_msgs.msg import CameraTensor
+
+    from bevpool_ros.bag.io import BagWriter
+    from bevpool_ros.bag.play import played_type
+    from bevpool_ros.node.tensor_codec import make_tensor
+
+    feat = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
+    old = make_tensor(feat, "feat", "HWC")
+    old.header.stamp.sec, old.header.frame_id = 7, "cam_front_optical"
+    with BagWriter(tmp_path / "old") as bag:
+        bag.write("/cameras/CAM_FRONT/feat", old, 1)
+    (m,) = read_bag(tmp_path / "old")
+    assert m.msgtype == "bevpool_msgs/msg/Tensor" and played_type(m) == "bevpool_msgs/msg/CameraTensor"
+    c = deserialize_message(m.raw, CameraTensor)
+    assert (c.header.stamp.sec, c.header.frame_id, c.layout) == (7, "cam_front_optical", "HWC")
+    np.testing.assert_array_equal(decode_any(c), feat)

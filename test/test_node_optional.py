@@ -56,8 +56,8 @@ def fake_message_filters(record):
 def test_message_filters_path_when_installed_and_asked(ros_context, monkeypatch, nuscenes_rig):
     from rclpy.executors import SingleThreadedExecutor
 
-    from bevpool_ros.node.consumer import BevConsumer
-    from bevpool_ros.node.tensor_codec import make_tensor
+    from bevpool_ros.demo.consumer import BevConsumer
+    from bevpool_ros.node.tensor_codec import make_camera_tensor
     from bevpool_ros.reference import pool_reference
     from bevpool_ros.scatter_map import build_scatter_map
     from bevpool_ros.synthetic import SyntheticScene
@@ -77,7 +77,7 @@ def test_message_filters_path_when_installed_and_asked(ros_context, monkeypatch,
         msgs = []
         for n in range(6):
             for arr, layout in ((depth[n], "DHW"), (feat[n], "HWC")):
-                m = make_tensor(arr, layout=layout)
+                m = make_camera_tensor(arr, layout=layout)
                 m.header.stamp.sec = 42
                 msgs.append(m)
         record["callback"](*msgs)
@@ -116,7 +116,7 @@ def test_tf_extrinsics_update_the_calibration(ros_context, monkeypatch):
 
     tf2.Buffer, tf2.TransformListener = Buffer, TransformListener
     monkeypatch.setitem(sys.modules, "tf2_ros", tf2)
-    from bevpool_ros.node.synthetic_publisher import camera_info_msg
+    from bevpool_ros.demo.synthetic_publisher import camera_info_msg
 
     node = make_node(ros_context, ego_frame="ego")
     try:

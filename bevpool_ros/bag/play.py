@@ -11,6 +11,16 @@ from ..node.qos import make_qos
 from .io import camera_stream, message_class, read_bag
 
 
+def played_type(m) -> str:
+    """The type a message is published as. Camera tensors recorded as ``Tensor`` (before the node
+    took the bounded ``CameraTensor``) go out as CameraTensor: the two share one CDR layout
+    (bounded strings and sequences serialize like unbounded ones), so the raw bytes stay valid."""
+    where = camera_stream(m.topic)
+    if m.msgtype == "bevpool_msgs/msg/Tensor" and where is not None and where[1] != "camera_info":
+        return "bevpool_msgs/msg/CameraTensor"
+    return m.msgtype
+
+
 class BagPlayer(Node):
     def __init__(self, bag: str | Path, topics=None, reliability: str = "reliable", depth: int = 10,
                  node_name: str = "bevpool_bag_player", **kw):
@@ -28,7 +38,7 @@ class BagPlayer(Node):
         self.pubs = {}
         for m in self.messages:
             if m.topic not in self.pubs:
-                self.pubs[m.topic] = self.create_publisher(message_class(m.msgtype), m.topic, qos)
+                self.pubs[m.topic] = self.create_publisher(message_class(played_type(m)), m.topic, qos)
         self.sent = 0
         self._timer = None
 

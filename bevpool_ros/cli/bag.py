@@ -7,7 +7,9 @@
 
 ``eval`` runs bevpool_node on the bag over DDS, records its BevFeature output into OUT_BAG and
 scores every grid against the FP64 reference recomputed from the exact inputs it names.
-Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage.
+Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage
+(including a bag that cannot be read, e.g. truncated or with broken metadata, or an output that
+already exists): one line on stderr, no traceback.
 """
 from __future__ import annotations
 
@@ -34,9 +36,9 @@ def _param_arg(text: str) -> tuple[str, object]:
 
 
 def main(argv=None) -> int:
-    from ..paths import config_dir
+    from ..paths import default_rig_path
 
-    default_rig = str(config_dir() / "rigs" / "nuscenes_bevdet_r50.yaml")
+    default_rig = str(default_rig_path())
     p = argparse.ArgumentParser(prog="bevpool-bag", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -65,7 +67,16 @@ def main(argv=None) -> int:
     ev.add_argument("--atol", type=float, default=1e-3)
     ev.add_argument("--report", help="write the report as JSON here")
     args = p.parse_args(argv)
+    from ..bag.io import BagError
 
+    try:
+        return _run(args)
+    except BagError as e:
+        print(f"bevpool-bag {args.cmd}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
     if args.cmd == "record-synthetic":
         from ..rig import load_rig
         from ..bag.record import record_synthetic
@@ -85,7 +96,11 @@ def main(argv=None) -> int:
     if args.cmd == "play":
         return _play(args.bag, args.rate)
     from ..bag.evaluate import evaluate_bag
+    from ..bag.io import BagError, bag_summary
 
+    if Path(args.out).exists():  # before a node is started for nothing
+        raise BagError(f"--out {args.out} already exists: choose another output or remove it")
+    bag_summary(args.bag)  # a bag that cannot be read fails here, not half-way through a replay
     report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file, args.rate, args.atol)
     out = report.to_dict()
     print(json.dumps(out, indent=1))
@@ -96,7 +111,7 @@ def main(argv=None) -> int:
 
 def _play(bag: str, rate: float) -> int:
     from ..bag.play import BagPlayer
-    from ..node.session import run_until_done
+    from ..demo.session import run_until_done
 
     def start(player):
         print(f"playing {len(player.messages)} messages over {player.duration_s:.2f} s x {1 / rate:.2f}")

@@ -19,12 +19,13 @@ from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescr
 from rclpy.node import Node
 
 from ..backends import BackendUnavailable, create_backend
-from ..paths import config_dir
+from ..paths import default_rig_path
 from ..rig import RigError, load_rig
 from . import params as P
 from .calibration import LiveCalibration
-from .diagnostics import diagnostic_array
+from .diagnostics import RecentCounts, diagnostic_array, health
 from .latency import RollingStats
+from .logtext import clip, shown
 from .outputs import bev_feature_msg, bev_rgb, image_msg, ns_to_time, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
@@ -32,7 +33,6 @@ from .sync import CameraSetSynchronizer
 from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
-DEFAULT_RIG = "rigs/nuscenes_bevdet_r50.yaml"
 _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMETER_INTEGER,
           "double": ParameterType.PARAMETER_DOUBLE, "string": ParameterType.PARAMETER_STRING,
           "string_array": ParameterType.PARAMETER_STRING_ARRAY}
@@ -40,6 +40,10 @@ _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMET
 _SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_policy",
                 "sync.min_cameras", "sync.max_pending_sets")
 
+
+DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
+DEPTH_MAX = 1.01                      # a distribution's values lie in [0, 1]; 1 % for float16/fp8 rounding
+FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed")
@@ -81,7 +85,9 @@ def descriptor(spec: P.Param) -> ParameterDescriptor:
 
 
 class BevPoolNode(Node):
-    def __init__(self, node_name: str = "bevpool_node", **kwargs):
+    def __init__(self, node_name: str = "bevpool_node", input_guard=None, **kwargs):
+        """``input_guard(topics, depth) -> str``: told the resolved input tensor topics before
+        anything heavy starts; says how their size is bounded (main.input_size_guard), or raises."""
         super().__init__(node_name, **kwargs)
         self.counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
@@ -90,9 +96,12 @@ class BevPoolNode(Node):
         self.warn.period = self.cfg["log_throttle_s"]
         self.calibration = self._load_calibration()
         self.cameras = self.calibration.camera_names
+        topics = [self.resolve_topic_name(t) for t in self._tensor_topics().values()]
+        self.input_size_guard = (input_guard(topics, self.cfg["input.qos_depth"]) if input_guard
+                                 else "node only (no guard asked)")
         self._declare_extrinsics()
         self.backend, self.backend_requested = self._create_backend()
-        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args())
+        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args(), on_drop=self._sync_dropped)
         self._sync_lock = threading.Lock()
         self.latency = RollingStats(self.cfg["diagnostics.latency_window"])   # last input -> published
         self.pool_time = RollingStats(self.cfg["diagnostics.latency_window"])
@@ -101,8 +110,8 @@ class BevPoolNode(Node):
         self.stages = {k: RollingStats(self.cfg["diagnostics.latency_window"])
                        for k in ("queue_wait", "assemble", "message", "publish")}
         self._published = 0
-        self._last_diag_counts: Counter[str] = Counter()
-        self._warn_until, self._warn_text = 0.0, ""
+        self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the diagnostics level
+        self._last_drop_detail: dict[str, str] = {}         # reason -> latest detail (named by ERROR)
         self._camera_info_seen: dict[str, tuple] = {}
         self._camera_frames: dict[str, str] = {}
 
@@ -126,7 +135,8 @@ class BevPoolNode(Node):
             f"ready: {len(self.cameras)} cameras {list(self.cameras)}, rig {self.calibration.rig.name}, "
             f"backend {d.get('backend')} ({d.get('precision')}), grid {self.calibration.rig.grid_shape} "
             f"x {self.calibration.rig.channels} ch, sync slop {self.cfg['sync.slop_s']} s, "
-            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}")
+            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}, "
+            f"input size bounded by: {self.input_size_guard}")
 
     # start-up ---------------------------------------------------------------------------
     def _declare_and_validate(self) -> dict:
@@ -158,16 +168,16 @@ class BevPoolNode(Node):
         return self.declare_parameter(name, default, desc).value
 
     def _load_calibration(self) -> LiveCalibration:
-        path = self.cfg["rig_file"] or str(config_dir() / DEFAULT_RIG)
+        path = self.cfg["rig_file"] or str(default_rig_path())
         if not Path(path).is_file():
             raise StartupError(f"rig_file: {path} does not exist")
         try:
             calib = LiveCalibration(load_rig(path), self.cfg["camera_names"])
         except RigError as e:
             raise StartupError(f"rig_file {path}: {e}") from None
-        if self.cfg["sync.min_cameras"] > len(calib.camera_names):
-            raise StartupError(f"sync.min_cameras: {self.cfg['sync.min_cameras']} > number of cameras "
-                               f"{len(calib.camera_names)}")
+        errors = P.check_all(self.cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
+        if errors:
+            raise StartupError("; ".join(errors))
         return calib
 
     def _declare_extrinsics(self) -> None:
@@ -238,22 +248,29 @@ class BevPoolNode(Node):
             self.handoff_off_reason = str(e)
             return None
 
+    def _tensor_topics(self) -> dict[tuple[str, str], str]:
+        """(camera, stream) -> input tensor topic (relative), in subscription order."""
+        return {(cam, stream): self.cfg[f"input.{stream}_topic"].format(camera=cam)
+                for cam in self.cameras for stream in ("depth", "feat")}
+
     def _make_subscriptions(self) -> None:
-        from bevpool_msgs.msg import Tensor
+        from bevpool_msgs.msg import CameraTensor
         from sensor_msgs.msg import CameraInfo
 
         in_qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])
         events = self._event_callbacks()
         self._subs = []
         mf = self._message_filters() if self.cfg["sync.use_message_filters"] else None
+        tensor_topics = self._tensor_topics()
         for cam in self.cameras:
             for stream in ("depth", "feat"):
-                topic = self.cfg[f"input.{stream}_topic"].format(camera=cam)
+                topic = tensor_topics[(cam, stream)]
                 if mf is None:
                     cb = (lambda m, c=cam, s=stream: self._on_tensor(m, c, s))
-                    self._subs.append(self.create_subscription(Tensor, topic, cb, in_qos, event_callbacks=events))
+                    self._subs.append(self.create_subscription(CameraTensor, topic, cb, in_qos,
+                                                               event_callbacks=events))
                 else:
-                    self._subs.append(mf.Subscriber(self, Tensor, topic, qos_profile=in_qos))
+                    self._subs.append(mf.Subscriber(self, CameraTensor, topic, qos_profile=in_qos))
             info_topic = self.cfg["input.camera_info_topic"].format(camera=cam)
             self._subs.append(self.create_subscription(
                 CameraInfo, info_topic, lambda m, c=cam: self._on_camera_info(m, c), camera_info_qos()))
@@ -305,11 +322,16 @@ class BevPoolNode(Node):
         rig = self.calibration.rig
         N, D, H, W = rig.depth_shape
         if stream == "depth":
+            if header.layout not in DEPTH_LAYOUTS:
+                raise TensorError("bad_layout", f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
+            if self.cfg["input.check_depth_range"] and arr.size and not (arr.min() >= 0 and arr.max() <= DEPTH_MAX):
+                raise TensorError("depth_out_of_range", f"depth values span [{float(arr.min()):.4g}, "
+                                  f"{float(arr.max()):.4g}], a distribution lies in [0, 1]")
             want = (D, H, W)
         else:
             layout = header.layout or self.cfg["input.feature_layout"]
-            if layout not in ("HWC", "CHW"):
-                raise TensorError("bad_shape", f"feature layout {layout!r} (expected HWC or CHW)")
+            if layout not in FEATURE_LAYOUTS:
+                raise TensorError("bad_layout", f"feature layout {shown(layout)} (expected HWC, CHW or empty)")
             if layout == "CHW" and arr.ndim == 3:
                 arr = arr.transpose(1, 2, 0)  # a view; the one copy happens when the set is stacked
             want = (H, W, rig.channels)
@@ -317,15 +339,26 @@ class BevPoolNode(Node):
             raise TensorError("bad_shape", f"{stream} shape {tuple(arr.shape)} != expected {want}")
         return arr
 
+    def _check_stamp(self, stamp_ns: int) -> None:
+        """Stamp 0 (never set) and stamps from the future are not capture times."""
+        if stamp_ns == 0:
+            raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
+        ahead_s = (stamp_ns - self.get_clock().now().nanoseconds) / 1e9
+        if ahead_s > self.cfg["sync.max_future_s"]:
+            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's clock "
+                              f"(sync.max_future_s {self.cfg['sync.max_future_s']})")
+
     def _on_tensor(self, msg, camera: str, stream: str) -> None:
         now = time.perf_counter()
+        stamp_ns = stamp_to_ns(msg.header.stamp)
         try:
+            self._check_stamp(stamp_ns)
             arr = self._check_tensor(msg, camera, stream)
         except TensorError as e:
             self._drop(e.reason, f"{camera}/{stream}: {e.detail}")
             return
         with self._sync_lock:
-            sets = self.sync.add(camera, stream, stamp_to_ns(msg.header.stamp), arr, now)
+            sets = self.sync.add(camera, stream, stamp_ns, arr, now)
         for s in sets:
             self.worker.submit(s)
 
@@ -338,6 +371,7 @@ class BevPoolNode(Node):
         for i, msg in enumerate(msgs):
             cam, stream = self.cameras[i // 2], ("depth", "feat")[i % 2]
             try:
+                self._check_stamp(stamp_to_ns(msg.header.stamp))
                 arr = self._check_tensor(msg, cam, stream)
             except TensorError as e:
                 self._drop(e.reason, f"{cam}/{stream}: {e.detail}")
@@ -372,7 +406,7 @@ class BevPoolNode(Node):
             try:
                 tf = self._tf_buffer.lookup_transform(self.cfg["ego_frame"], frame, Time())
             except Exception as e:
-                self.warn("tf_lookup", f"TF {self.cfg['ego_frame']} <- {frame} unavailable: {e}")
+                self.warn("tf_lookup", clip(f"TF {self.cfg['ego_frame']} <- {shown(frame)} unavailable: {e}", 300))
                 continue
             t, q = tf.transform.translation, tf.transform.rotation
             try:
@@ -438,7 +472,13 @@ class BevPoolNode(Node):
 
     def _drop(self, reason: str, detail: str) -> None:
         self._count(reason)
+        self._last_drop_detail[reason] = detail = clip(detail)
         self.warn(reason, f"dropped ({reason}): {detail}")
+
+    def _sync_dropped(self, reason: str, detail: str) -> None:
+        """The synchroniser counted a drop (sync_<reason>): say so, throttled per reason."""
+        self._last_drop_detail[f"sync_{reason}"] = detail = clip(detail)
+        self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {detail}")
 
     # diagnostics ------------------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -462,6 +502,7 @@ class BevPoolNode(Node):
             "pending_sets": pending, "worker_queue": self.worker.queued,
             "gpu_handoff": "on" if self.handoff is not None else
             ("off" if not self.cfg["output.gpu_handoff"] else f"refused: {self.handoff_off_reason}"[:200]),
+            "input_size_guard": self.input_size_guard,
         }
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
@@ -479,24 +520,17 @@ class BevPoolNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = self.snapshot()
-        drop_keys = [k for k in values if k.startswith("dropped_") or k in (
-            "sync_incomplete_timeout", "sync_evicted", "sync_superseded", "sync_late", "sync_duplicate",
-            "sync_out_of_order")]
-        new = {k: int(values[k]) - self._last_diag_counts.get(k, 0) for k in drop_keys}
-        self._last_diag_counts.update({k: int(values[k]) for k in drop_keys})
-        fresh = {k: v for k, v in new.items() if v > 0}
-        now = time.monotonic()
-        if fresh:  # WARN stays up a while, so a one-off drop is visible in a monitor
-            self._warn_until = now + max(2.0, 3 * self.cfg["diagnostics.period_s"])
-            self._warn_text = "recent drops: " + ", ".join(f"{k}+{v}" for k, v in sorted(fresh.items()))
+        totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
+        totals["published"] = int(values["sets_published"])
+        # a drop stays visible a few periods, so a monitor polling slower than us still sees it
+        self._recent.window_s = max(2.0, 3 * self.cfg["diagnostics.period_s"])
+        level, text = health(self._recent.update(time.monotonic(), totals), self._last_drop_detail)
         if self.calibration.invalid:
             level, text = "ERROR", f"no usable calibration for {sorted(self.calibration.invalid)}"
-        elif now < self._warn_until:
-            level, text = "WARN", self._warn_text
-        elif self.backend_requested not in ("best", self.backend.name):
+        elif level == "OK" and self.backend_requested not in ("best", self.backend.name):
             level, text = "WARN", f"running {self.backend.name}, {self.backend_requested} unavailable"
-        else:
-            level, text = "OK", f"{values['sets_published']} sets published"
+        elif level == "OK":
+            text = f"{values['sets_published']} sets published"
         self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(),
                                                f"{self.get_name()}: bev pooling", str(values["device"]),
                                                level, text, values))
@@ -517,14 +551,41 @@ class BevPoolNode(Node):
                 continue
             if p.name in P.BY_NAME:
                 proposed[p.name] = p.value
-        errors += [e for p in changes if p.name in P.BY_NAME and (e := P.check(p.name, p.value))]
-        if not errors and proposed["sync.min_cameras"] > len(self.cameras):
-            errors.append(f"sync.min_cameras: {proposed['sync.min_cameras']} > number of cameras {len(self.cameras)}")
+        errors += P.check_all(proposed, num_cameras=len(self.cameras))
         if errors:
-            self._count("parameter_rejected")
-            self.get_logger().warning("parameter change rejected: " + "; ".join(errors))
             return SetParametersResult(successful=False, reason="; ".join(errors))
         return SetParametersResult(successful=True)
+
+    def set_parameters_atomically(self, parameter_list):
+        """Every rejection (by the descriptors: type, range, read-only; or by
+        _validate_parameters) is counted and logged with a reason that names the parameter.
+        The parameter services and set_parameters() all come through here."""
+        result = super().set_parameters_atomically(parameter_list)
+        if not result.successful:
+            result.reason = self._readable_rejection(parameter_list, result.reason)
+            self._count("parameter_rejected")
+            self.warn("parameter_rejected", f"parameter change rejected: {clip(result.reason, 300)}")
+        return result
+
+    def set_parameters(self, parameter_list):
+        return [self.set_parameters_atomically([p]) for p in parameter_list]
+
+    def _readable_rejection(self, params, reason: str) -> str:
+        """rclpy's descriptor messages ("Wrong parameter type, expected '3' got '4'") in words."""
+        from rclpy.parameter import Parameter
+
+        why = []
+        for p in params:
+            spec = P.BY_NAME.get(p.name)
+            if spec is not None and spec.read_only:
+                why.append(f"{p.name}: read-only (set it at start-up)")
+            elif spec is not None and (err := spec.check(p.value)):
+                why.append(err)
+            elif reason.startswith("Wrong parameter type") and self.has_parameter(p.name):
+                want = Parameter.Type(self.describe_parameter(p.name).type).name.lower()
+                why.append(f"{p.name}: expected {want}, got {p.type_.name.lower()} {shown(p.value)}"
+                           + (" (write 1.0, not 1)" if want == "double" and p.type_ == Parameter.Type.INTEGER else ""))
+        return "; ".join(why) or reason
 
     def _apply_parameters(self, changes) -> None:
         for p in changes:

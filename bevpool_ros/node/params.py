@@ -11,6 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..paths import DEFAULT_RIG
+from .dds_guard import TENSOR_BOUND_BYTES
+from .logtext import shown
+
 
 @dataclass(frozen=True)
 class Param:
@@ -34,7 +38,7 @@ class Param:
             "string_array": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
         }[t]
         if not ok_type:
-            return f"{self.name}: expected {t}, got {value!r}"
+            return f"{self.name}: expected {t}, got {shown(value)}"
         if t in ("integer", "double"):
             if not math.isfinite(float(value)):
                 return f"{self.name}: must be finite, got {value}"
@@ -43,7 +47,7 @@ class Param:
             if self.high is not None and value > self.high:
                 return f"{self.name}: {value} above maximum {self.high}"
         if self.choices and value not in self.choices:
-            return f"{self.name}: {value!r} not one of {list(self.choices)}"
+            return f"{self.name}: {shown(value)} not one of {list(self.choices)}"
         return None
 
 
@@ -51,7 +55,7 @@ MiB = 1 << 20
 PARAMS: tuple[Param, ...] = (
     # calibration and geometry
     Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
-          "config/rigs/nuscenes_bevdet_r50.yaml from the package.", read_only=True),
+          f"config/{DEFAULT_RIG} from the package.", read_only=True),
     Param("camera_names", "string_array", [], "Cameras to subscribe, a subset of the rig's, in rig "
           "order. Empty: all rig cameras.", read_only=True),
     Param("ego_frame", "string", "base_link", "frame_id of the BEV message (the ego frame) and TF target."),
@@ -80,6 +84,8 @@ PARAMS: tuple[Param, ...] = (
           "present (<= number of cameras).", low=1, high=64),
     Param("sync.max_pending_sets", "integer", 4, "Sets waiting for cameras at once; one more evicts the "
           "oldest (bounds memory under floods).", low=1, high=64),
+    Param("sync.max_future_s", "double", 1.0, "Tensors stamped more than this ahead of the node's clock "
+          "are dropped (stamp_in_future); stamp 0 is always dropped (stamp_zero), seconds.", low=0.0, high=3600.0),
     Param("sync.use_message_filters", "bool", False, "Use message_filters.ApproximateTimeSynchronizer "
           "instead of the built-in synchroniser (only when message_filters is installed).", read_only=True),
     # inputs
@@ -88,9 +94,12 @@ PARAMS: tuple[Param, ...] = (
     Param("input.camera_info_topic", "string", "cameras/{camera}/camera_info", "CameraInfo topic.", read_only=True),
     Param("input.feature_layout", "string", "HWC", "Layout assumed when a feature Tensor's layout is "
           "empty; CHW is transposed once.", choices=("HWC", "CHW")),
-    Param("input.max_tensor_bytes", "integer", 64 * MiB, "Larger tensors are refused before any "
-          "allocation by the node.", low=1024, high=2 ** 31 - 1),
+    Param("input.max_tensor_bytes", "integer", TENSOR_BOUND_BYTES, "Larger tensors are dropped by the "
+          "node before it allocates anything; the input message type bounds every tensor at 16 MiB, which "
+          "Fast DDS enforces before reassembly (docs/ros_interface.md).", low=1024, high=TENSOR_BOUND_BYTES),
     Param("input.check_finite", "bool", True, "Drop tensors holding NaN or Inf."),
+    Param("input.check_depth_range", "bool", True, "Drop depth tensors with a value outside a "
+          "distribution's range [0, 1.01] (depth_out_of_range)."),
     Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
           choices=("best_effort", "reliable"), read_only=True),
     Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
@@ -140,7 +149,7 @@ def check_all(values: dict[str, Any], num_cameras: int | None = None) -> list[st
     for n in ("input.depth_topic", "input.feat_topic", "input.camera_info_topic"):
         v = values.get(n)
         if isinstance(v, str) and "{camera}" not in v:
-            errors.append(f"{n}: must contain '{{camera}}', got {v!r}")
+            errors.append(f"{n}: must contain '{{camera}}', got {shown(v)}")
     return errors
 
 
