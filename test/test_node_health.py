@@ -55,9 +55,9 @@ def test_diagnostics_go_to_error_while_the_backend_fails_and_recover(nuscenes_ri
     ex = SingleThreadedExecutor(context=ctx)
     for n in (node, pub, con):
         ex.add_node(n)
-    working_pool = node.backend.pool
+    working_pool = node.backend.pool_cameras  # what the pooling thread calls, on every backend
 
-    def broken_pool(depth, feat):
+    def broken_pool(cameras, out=None):
         raise RuntimeError("device lost")
 
     def level_after(stamps, predicate):
@@ -78,11 +78,11 @@ def test_diagnostics_go_to_error_while_the_backend_fails_and_recover(nuscenes_ri
 
     try:
         assert spin_until(ex, lambda: pub.subscribers_matched() and con.publisher_matched(), 20)
-        node.backend.pool = broken_pool
+        node.backend.pool_cameras = broken_pool
         d = level_after([10**9 * k for k in range(1, 1 + 2 * FAILING_AFTER)], lambda d: d["level"] == 2)
         assert d, con.latest_diagnostics()
         assert "internal_error" in d["message"] and "device lost" in d["message"]
-        node.backend.pool = working_pool
+        node.backend.pool_cameras = working_pool
         d = level_after([10**9 * k for k in range(20, 40)], lambda d: d["level"] < 2)
         assert d and int(d["sets_published"]) > 0, con.latest_diagnostics()
     finally:
