@@ -7,7 +7,6 @@ definitions it stores (``bevpool_msgs`` registered from its .msg files).
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -19,19 +18,9 @@ OUR_TYPES = ("bevpool_msgs/msg/Tensor", "bevpool_msgs/msg/BevFeature")
 
 
 def _msg_dir() -> Path:
-    """The bevpool_msgs .msg files: installed share folder, else the source checkout."""
-    candidates = [Path(sys.prefix) / "share" / "bevpool_msgs" / "msg",
-                  Path(__file__).resolve().parents[2] / "msg"]
-    try:
-        from ament_index_python.packages import get_package_share_directory
+    from ..paths import msg_dir
 
-        candidates.insert(0, Path(get_package_share_directory("bevpool_msgs")) / "msg")
-    except Exception:
-        pass
-    for c in candidates:
-        if (c / "Tensor.msg").is_file():
-            return c
-    raise FileNotFoundError("bevpool_msgs .msg files not found in " + ", ".join(map(str, candidates)))
+    return msg_dir()
 
 
 def typestore():
