@@ -28,7 +28,7 @@ setup(
         *share("config", "**/*.xml"),  # Fast DDS profile for multi-MB tensors (config/dds/)
         *share("plugin", "**/*"),
     ],
-    python_requires=">=3.10",
+    python_requires=">=3.11",  # the pinned ROS 2 kilted wheels are cp311 (README)
     install_requires=["numpy", "pyyaml", "scipy"],
     extras_require={
         "cuda": ["cuda-bindings", "nvidia-cuda-nvrtc", "nvidia-cuda-runtime"],

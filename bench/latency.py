@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="output prefix (default bench/results/latency_<backend>)")
     args = ap.parse_args(argv)
 
-    from bevpool_ros.node.session import PipelineSession
+    from bevpool_ros.demo.session import PipelineSession
 
     info = machine()
     session = PipelineSession(None, {"backend": args.backend, "precision": args.precision,

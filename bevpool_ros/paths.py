@@ -70,6 +70,13 @@ def rigs_dir() -> Path:
     return config_dir() / "rigs"
 
 
+DEFAULT_RIG = "rigs/nuscenes_bevdet_r50.yaml"  # relative to config/: the shipped nuScenes/BEVDet-R50 rig
+
+
+def default_rig_path() -> Path:
+    return config_dir() / DEFAULT_RIG
+
+
 def plugin_dir() -> Path:
     """CUDA kernel sources compiled at run time by NVRTC."""
     return shared_dir("plugin", must_contain="bevpool_kernels.cu")

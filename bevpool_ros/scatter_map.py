@@ -6,7 +6,7 @@ camera->ego -> voxel (floor) -> drop points outside the grid -> stable sort by B
 """
 from __future__ import annotations
 
-import os
+import io
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -160,38 +160,57 @@ class ScatterMap:
         }
 
     # persistence ---------------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
-        """``.npz`` keys: the five arrays plus depth_shape, grid_shape, channels,
-        frustum_points (int64 arrays) and key (unicode scalar)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            np.savez_compressed(f, **self.arrays(),
-                                depth_shape=np.asarray(self.depth_shape, np.int64),
-                                grid_shape=np.asarray(self.grid_shape, np.int64),
-                                channels=np.int64(self.channels),
-                                frustum_points=np.int64(self.frustum_points),
-                                key=np.str_(self.key))
-        return path
+    def to_bytes(self) -> bytes:
+        """``.npz`` with the five arrays plus depth_shape, grid_shape, channels, frustum_points
+        (int64) and key (its UTF-8 bytes as uint8: no unicode arrays, nothing parsed as text)."""
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **self.arrays(),
+                            depth_shape=np.asarray(self.depth_shape, np.int64),
+                            grid_shape=np.asarray(self.grid_shape, np.int64),
+                            channels=np.int64(self.channels),
+                            frustum_points=np.int64(self.frustum_points),
+                            key=np.frombuffer(self.key.encode(), np.uint8))
+        return buf.getvalue()
 
     @classmethod
-    def load(cls, path: str | Path) -> "ScatterMap":
+    def from_bytes(cls, blob: bytes, source: str = "scatter map") -> "ScatterMap":
+        """Parse and validate; anything malformed (empty, truncated, not a zip, bad header,
+        wrong keys, broken invariants) raises ScatterMapError, never numpy's or zipfile's errors."""
         try:
-            with np.load(Path(path), allow_pickle=False) as z:
+            with np.load(io.BytesIO(blob), allow_pickle=False) as z:
                 missing = [k for k in (*ARRAYS, "depth_shape", "grid_shape", "channels") if k not in z]
                 if missing:
-                    raise ScatterMapError(f"{path}: missing keys {missing}")
+                    raise ScatterMapError(f"{source}: missing keys {missing}")
                 smap = cls(**{k: np.ascontiguousarray(z[k]) for k in ARRAYS},
                            depth_shape=tuple(int(v) for v in z["depth_shape"]),
                            grid_shape=tuple(int(v) for v in z["grid_shape"]),
                            channels=int(z["channels"]),
                            frustum_points=int(z["frustum_points"]) if "frustum_points" in z else 0,
-                           key=str(z["key"]) if "key" in z else "")
-        except (OSError, ValueError) as e:
-            if isinstance(e, ScatterMapError):
-                raise
-            raise ScatterMapError(f"{path}: unreadable scatter map ({e})") from None
+                           key=_key_text(z["key"]) if "key" in z else "")
+        except ScatterMapError:
+            raise
+        except Exception as e:  # numpy/zipfile/tokenize raise a dozen types on a damaged file
+            raise ScatterMapError(f"{source}: unreadable scatter map ({type(e).__name__}: {e})"[:300]) from None
         return smap.validate()
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.to_bytes())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ScatterMap":
+        try:
+            blob = Path(path).read_bytes()
+        except OSError as e:
+            raise ScatterMapError(f"{path}: unreadable scatter map ({e})") from None
+        return cls.from_bytes(blob, str(path))
+
+
+def _key_text(arr: np.ndarray) -> str:
+    """Key as written by to_bytes (uint8), or by older files (a unicode scalar)."""
+    return arr.tobytes().decode() if arr.dtype == np.uint8 else str(arr)
 
 
 # --- building from a rig ----------------------------------------------------------------------
@@ -299,24 +318,21 @@ class ScatterMapCache:
         return self.directory / f"scatter_map_{key}.npz"
 
     def _load_file(self, key: str) -> ScatterMap | None:
-        from .private_cache import trusted_file
+        from .private_cache import read_trusted
 
-        if not self.directory or not trusted_file(self._path(key)):
+        blob = read_trusted(self._path(key), "scatter-map cache entry") if self.directory else None
+        if blob is None:
             return None
         try:
-            smap = ScatterMap.load(self._path(key))
+            smap = ScatterMap.from_bytes(blob, str(self._path(key)))
             return smap if smap.key == key else None
         except ScatterMapError:
-            return None  # corrupt cache entry: rebuild and overwrite
+            return None  # sealed but invalid (an older format): rebuilt and overwritten
 
     def _store_file(self, key: str, smap: ScatterMap) -> None:
-        from .private_cache import private_dir
+        from .private_cache import write_trusted
 
-        if private_dir(self.directory, "scatter-map cache") is None:
-            return
-        tmp = self._path(key).with_suffix(f".{os.getpid()}.tmp")
-        smap.save(tmp)
-        os.replace(tmp, self._path(key))
+        write_trusted(self._path(key), smap.to_bytes(), "scatter-map cache entry")
 
 
 _default_cache = ScatterMapCache()

@@ -12,11 +12,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from .paths import config_dir
+from .paths import default_rig_path
 from .rig import Axis, Rig, load_rig
 from .scatter_map import ScatterMap, build_scatter_map, scatter_map_from_ranks
-
-BASE_RIG = "nuscenes_bevdet_r50.yaml"
 
 # name -> (how it is derived, rig overrides)
 RIG_WORKLOADS: dict[str, tuple[str, dict]] = {
@@ -42,7 +40,7 @@ WORKLOADS = (*RIG_WORKLOADS, *SYNTHETIC_WORKLOADS)
 
 
 def base_rig() -> Rig:
-    return load_rig(config_dir() / "rigs" / BASE_RIG)
+    return load_rig(default_rig_path())
 
 
 def workload_rig(name: str) -> Rig:

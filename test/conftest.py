@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from bevpool_ros.paths import default_rig_path
+
 REPO = Path(__file__).resolve().parent.parent
-NUSCENES_RIG = REPO / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
+NUSCENES_RIG = default_rig_path()
 
 
 def _have_gpu() -> bool:

@@ -13,6 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from bevpool_ros.demo.session import isolate, ros_param_args
+from bevpool_ros.paths import default_rig_path
+
 REPO = Path(__file__).resolve().parent.parent
 DISCOVERY_TIMEOUT = 20.0
 
@@ -22,23 +25,13 @@ def isolate_ros_env() -> int:
     below Linux's ephemeral port range; pid and time spread concurrent runs over them."""
     if "BEVPOOL_TEST_DOMAIN" not in os.environ:
         os.environ["BEVPOOL_TEST_DOMAIN"] = str(1 + (os.getpid() * 7919 + time.time_ns() // 1000) % 101)
-    os.environ["ROS_DOMAIN_ID"] = os.environ["BEVPOOL_TEST_DOMAIN"]
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
-    from bevpool_ros.node.main import use_large_data_profile
-
-    use_large_data_profile()  # multi-MB tensors as single shared-memory messages
-    return int(os.environ["ROS_DOMAIN_ID"])
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    return isolate(int(os.environ["BEVPOOL_TEST_DOMAIN"]))  # + the node's DDS profile
 
 
 def ros_args(params: dict, name: str | None = None, namespace: str | None = None) -> list[str]:
-    out = ["--ros-args"]
-    for k, v in params.items():
-        if isinstance(v, bool):
-            v = "true" if v else "false"
-        elif isinstance(v, (list, tuple)):
-            v = "[" + ",".join(f"'{x}'" if isinstance(x, str) else repr(x) for x in v) + "]"
-        out += ["-p", f"{k}:={v}"]
+    out = ["--ros-args", *ros_param_args(params)]
     if name:
         out += ["-r", f"__node:={name}"]
     if namespace:
@@ -98,11 +91,11 @@ class RosGraph:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
-        from bevpool_ros.node.consumer import BevConsumer
-        from bevpool_ros.node.synthetic_publisher import SyntheticRigPublisher
+        from bevpool_ros.demo.consumer import BevConsumer
+        from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
         from bevpool_ros.rig import load_rig
 
-        self.rig = load_rig(rig_path or REPO / "config" / "rigs" / "nuscenes_bevdet_r50.yaml")
+        self.rig = load_rig(rig_path or default_rig_path())
         self.node = NodeProcess(node_params)
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
@@ -112,9 +105,8 @@ class RosGraph:
         self.executor.add_node(self.pub)
         self.executor.add_node(self.con)
         self._stamp = 1_000 * 1_000_000_000
-        ok = self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pub.pubs.items()
-                                         if k[1] != "camera_info")
-                             and self.con.bev_sub.get_publisher_count() > 0, DISCOVERY_TIMEOUT)
+        ok = self.spin_until(lambda: self.pub.subscribers_matched() and self.con.publisher_matched(),
+                             DISCOVERY_TIMEOUT)
         if not ok or not self.warm_up():
             out = self.node.output()
             self.close()

@@ -9,7 +9,7 @@ from rclpy.serialization import deserialize_message, serialize_message  # noqa: 
 
 from bevpool_ros import fp8  # noqa: E402
 from bevpool_ros.node.outputs import bev_feature_msg, stamp_to_ns  # noqa: E402
-from bevpool_ros.node.consumer import cell_center  # noqa: E402
+from bevpool_ros.demo.consumer import cell_center  # noqa: E402
 from bevpool_ros.node.tensor_codec import (DTYPE_CODES, TensorError, decode_any, fill_msg, from_msg,  # noqa: E402
                                            inspect_header, make_tensor)
 

@@ -51,7 +51,7 @@ def test_bev_equals_fp64_reference(graph, smap):
 
 
 def test_chw_fp16_and_fp8_inputs(graph, smap):
-    from bevpool_ros.node.synthetic_publisher import SyntheticRigPublisher
+    from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
 
     for dtype, layout in (("float16", "CHW"), ("float8_e4m3", "HWC")):
         alt = SyntheticRigPublisher(graph.rig, dtype=dtype, feature_layout=layout, context=graph.context,

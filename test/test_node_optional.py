@@ -56,7 +56,7 @@ def fake_message_filters(record):
 def test_message_filters_path_when_installed_and_asked(ros_context, monkeypatch, nuscenes_rig):
     from rclpy.executors import SingleThreadedExecutor
 
-    from bevpool_ros.node.consumer import BevConsumer
+    from bevpool_ros.demo.consumer import BevConsumer
     from bevpool_ros.node.tensor_codec import make_tensor
     from bevpool_ros.reference import pool_reference
     from bevpool_ros.scatter_map import build_scatter_map
@@ -116,7 +116,7 @@ def test_tf_extrinsics_update_the_calibration(ros_context, monkeypatch):
 
     tf2.Buffer, tf2.TransformListener = Buffer, TransformListener
     monkeypatch.setitem(sys.modules, "tf2_ros", tf2)
-    from bevpool_ros.node.synthetic_publisher import camera_info_msg
+    from bevpool_ros.demo.synthetic_publisher import camera_info_msg
 
     node = make_node(ros_context, ego_frame="ego")
     try:

@@ -1,6 +1,7 @@
 """Scatter-map builder: invariants, determinism, the independent cross-check, persistence, cache."""
 from __future__ import annotations
 
+import io
 from dataclasses import replace
 
 import numpy as np
@@ -126,3 +127,35 @@ def test_cache_hits_and_rebuilds_on_calibration_change(tmp_path, nuscenes_rig):
     np.testing.assert_array_equal(fresh.get(nuscenes_rig).ranks_bev, a.ranks_bev)
     (tmp_path / f"scatter_map_{a.key}.npz").write_bytes(b"garbage")
     np.testing.assert_array_equal(ScatterMapCache(directory=tmp_path).get(nuscenes_rig).ranks_bev, a.ranks_bev)
+
+
+def _fake_zip() -> bytes:
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("ranks_bev.npy", b"\x93NUMPY\x01\x00" + b"\x00" * 40)  # a header of null bytes
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "fake_zip", "bad_npy_header"])
+def test_damaged_cache_file_is_rebuilt(tmp_path, nuscenes_rig, damage):
+    """Whatever is in the cache file (plain npz bytes too), the cache rebuilds the map."""
+    good = ScatterMapCache(directory=tmp_path).get(nuscenes_rig)
+    path = tmp_path / f"scatter_map_{good.key}.npz"
+    blob = path.read_bytes()
+    path.write_bytes({"empty": b"", "truncated": blob[: len(blob) // 2], "fake_zip": _fake_zip(),
+                      "bad_npy_header": good.to_bytes()[:200]}[damage])
+    path.chmod(0o600)
+    fresh = ScatterMapCache(directory=tmp_path)
+    np.testing.assert_array_equal(fresh.get(nuscenes_rig).ranks_bev, good.ranks_bev)
+    assert fresh.misses == 1
+    assert ScatterMapCache(directory=tmp_path)._load_file(good.key) is not None  # rewritten intact
+
+
+@pytest.mark.parametrize("blob", [b"", b"PK\x03\x04", b"\x00" * 64])
+def test_from_bytes_raises_only_scatter_map_error(blob):
+    with pytest.raises(ScatterMapError, match="unreadable"):
+        ScatterMap.from_bytes(blob)
+    with pytest.raises(ScatterMapError, match="unreadable|missing keys"):
+        ScatterMap.from_bytes(_fake_zip())

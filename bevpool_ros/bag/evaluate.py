@@ -144,7 +144,7 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
 def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_params: dict | None = None,
                  params_file: str | None = None, rate: float = 1.0, atol: float = 1e-3,
                  drain_s: float = 2.0) -> EvalReport:
-    from ..node.session import PipelineSession
+    from ..demo.session import PipelineSession
     from ..rig import load_rig
 
     bag, out_bag = Path(bag), Path(out_bag)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..node.outputs import ns_to_time
-from ..node.synthetic_publisher import camera_info_msg
+from ..demo.synthetic_publisher import camera_info_msg
 from ..node.tensor_codec import make_tensor
 from ..rig import Rig
 from ..synthetic import SyntheticScene

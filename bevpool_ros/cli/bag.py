@@ -34,9 +34,9 @@ def _param_arg(text: str) -> tuple[str, object]:
 
 
 def main(argv=None) -> int:
-    from ..paths import config_dir
+    from ..paths import default_rig_path
 
-    default_rig = str(config_dir() / "rigs" / "nuscenes_bevdet_r50.yaml")
+    default_rig = str(default_rig_path())
     p = argparse.ArgumentParser(prog="bevpool-bag", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -96,7 +96,7 @@ def main(argv=None) -> int:
 
 def _play(bag: str, rate: float) -> int:
     from ..bag.play import BagPlayer
-    from ..node.session import run_until_done
+    from ..demo.session import run_until_done
 
     def start(player):
         print(f"playing {len(player.messages)} messages over {player.duration_s:.2f} s x {1 / rate:.2f}")

@@ -24,7 +24,7 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from ..node.session import PipelineSession
+    from ..demo.session import PipelineSession
     from ..reference import pool_reference
     from ..scatter_map import build_scatter_map
     from ..visualize import bev_to_rgb, save_png

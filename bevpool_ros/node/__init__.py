@@ -10,5 +10,5 @@ No ROS import, testable alone:
 With rclpy and the generated messages:
   node, main          bevpool_node (``bevpool_node`` console script)
   outputs, qos        BevFeature / Image messages, QoS profiles
-  synthetic_publisher, consumer, session   the demo / benchmark / test counterparts
+The demo / benchmark / test counterparts (publisher, consumer, session) live in bevpool_ros.demo.
 """

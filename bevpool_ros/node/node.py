@@ -19,7 +19,7 @@ from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescr
 from rclpy.node import Node
 
 from ..backends import BackendUnavailable, create_backend
-from ..paths import config_dir
+from ..paths import default_rig_path
 from ..rig import RigError, load_rig
 from . import params as P
 from .calibration import LiveCalibration
@@ -32,7 +32,6 @@ from .sync import CameraSetSynchronizer
 from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
-DEFAULT_RIG = "rigs/nuscenes_bevdet_r50.yaml"
 _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMETER_INTEGER,
           "double": ParameterType.PARAMETER_DOUBLE, "string": ParameterType.PARAMETER_STRING,
           "string_array": ParameterType.PARAMETER_STRING_ARRAY}
@@ -154,7 +153,7 @@ class BevPoolNode(Node):
         return self.declare_parameter(name, default, desc).value
 
     def _load_calibration(self) -> LiveCalibration:
-        path = self.cfg["rig_file"] or str(config_dir() / DEFAULT_RIG)
+        path = self.cfg["rig_file"] or str(default_rig_path())
         if not Path(path).is_file():
             raise StartupError(f"rig_file: {path} does not exist")
         try:

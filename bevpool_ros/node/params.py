@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..paths import DEFAULT_RIG
+
 
 @dataclass(frozen=True)
 class Param:
@@ -51,7 +53,7 @@ MiB = 1 << 20
 PARAMS: tuple[Param, ...] = (
     # calibration and geometry
     Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
-          "config/rigs/nuscenes_bevdet_r50.yaml from the package.", read_only=True),
+          f"config/{DEFAULT_RIG} from the package.", read_only=True),
     Param("camera_names", "string_array", [], "Cameras to subscribe, a subset of the rig's, in rig "
           "order. Empty: all rig cameras.", read_only=True),
     Param("ego_frame", "string", "base_link", "frame_id of the BEV message (the ego frame) and TF target."),

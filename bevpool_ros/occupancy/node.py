@@ -20,7 +20,6 @@ from ..node.tensor_codec import TensorError, inspect_header, to_float
 from ..node.throttle import ThrottledLog
 from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values
 
-DEFAULT_RIG = "nuscenes_bevdet_r50.yaml"
 PARAMETERS = {  # name: (default, description)
     "input_topic": ("bev/features", "BevFeature topic to score"),
     "output_topic": ("occupancy/grid", "nav_msgs/OccupancyGrid output topic"),
@@ -75,11 +74,11 @@ class OccupancyNode(Node):
                                f"coverage {'from rig ' + self.rig.name if self.rig else 'off'}")
 
     def _load_coverage(self):
-        from ..paths import rigs_dir
+        from ..paths import default_rig_path
         from ..rig import RigError, load_rig
         from ..scatter_map import scatter_map_for
 
-        path = self.cfg["rig_file"] or str(rigs_dir() / DEFAULT_RIG)
+        path = self.cfg["rig_file"] or str(default_rig_path())
         if not Path(path).is_file():
             raise StartupError(f"rig_file: {path} does not exist")
         try:

@@ -3,7 +3,7 @@
 Frames come from ``bevpool_ros.synthetic.SyntheticScene`` (objects around the vehicle, so the
 pooled BEV grid shows them). Messages are built once per scene frame and re-stamped, so the
 publisher itself costs little and can drive the node at 20 Hz and beyond.
-Standalone: ``python -m bevpool_ros.node.synthetic_publisher --rate 20 --frames 200``.
+Standalone: ``python -m bevpool_ros.demo.synthetic_publisher --rate 20 --frames 200``.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import numpy as np
 from rclpy.node import Node
 
 from ..rig import Rig
-from .outputs import ns_to_time
-from .qos import make_qos
-from .tensor_codec import make_tensor
+from ..node.outputs import ns_to_time
+from ..node.qos import make_qos
+from ..node.tensor_codec import make_tensor
 
 
 def camera_info_msg(rig: Rig, index: int, stamp, frame_id: str):
@@ -120,22 +120,26 @@ class SyntheticRigPublisher(Node):
     def done(self) -> bool:
         return self._timer is not None and self._timer.is_canceled()
 
+    def subscribers_matched(self) -> bool:
+        """Every tensor topic has a subscriber."""
+        return all(p.get_subscription_count() > 0 for k, p in self.pubs.items() if k[1] != "camera_info")
+
     def wait_for_subscribers(self, timeout: float = 15.0, spin=None) -> bool:
         """True once every tensor topic has a subscriber (discovery can take seconds)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if all(p.get_subscription_count() > 0 for k, p in self.pubs.items() if k[1] != "camera_info"):
+            if self.subscribers_matched():
                 return True
             spin(0.05) if spin else time.sleep(0.05)
         return False
 
 
 def main(argv=None) -> int:
-    from ..paths import config_dir
+    from ..paths import default_rig_path
     from ..rig import load_rig
 
     ap = argparse.ArgumentParser(description="Publish a synthetic nuScenes 6-camera scene for bevpool_node.")
-    ap.add_argument("--rig", default=str(config_dir() / "rigs" / "nuscenes_bevdet_r50.yaml"))
+    ap.add_argument("--rig", default=str(default_rig_path()))
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--frames", type=int, default=0, help="stop after this many frames (0: run until Ctrl-C)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "float8_e4m3"))

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 from rclpy.node import Node
 
-from .diagnostics import status_values
-from .outputs import image_to_rgb, stamp_to_ns
-from .qos import make_qos
-from .tensor_codec import decode_any
+from ..node.diagnostics import status_values
+from ..node.outputs import image_to_rgb, stamp_to_ns
+from ..node.qos import make_qos
+from ..node.tensor_codec import decode_any
 
 
 @dataclass
@@ -76,10 +76,13 @@ class BevConsumer(Node):
                         else int(arr.status[0].level), "message": arr.status[0].message, **status_values(arr)}
         return None
 
+    def publisher_matched(self) -> bool:
+        return self.bev_sub.get_publisher_count() > 0
+
     def wait_for_publishers(self, timeout: float = 15.0, spin=None) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.bev_sub.get_publisher_count() > 0:
+            if self.publisher_matched():
                 return True
             spin(0.05) if spin else time.sleep(0.05)
         return False

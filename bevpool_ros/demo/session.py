@@ -22,7 +22,7 @@ import numpy as np
 
 def isolate(domain: int | None = None) -> int:
     """A private DDS domain on localhost (unless ROS_DOMAIN_ID is already chosen) + the DDS profile."""
-    from .main import use_large_data_profile
+    from ..node.main import use_large_data_profile
 
     if domain is None:
         domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))  # 0..101: ports below the ephemeral range
@@ -33,9 +33,13 @@ def isolate(domain: int | None = None) -> int:
 
 
 def ros_param_args(params: dict) -> list[str]:
+    """``-p name:=value`` pairs for a node's command line (bools and lists in ROS syntax)."""
     out = []
     for k, v in params.items():
-        v = ("true" if v else "false") if isinstance(v, bool) else v
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, (list, tuple)):
+            v = "[" + ",".join(f"'{x}'" if isinstance(x, str) else repr(x) for x in v) + "]"
         out += ["-p", f"{k}:={v}"]
     return out
 
@@ -45,7 +49,7 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
     ``start(node)``, spin until ``node.done`` or Ctrl-C, then shut down cleanly."""
     import rclpy
 
-    from .main import use_large_data_profile
+    from ..node.main import use_large_data_profile
 
     use_large_data_profile()  # same Fast DDS profile as the node (multi-MB bursts)
     rclpy.init(args=ros_args)
@@ -85,13 +89,13 @@ class PipelineSession:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
-        from ..paths import config_dir
+        from ..paths import default_rig_path
         from ..rig import load_rig
         from .consumer import BevConsumer
         from .synthetic_publisher import SyntheticRigPublisher
 
         self.domain = isolate()
-        rig_path = rig_path or str(config_dir() / "rigs" / "nuscenes_bevdet_r50.yaml")
+        rig_path = rig_path or str(default_rig_path())
         self.rig = load_rig(rig_path)
         params = {"rig_file": rig_path, **(node_params or {})}
         args = [sys.executable, "-m", "bevpool_ros.node.main", "--ros-args"]
@@ -123,9 +127,7 @@ class PipelineSession:
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
         """Graph discovery both ways (never a fixed sleep)."""
-        return self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pub.pubs.items()
-                                           if k[1] != "camera_info")
-                               and self.con.bev_sub.get_publisher_count() > 0, timeout)
+        return self.spin_until(lambda: self.pub.subscribers_matched() and self.con.publisher_matched(), timeout)
 
     def run(self, frames: int, rate_hz: float, warmup: int = 0, drain_s: float = 2.0) -> RunResult:
         sent_at: dict[int, tuple[int, float]] = {}
