@@ -89,3 +89,16 @@ class DepthImageConverter:
         depth = depth_metres(msg, self.max_bytes)
         small = resize_nearest(self.xp.asarray(depth), self.height, self.width, self.xp)
         return depth_distribution(small, self.bins, self.mode, self.sigma, self.xp)
+
+
+def converters_for(cameras, modes, rig, distribution: str, sigma: float, max_bytes: int) -> dict:
+    """{camera: DepthImageConverter} for the cameras whose ``input.depth_mode`` is 'image'.
+
+    ``modes``: one value for every camera or one per camera (in ``cameras`` order); ValueError otherwise.
+    """
+    modes = list(modes)
+    if len(modes) not in (1, len(cameras)):
+        raise ValueError(f"input.depth_mode: {len(modes)} values for {len(cameras)} cameras (give 1 or {len(cameras)})")
+    per_camera = modes * len(cameras) if len(modes) == 1 else modes
+    return {cam: DepthImageConverter(rig, distribution, sigma, max_bytes)
+            for cam, mode in zip(cameras, per_camera) if mode == "image"}
