@@ -60,13 +60,15 @@ def save_png(path: str | Path, rgb: np.ndarray, upscale: int = 1) -> Path:
     return path
 
 
-def log_norm_limits(values: np.ndarray) -> tuple[float, float] | None:
-    """(vmin, vmax) of the positive finite values for a log colour scale; None when there are none."""
+def log_norm_limits(values: np.ndarray, decades: float = 4.0) -> tuple[float, float] | None:
+    """(vmin, vmax) for a log colour scale over the positive finite values, at most ``decades``
+    wide (float rounding residue far below the signal would otherwise take the whole scale)."""
     v = np.asarray(values, dtype=np.float64)
     positive = v[np.isfinite(v) & (v > 0)]
     if not positive.size:
         return None
-    lo, hi = float(positive.min()), float(positive.max())
+    hi = float(positive.max())
+    lo = max(float(positive.min()), hi * 10.0 ** -decades)
     return (lo, hi) if hi > lo else (lo / 10.0, hi)
 
 
@@ -79,7 +81,7 @@ def plot_bev(ax, values: np.ndarray, x_lower: float, y_lower: float, x_step: flo
     Y, X = values.shape
     limits = log_norm_limits(values) if log else None
     if limits is not None:
-        norm = colors.LogNorm(*limits)
+        norm = colors.LogNorm(*limits, clip=True)  # below the range: the darkest colour
         shown = np.where(values > 0, values, np.nan)  # zero cells: the axes' background colour
     else:
         norm, shown = None, values

@@ -8,6 +8,7 @@ evaluations sharing a machine never see each other's topics. Results come back a
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ def find_bags(paths) -> list[Path]:
 def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, params_file: str | None,
                  rate: float, atol: float, domain: int) -> dict:
     """One bag on DDS domain ``domain`` -> the report dict + what the HTML report plots."""
+    _default_sigint()
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     from ..node.main import use_large_data_profile
@@ -63,6 +65,15 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
                frame_errors=report.frame_errors, e2e_ms_all=report.e2e_ms,
                drops=drops_by_reason(report.diagnostics), bev_energy=last_bev_energy(out_bag))
     return out
+
+
+def _default_sigint() -> None:
+    """Ray workers ignore SIGINT, and an ignored signal stays ignored in the node they start, which
+    then cannot be stopped cleanly; a handler (unlike SIG_IGN) is reset to the default on exec."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave it
+        pass
 
 
 def drops_by_reason(diagnostics: dict) -> dict[str, int]:
