@@ -68,11 +68,12 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
 
 
 def _default_sigint() -> None:
-    """Ray workers ignore SIGINT, and an ignored signal stays ignored in the node they start, which
-    then cannot be stopped cleanly; a handler (unlike SIG_IGN) is reset to the default on exec."""
+    """Ray workers block SIGINT, and the node they start inherits the signal mask; it could then
+    not be stopped cleanly (the session would have to kill it). Unblock it, with the default handler."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    except ValueError:  # not the main thread: leave it
+    except ValueError:  # not the main thread: the handler stays as it is
         pass
 
 
