@@ -7,6 +7,7 @@ CI output stay free of carriage-return noise); otherwise a silent stand-in with 
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 
 
@@ -15,6 +16,9 @@ class _Silent:
         pass
 
     def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def refresh(self) -> None:
         pass
 
 
@@ -39,4 +43,21 @@ def track(items, desc: str = "", unit: str = "it", total: int | None = None):
     with progress_bar(total if total is not None else len(items), desc, unit) as bar:
         for item in items:
             yield item
+            bar.update(1)
+
+
+def run_with_progress(desc: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` under a one-step bar whose elapsed time keeps ticking (one long call,
+    e.g. a TensorRT engine build, that reports no progress of its own)."""
+    with progress_bar(total=1, desc=desc, unit="step") as bar:
+        done = threading.Event()
+
+        def tick():
+            while not done.wait(0.5):
+                bar.refresh()
+        threading.Thread(target=tick, daemon=True).start()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            done.set()
             bar.update(1)

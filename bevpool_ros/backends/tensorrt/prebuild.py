@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 
+from ...progress import run_with_progress
 from .builder import build_engine, engine_key, plugin_config_for
 from .engine_cache import EngineCache
 from .targets import Target, TargetError, known_target
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
         opts = {"out_scale": 1.0 / (args.fp8_scales[0] * args.fp8_scales[1]) if args.precision == "fp8" else 1.0}
         cfg, sched = plugin_config_for(smap, args.precision, target, **opts)
         key = engine_key(lib, smap, target, args.precision, cfg, sched)
-        built = build_engine(lib, smap, args.precision, target, **opts)
+        built = run_with_progress("TensorRT engine build", build_engine, lib, smap, args.precision, target, **opts)
     except (TensorRTMissing, TargetError, RuntimeError, ValueError, OSError) as e:
         print(f"prebuild failed: {e}", file=sys.stderr)
         return 1
