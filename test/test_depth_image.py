@@ -141,7 +141,8 @@ def test_depth_mode_per_camera(nuscenes_rig):
 
 # --- the node over DDS -----------------------------------------------------------------------
 MODES = ["image", "distribution", "image", "distribution", "image", "distribution"]
-SIZES = {0: ("32FC1", 64, 176), 2: ("16UC1", 37, 100), 4: ("32FC1", 900, 1600)}  # any resolution
+SIZES = {0: ("32FC1", 64, 176), 2: ("16UC1", 37, 100), 4: ("mono16", 900, 1600)}  # every depth encoding, any size
+MM = ("16UC1", "mono16")
 
 
 class DepthImageGraph:
@@ -195,7 +196,7 @@ class DepthImageGraph:
         images = {}
         for n, (enc, h, w) in SIZES.items():
             up = resize_nearest(metric[n], h, w)  # the camera sees finer than the feature grid
-            images[n] = (np.rint(up * 1000).astype(np.uint16) if enc == "16UC1" else up, enc)
+            images[n] = (np.rint(up * 1000).astype(np.uint16) if enc in MM else up, enc)
         return images, depth, feat
 
     def publish(self, index, edit_image=None):
@@ -234,7 +235,7 @@ class DepthImageGraph:
         _, _, H, W = self.rig.depth_shape
         d = depth.astype(np.float64).copy()
         for n, (arr, enc) in images.items():
-            d[n] = long_hand(arr.astype(np.float32) * (1e-3 if enc == "16UC1" else 1.0), bins, H, W)
+            d[n] = long_hand(arr.astype(np.float32) * (1e-3 if enc in MM else 1.0), bins, H, W)
         return pool_reference(d, feat, scatter_map_for(self.rig))
 
     def close(self):

@@ -228,3 +228,4 @@ def test_bad_parameters_exit_with_code_2():
     assert node.wait(60) == 2
     assert "threshold" in node.output()
     node.stop()
+
