@@ -13,11 +13,31 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from bevpool_ros.demo.session import isolate, ros_param_args
 from bevpool_ros.paths import default_rig_path
 
 REPO = Path(__file__).resolve().parent.parent
 DISCOVERY_TIMEOUT = 20.0
+# The node runs the best backend of the machine: a grid is checked at the tolerance of the
+# precision it says it ran (BevFeature.precision), as (rtol, atol per unit of max |reference|).
+# fp16/fp8 as the GPU kernel tests (test_cuda_backend_gpu.py, precision_select.FP8_*).
+TOLERANCE = {"fp32": (1e-4, 1e-5), "fp16": (1e-2, 1e-2), "fp8": (0.15, 2e-2)}
+BACKEND_PRECISIONS = {"cpu": ("fp32",), "cuda": ("fp16", "fp8"), "tensorrt": ("fp16", "fp8")}
+
+
+def assert_bev_matches(bev, ref, msg) -> None:
+    """``bev`` (from BevFeature ``msg``) equals the FP64 reference at the tolerance of the
+    backend and precision the node actually chose."""
+    assert msg.precision in BACKEND_PRECISIONS.get(msg.backend, ()), (msg.backend, msg.precision)
+    rtol, atol = TOLERANCE[msg.precision]
+    np.testing.assert_allclose(bev, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max())))
+
+
+def no_gpu_env() -> dict:
+    """Environment in which a node sees no GPU (cuda and tensorrt unavailable on any machine)."""
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="")
 
 
 def isolate_ros_env() -> int:

@@ -73,3 +73,33 @@ def test_eval_usage_errors():
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "record-synthetic", "x", "--skip", "CAM"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "FRAME:CAMERA" in r.stderr
+
+
+def _bag_cli(*args):
+    return subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("damage", ["truncated_mcap", "garbage_metadata"])
+def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, damage):
+    import shutil
+
+    path = tmp_path / "damaged"
+    shutil.copytree(bag[0], path)
+    if damage == "truncated_mcap":
+        mcap = next(path.glob("*.mcap"))
+        mcap.write_bytes(mcap.read_bytes()[: mcap.stat().st_size // 2])
+    else:
+        (path / "metadata.yaml").write_text("{{{: [\n")
+    for args in (("info", path), ("eval", path, "--out", tmp_path / "out")):
+        r = _bag_cli(*args)
+        assert r.returncode == 2, (args, r.stderr[-2000:])
+        assert "Traceback" not in r.stderr and str(path) in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert not (tmp_path / "out").exists()  # refused before a node was started
+
+
+def test_existing_output_is_refused(bag, tmp_path):
+    (tmp_path / "out").mkdir()
+    for args in (("eval", bag[0], "--out", tmp_path / "out"), ("record-synthetic", tmp_path / "out")):
+        r = _bag_cli(*args)
+        assert r.returncode == 2 and "already exists" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -10,9 +10,9 @@ import shutil
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
+from bevpool_ros.bag.io import BagError
 from bevpool_ros.bag.many import drops_by_reason, find_bags
 from bevpool_ros.bag.record import record_synthetic
 
@@ -52,9 +52,9 @@ def test_find_bags_takes_bags_and_folders(bags):
     found = find_bags([bags])
     assert [b.name for b in found] == ["drive_0", "drive_1", "drive_2"]
     assert find_bags([bags / "drive_1"]) == [bags / "drive_1"]
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(BagError, match="not a rosbag2 directory"):
         find_bags([bags / "nope"])
-    with pytest.raises(ValueError, match="unique"):
+    with pytest.raises(BagError, match="unique"):
         find_bags([bags / "drive_1", bags / "drive_1"])
 
 
@@ -109,8 +109,19 @@ def test_report_html_renders_its_plots_in_a_headless_browser(report_dir, tmp_pat
     assert bottom > 0.05, f"BEV pictures not visible ({bottom:.4f} coloured)"
 
 
-def test_usage_errors(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval-many", str(tmp_path / "none"),
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "not a rosbag2 directory" in r.stderr
-    np.testing.assert_equal(list(tmp_path.iterdir()), [])  # nothing written on bad usage
+def _eval_many(*args):
+    return subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval-many", *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_usage_errors_exit_2_before_anything_starts(tmp_path, bags, report_dir):
+    r = _eval_many(tmp_path / "none", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "not a rosbag2 directory" in r.stderr and "Traceback" not in r.stderr
+    broken = tmp_path / "broken"
+    shutil.copytree(bags / "drive_0", broken)
+    (broken / "metadata.yaml").write_text("rosbag2_bagfile_information: [\n")
+    r = _eval_many(broken, "--out", tmp_path / "o")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    r = _eval_many(bags, "--out", report_dir)  # the outputs of these bags are already there
+    assert r.returncode == 2 and "already holds outputs" in r.stderr
+    assert not (tmp_path / "o").exists()  # nothing written on bad usage

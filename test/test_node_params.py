@@ -104,7 +104,7 @@ def test_bad_parameters_at_start_up_exit_non_zero_with_a_clear_error(args, expec
     assert "Traceback" not in r.stderr
 
 
-def run_until_ready(*ros_args) -> tuple[int, str]:
+def run_until_ready(*ros_args, env=None) -> tuple[int, str]:
     """Start the node, read its output until it is ready (or refuses), stop it with SIGINT."""
     import signal
 
@@ -112,7 +112,8 @@ def run_until_ready(*ros_args) -> tuple[int, str]:
 
     isolate_ros_env()
     proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                            env=env)
     lines = []
     for line in proc.stdout:  # wait for the ready line, not a fixed time
         lines.append(line)
@@ -126,11 +127,13 @@ def run_until_ready(*ros_args) -> tuple[int, str]:
 
 @pytest.mark.ros
 def test_unavailable_backend_falls_back_with_exactly_one_warning():
-    rc, text = run_until_ready("-p", "backend:=cuda")
+    from ros_harness import no_gpu_env
+
+    rc, text = run_until_ready("-p", "backend:=cuda", env=no_gpu_env())  # unavailable on any machine
     assert rc == 0 and "backend cpu" in text, text
     warnings = [line for line in text.splitlines() if "WARN" in line or "Warning" in line]
     assert len(warnings) == 1 and "'cuda'" in warnings[0] and "running 'cpu'" in warnings[0], text
-    rc, text = run_until_ready("-p", "backend:=cuda", "-p", "backend_fallback:=false")
+    rc, text = run_until_ready("-p", "backend:=cuda", "-p", "backend_fallback:=false", env=no_gpu_env())
     assert rc == 2 and "backend 'cuda'" in text, text
 
 

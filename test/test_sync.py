@@ -166,6 +166,36 @@ def test_clock_jumping_back_restarts_instead_of_dropping_forever():
     assert len(full_set(s, 100_000 * MS, 0.0)) == 1
     feed(s, "A", 100_100 * MS, 0.1)                    # pending when the clock jumps
     out = full_set(s, 5 * MS, 0.2)                       # bag looped back to t = 5 ms
-    assert [o.stamp_ns for o in out] == [5 * MS]
+    assert [o.stamp_ns for o in out] == [5 * MS]         # the held messages were used: no set lost
     assert s.counts["clock_reset"] == 1 and s.counts["discarded_on_reset"] == 1
-    assert s.counts["out_of_order"] == 0 and s.counts["late"] == 0
+    assert s.counts["out_of_order"] == 0 and s.counts["late"] == 0 and s.counts["stray_stamp"] == 0
+    assert len(full_set(s, 105 * MS, 0.3)) == 1
+
+
+def test_one_stream_jumping_back_does_not_reset_the_others():
+    dropped = []
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0, on_drop=lambda r, d: dropped.append(r))
+    assert len(full_set(s, 100_000 * MS, 0.0)) == 1
+    feed(s, "A", 100_100 * MS, 0.1)
+    feed(s, "B", 100_100 * MS, 0.1)                    # a pending set of two cameras
+    feed(s, "C", 0, 0.15, streams=("depth",))           # one producer sends stamp 0
+    assert s.counts["clock_reset"] == 0 and s.pending_sets == 1 and s.held_messages == 1
+    out = feed(s, "C", 100_100 * MS, 0.2)               # C goes on normally and completes the set
+    assert [o.stamp_ns for o in out] == [100_100 * MS]
+    assert s.counts["stray_stamp"] == 1 and s.held_messages == 0 and "stray_stamp" in dropped
+
+
+def test_every_drop_is_reported_with_its_reason():
+    dropped = []
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=0.5, on_drop=lambda r, d: dropped.append((r, d)))
+    full_set(s, 100 * MS, 0.0)
+    full_set(s, 100 * MS, 0.01)                          # duplicates
+    feed(s, "A", 300 * MS, 0.02)
+    feed(s, "A", 250 * MS, 0.03)                         # out of order
+    s.poll(1.0)                                          # 300 times out without B and C
+    feed(s, "B", 290 * MS, 1.1)                          # late
+    reasons = {r for r, _ in dropped}
+    assert reasons == {"duplicate", "out_of_order", "incomplete_timeout", "late"}
+    assert sum(1 for r, _ in dropped if r != "incomplete_timeout") == sum(
+        s.counts[k] for k in ("duplicate", "out_of_order", "late"))
+    assert all("stamp" in d or "without" in d for _, d in dropped)

@@ -6,6 +6,7 @@ definitions it stores (``bevpool_msgs`` registered from its .msg files).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +15,25 @@ from typing import Iterator
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore, get_types_from_msg
 
+from ..node.logtext import clip
+
 OUR_TYPES = ("bevpool_msgs/msg/Tensor", "bevpool_msgs/msg/BevFeature")
+
+
+class BagError(ValueError):
+    """A bag that cannot be read or written (truncated, bad metadata, output already there)."""
+
+
+@contextlib.contextmanager
+def _bag_errors(path, doing: str):
+    """Whatever rosbags, mcap or CDR raise on a damaged bag becomes one BagError naming the file."""
+    try:
+        yield
+    except BagError:
+        raise
+    except Exception as e:
+        why = " ".join(str(e).split())  # one line, whatever the parser printed
+        raise BagError(clip(f"{path}: cannot {doing} ({type(e).__name__}: {why})", 300)) from None
 
 
 def _msg_dir() -> Path:
@@ -53,6 +72,8 @@ class BagWriter:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        if self.path.exists():
+            raise BagError(f"{self.path} already exists: choose another output or remove it")
         self.store = typestore()
         self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
         self._connections = {}
@@ -85,19 +106,20 @@ class BagMessage:
     def decode(self):
         from rclpy.serialization import deserialize_message
 
-        return deserialize_message(self.raw, message_class(self.msgtype))
+        with _bag_errors(self.topic, f"decode a {self.msgtype} message"):
+            return deserialize_message(self.raw, message_class(self.msgtype))
 
 
 def read_bag(path: str | Path, topics=None) -> Iterator[BagMessage]:
-    """Messages in log-time order (all topics, or those in ``topics``)."""
-    with Reader(Path(path)) as reader:
+    """Messages in log-time order (all topics, or those in ``topics``); BagError on a damaged bag."""
+    with _bag_errors(path, "read the bag"), Reader(Path(path)) as reader:
         conns = [c for c in reader.connections if topics is None or c.topic in topics]
         for conn, t_ns, raw in reader.messages(connections=conns):
             yield BagMessage(conn.topic, conn.msgtype, t_ns, bytes(raw))
 
 
 def bag_summary(path: str | Path) -> dict:
-    with Reader(Path(path)) as reader:
+    with _bag_errors(path, "read the bag"), Reader(Path(path)) as reader:
         return {"path": str(path), "messages": reader.message_count,
                 "duration_s": reader.duration / 1e9 if reader.message_count else 0.0,
                 "topics": {c.topic: {"type": c.msgtype, "count": c.msgcount} for c in reader.connections}}

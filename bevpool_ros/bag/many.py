@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..progress import progress_bar
+from .io import BagError
 
 # the ROS 2 domain ids whose Fast DDS ports stay below Linux's ephemeral range (see ros_harness)
 DOMAINS = range(1, 102)
@@ -36,12 +37,12 @@ def find_bags(paths) -> list[Path]:
         elif p.is_dir():
             bags += sorted(d for d in p.iterdir() if (d / "metadata.yaml").is_file())
         else:
-            raise FileNotFoundError(f"{p}: not a rosbag2 directory or a folder holding them")
+            raise BagError(f"{p}: not a rosbag2 directory or a folder holding them")
     if not bags:
-        raise FileNotFoundError("no rosbag2 directories in " + ", ".join(map(str, paths)))
+        raise BagError("no rosbag2 directories in " + ", ".join(map(str, paths)))
     names = [b.name for b in bags]
     if len(set(names)) != len(names):
-        raise ValueError(f"bag names must be unique (outputs are named after them): {names}")
+        raise BagError(f"bag names must be unique (outputs are named after them): {names}")
     return bags
 
 

@@ -11,7 +11,9 @@ scores every grid against the FP64 reference recomputed from the exact inputs it
 ``eval-many`` runs one such evaluation per bag as a Ray task (a local Ray instance, or the
 cluster at --address), each on its own DDS domain, and writes DIR/report.json, DIR/report.html
 (plots) and DIR/bags/<bag> (the node's output per bag).
-Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage.
+Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage
+(including a bag that cannot be read, e.g. truncated or with broken metadata, or an output that
+already exists): one line on stderr, no traceback.
 """
 from __future__ import annotations
 
@@ -74,7 +76,16 @@ def main(argv=None) -> int:
     many.add_argument("--local-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
     many.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
+    from ..bag.io import BagError
 
+    try:
+        return _run(args)
+    except BagError as e:
+        print(f"bevpool-bag {args.cmd}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
     if args.cmd == "record-synthetic":
         from ..rig import load_rig
         from ..bag.record import record_synthetic
@@ -96,7 +107,11 @@ def main(argv=None) -> int:
     if args.cmd == "eval-many":
         return _eval_many(args)
     from ..bag.evaluate import evaluate_bag
+    from ..bag.io import BagError, bag_summary
 
+    if Path(args.out).exists():  # before a node is started for nothing
+        raise BagError(f"--out {args.out} already exists: choose another output or remove it")
+    bag_summary(args.bag)  # a bag that cannot be read fails here, not half-way through a replay
     report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file, args.rate, args.atol)
     out = report.to_dict()
     print(json.dumps(out, indent=1))
@@ -114,14 +129,16 @@ def _eval_options(parser, default_rig: str) -> None:
 
 
 def _eval_many(args) -> int:
+    from ..bag.io import BagError, bag_summary
     from ..bag.many import TaskResources, evaluate_many, find_bags
     from ..bag.report import write_report
 
-    try:
-        bags = find_bags(args.bags)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"bevpool-bag eval-many: {e}", file=sys.stderr)
-        return 2
+    bags = find_bags(args.bags)
+    for bag in bags:  # every bag readable, every output free: checked before Ray and the nodes start
+        bag_summary(bag)
+    taken = [b.name for b in bags if (Path(args.out) / "bags" / b.name).exists()]
+    if taken:
+        raise BagError(f"--out {args.out} already holds outputs for {taken}: choose another folder or remove it")
     results = evaluate_many(bags, Path(args.out), args.rig, dict(args.param), args.params_file, args.rate,
                             args.atol, args.address, TaskResources(args.num_cpus, args.num_gpus),
                             args.local_cpus, show_progress=not args.no_progress)

@@ -23,12 +23,13 @@ from ..paths import default_rig_path
 from ..rig import RigError, load_rig
 from . import params as P
 from .calibration import LiveCalibration
-from .diagnostics import diagnostic_array
+from .diagnostics import RecentCounts, diagnostic_array, health
 from .latency import RollingStats
 from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
+from .logtext import clip, shown
 from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
@@ -39,6 +40,10 @@ _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMET
 _SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_policy",
                 "sync.min_cameras", "sync.max_pending_sets")
 
+
+DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
+DEPTH_MAX = 1.01                      # a distribution's values lie in [0, 1]; 1 % for float16/fp8 rounding
+FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected")
@@ -92,7 +97,7 @@ class BevPoolNode(Node):
         self._declare_extrinsics()
         self.depth_images = self._depth_image_inputs()  # camera -> converter, for depth cameras only
         self.backend, self.backend_requested = self._create_backend()
-        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args())
+        self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args(), on_drop=self._sync_dropped)
         self._sync_lock = threading.Lock()
         self.latency = RollingStats(self.cfg["diagnostics.latency_window"])   # last input -> published
         self.pool_time = RollingStats(self.cfg["diagnostics.latency_window"])
@@ -101,8 +106,8 @@ class BevPoolNode(Node):
         self.stages = {k: RollingStats(self.cfg["diagnostics.latency_window"])
                        for k in ("queue_wait", "assemble", "message", "publish")}
         self._published = 0
-        self._last_diag_counts: Counter[str] = Counter()
-        self._warn_until, self._warn_text = 0.0, ""
+        self._recent = RecentCounts(2.0, time.monotonic())                   # counter growth behind the diagnostics level
+        self._last_drop_detail: dict[str, str] = {}        # reason -> latest detail (the ERROR text names it)
         self._camera_info_seen: dict[str, tuple] = {}
         self._camera_frames: dict[str, str] = {}
 
@@ -161,9 +166,9 @@ class BevPoolNode(Node):
             calib = LiveCalibration(load_rig(path), self.cfg["camera_names"])
         except RigError as e:
             raise StartupError(f"rig_file {path}: {e}") from None
-        if self.cfg["sync.min_cameras"] > len(calib.camera_names):
-            raise StartupError(f"sync.min_cameras: {self.cfg['sync.min_cameras']} > number of cameras "
-                               f"{len(calib.camera_names)}")
+        errors = P.check_all(self.cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
+        if errors:
+            raise StartupError("; ".join(errors))
         return calib
 
     def _depth_image_inputs(self) -> dict:
@@ -296,11 +301,16 @@ class BevPoolNode(Node):
         rig = self.calibration.rig
         N, D, H, W = rig.depth_shape
         if stream == "depth":
+            if header.layout not in DEPTH_LAYOUTS:
+                raise TensorError("bad_layout", f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
+            if self.cfg["input.check_depth_range"] and arr.size and not (arr.min() >= 0 and arr.max() <= DEPTH_MAX):
+                raise TensorError("depth_out_of_range", f"depth values span [{float(arr.min()):.4g}, "
+                                  f"{float(arr.max()):.4g}], a distribution lies in [0, 1]")
             want = (D, H, W)
         else:
             layout = header.layout or self.cfg["input.feature_layout"]
-            if layout not in ("HWC", "CHW"):
-                raise TensorError("bad_shape", f"feature layout {layout!r} (expected HWC or CHW)")
+            if layout not in FEATURE_LAYOUTS:
+                raise TensorError("bad_layout", f"feature layout {shown(layout)} (expected HWC, CHW or empty)")
             if layout == "CHW" and arr.ndim == 3:
                 arr = arr.transpose(1, 2, 0)  # a view; the one copy happens when the set is stacked
             want = (H, W, rig.channels)
@@ -308,15 +318,26 @@ class BevPoolNode(Node):
             raise TensorError("bad_shape", f"{stream} shape {tuple(arr.shape)} != expected {want}")
         return arr
 
+    def _check_stamp(self, stamp_ns: int) -> None:
+        """Stamp 0 (never set) and stamps from the future are not capture times."""
+        if stamp_ns == 0:
+            raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
+        ahead_s = (stamp_ns - self.get_clock().now().nanoseconds) / 1e9
+        if ahead_s > self.cfg["sync.max_future_s"]:
+            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's clock "
+                              f"(sync.max_future_s {self.cfg['sync.max_future_s']})")
+
     def _on_tensor(self, msg, camera: str, stream: str) -> None:
         now = time.perf_counter()
+        stamp_ns = stamp_to_ns(msg.header.stamp)
         try:
+            self._check_stamp(stamp_ns)
             arr = self._check_tensor(msg, camera, stream)
         except TensorError as e:
             self._drop(e.reason, f"{camera}/{stream}: {e.detail}")
             return
         with self._sync_lock:
-            sets = self.sync.add(camera, stream, stamp_to_ns(msg.header.stamp), arr, now)
+            sets = self.sync.add(camera, stream, stamp_ns, arr, now)
         for s in sets:
             self.worker.submit(s)
 
@@ -329,6 +350,7 @@ class BevPoolNode(Node):
         for i, msg in enumerate(msgs):
             cam, stream = self.cameras[i // 2], ("depth", "feat")[i % 2]
             try:
+                self._check_stamp(stamp_to_ns(msg.header.stamp))
                 arr = self._check_tensor(msg, cam, stream)
             except TensorError as e:
                 self._drop(e.reason, f"{cam}/{stream}: {e.detail}")
@@ -363,7 +385,7 @@ class BevPoolNode(Node):
             try:
                 tf = self._tf_buffer.lookup_transform(self.cfg["ego_frame"], frame, Time())
             except Exception as e:
-                self.warn("tf_lookup", f"TF {self.cfg['ego_frame']} <- {frame} unavailable: {e}")
+                self.warn("tf_lookup", clip(f"TF {self.cfg['ego_frame']} <- {shown(frame)} unavailable: {e}", 300))
                 continue
             t, q = tf.transform.translation, tf.transform.rotation
             try:
@@ -417,7 +439,13 @@ class BevPoolNode(Node):
 
     def _drop(self, reason: str, detail: str) -> None:
         self._count(reason)
+        self._last_drop_detail[reason] = detail = clip(detail)
         self.warn(reason, f"dropped ({reason}): {detail}")
+
+    def _sync_dropped(self, reason: str, detail: str) -> None:
+        """The synchroniser counted a drop (sync_<reason>): say so, throttled per reason."""
+        self._last_drop_detail[f"sync_{reason}"] = detail = clip(detail)
+        self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {detail}")
 
     # diagnostics ------------------------------------------------------------------------
     def snapshot(self) -> dict:
@@ -456,24 +484,17 @@ class BevPoolNode(Node):
 
     def _publish_diagnostics(self) -> None:
         values = self.snapshot()
-        drop_keys = [k for k in values if k.startswith("dropped_") or k in (
-            "sync_incomplete_timeout", "sync_evicted", "sync_superseded", "sync_late", "sync_duplicate",
-            "sync_out_of_order")]
-        new = {k: int(values[k]) - self._last_diag_counts.get(k, 0) for k in drop_keys}
-        self._last_diag_counts.update({k: int(values[k]) for k in drop_keys})
-        fresh = {k: v for k, v in new.items() if v > 0}
-        now = time.monotonic()
-        if fresh:  # WARN stays up a while, so a one-off drop is visible in a monitor
-            self._warn_until = now + max(2.0, 3 * self.cfg["diagnostics.period_s"])
-            self._warn_text = "recent drops: " + ", ".join(f"{k}+{v}" for k, v in sorted(fresh.items()))
+        totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
+        totals["published"] = int(values["sets_published"])
+        # a drop stays visible a few periods, so a monitor polling slower than us still sees it
+        self._recent.window_s = max(2.0, 3 * self.cfg["diagnostics.period_s"])
+        level, text = health(self._recent.update(time.monotonic(), totals), self._last_drop_detail)
         if self.calibration.invalid:
             level, text = "ERROR", f"no usable calibration for {sorted(self.calibration.invalid)}"
-        elif now < self._warn_until:
-            level, text = "WARN", self._warn_text
-        elif self.backend_requested not in ("best", self.backend.name):
+        elif level == "OK" and self.backend_requested not in ("best", self.backend.name):
             level, text = "WARN", f"running {self.backend.name}, {self.backend_requested} unavailable"
-        else:
-            level, text = "OK", f"{values['sets_published']} sets published"
+        elif level == "OK":
+            text = f"{values['sets_published']} sets published"
         self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(),
                                                f"{self.get_name()}: bev pooling", str(values["device"]),
                                                level, text, values))
@@ -494,14 +515,41 @@ class BevPoolNode(Node):
                 continue
             if p.name in P.BY_NAME:
                 proposed[p.name] = p.value
-        errors += [e for p in changes if p.name in P.BY_NAME and (e := P.check(p.name, p.value))]
-        if not errors and proposed["sync.min_cameras"] > len(self.cameras):
-            errors.append(f"sync.min_cameras: {proposed['sync.min_cameras']} > number of cameras {len(self.cameras)}")
+        errors += P.check_all(proposed, num_cameras=len(self.cameras))
         if errors:
-            self._count("parameter_rejected")
-            self.get_logger().warning("parameter change rejected: " + "; ".join(errors))
             return SetParametersResult(successful=False, reason="; ".join(errors))
         return SetParametersResult(successful=True)
+
+    def set_parameters_atomically(self, parameter_list):
+        """Every rejection (by the descriptors: type, range, read-only; or by
+        _validate_parameters) is counted and logged with a reason that names the parameter.
+        The parameter services and set_parameters() all come through here."""
+        result = super().set_parameters_atomically(parameter_list)
+        if not result.successful:
+            result.reason = self._readable_rejection(parameter_list, result.reason)
+            self._count("parameter_rejected")
+            self.warn("parameter_rejected", f"parameter change rejected: {clip(result.reason, 300)}")
+        return result
+
+    def set_parameters(self, parameter_list):
+        return [self.set_parameters_atomically([p]) for p in parameter_list]
+
+    def _readable_rejection(self, params, reason: str) -> str:
+        """rclpy's descriptor messages ("Wrong parameter type, expected '3' got '4'") in words."""
+        from rclpy.parameter import Parameter
+
+        why = []
+        for p in params:
+            spec = P.BY_NAME.get(p.name)
+            if spec is not None and spec.read_only:
+                why.append(f"{p.name}: read-only (set it at start-up)")
+            elif spec is not None and (err := spec.check(p.value)):
+                why.append(err)
+            elif reason.startswith("Wrong parameter type") and self.has_parameter(p.name):
+                want = Parameter.Type(self.describe_parameter(p.name).type).name.lower()
+                why.append(f"{p.name}: expected {want}, got {p.type_.name.lower()} {shown(p.value)}"
+                           + (" (write 1.0, not 1)" if want == "double" and p.type_ == Parameter.Type.INTEGER else ""))
+        return "; ".join(why) or reason
 
     def _apply_parameters(self, changes) -> None:
         for p in changes:

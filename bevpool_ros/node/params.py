@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..paths import DEFAULT_RIG
+from .logtext import shown
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ class Param:
             "string_array": isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value),
         }[t]
         if not ok_type:
-            return f"{self.name}: expected {t}, got {value!r}"
+            return f"{self.name}: expected {t}, got {shown(value)}"
         if t in ("integer", "double"):
             if not math.isfinite(float(value)):
                 return f"{self.name}: must be finite, got {value}"
@@ -45,7 +46,7 @@ class Param:
             if self.high is not None and value > self.high:
                 return f"{self.name}: {value} above maximum {self.high}"
         if self.choices and value not in self.choices:
-            return f"{self.name}: {value!r} not one of {list(self.choices)}"
+            return f"{self.name}: {shown(value)} not one of {list(self.choices)}"
         return None
 
 
@@ -82,6 +83,8 @@ PARAMS: tuple[Param, ...] = (
           "present (<= number of cameras).", low=1, high=64),
     Param("sync.max_pending_sets", "integer", 4, "Sets waiting for cameras at once; one more evicts the "
           "oldest (bounds memory under floods).", low=1, high=64),
+    Param("sync.max_future_s", "double", 1.0, "Tensors stamped more than this ahead of the node's clock "
+          "are dropped (stamp_in_future); stamp 0 is always dropped (stamp_zero), seconds.", low=0.0, high=3600.0),
     Param("sync.use_message_filters", "bool", False, "Use message_filters.ApproximateTimeSynchronizer "
           "instead of the built-in synchroniser (only when message_filters is installed).", read_only=True),
     # inputs
@@ -93,6 +96,8 @@ PARAMS: tuple[Param, ...] = (
     Param("input.max_tensor_bytes", "integer", 64 * MiB, "Larger tensors are refused before any "
           "allocation by the node.", low=1024, high=2 ** 31 - 1),
     Param("input.check_finite", "bool", True, "Drop tensors holding NaN or Inf."),
+    Param("input.check_depth_range", "bool", True, "Drop depth tensors with a value outside a "
+          "distribution's range [0, 1.01] (depth_out_of_range)."),
     Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
           choices=("best_effort", "reliable"), read_only=True),
     Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
@@ -150,7 +155,7 @@ def check_all(values: dict[str, Any], num_cameras: int | None = None) -> list[st
     for n in ("input.depth_topic", "input.feat_topic", "input.camera_info_topic"):
         v = values.get(n)
         if isinstance(v, str) and "{camera}" not in v:
-            errors.append(f"{n}: must contain '{{camera}}', got {v!r}")
+            errors.append(f"{n}: must contain '{{camera}}', got {shown(v)}")
     return errors
 
 

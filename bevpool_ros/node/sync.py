@@ -18,11 +18,15 @@ Policy (docs/ros_interface.md, "Synchronisation"):
   messages wait in the pending set until the late one arrives or the timeout resolves it.
 * Per-message drops: ``duplicate`` (same stamp again on a stream), ``out_of_order`` (older
   than the stream's newest accepted stamp), ``late`` (older than the last emitted set: its
-  set is gone). A stamp more than 2 s behind its stream's newest is a clock reset (a bag
-  loops, a simulator restarts): everything pending is discarded and counted, and the
-  synchroniser starts over (``clock_reset``). At most ``max_pending`` sets wait; one more evicts the oldest (resolved by
+  set is gone). A stamp more than 2 s behind its stream's newest is held back (one per
+  stream): when most streams (more than half) jumped back, the clock really was reset (a bag
+  loops, a simulator restarts): everything pending is discarded and counted, the synchroniser
+  starts over (``clock_reset``) and the held messages are used. A jump on a few streams only
+  is one producer's bad stamp: it never discards the other cameras' sets, and the held
+  message is dropped (``stray_stamp``) once its stream goes on normally. At most ``max_pending`` sets wait; one more evicts the oldest (resolved by
   the policy, counted ``evicted``), which bounds memory under any flood.
-Every outcome increments exactly one counter in :attr:`CameraSetSynchronizer.counts`.
+Every outcome increments exactly one counter in :attr:`CameraSetSynchronizer.counts`; every
+drop among them is also reported to ``on_drop(reason, detail)`` (the node logs it, throttled).
 """
 from __future__ import annotations
 
@@ -75,14 +79,17 @@ class _Pending:
 
 class CameraSetSynchronizer:
     def __init__(self, cameras, slop: float = 0.02, camera_timeout: float = 0.1,
-                 missing_policy: str = "drop", min_cameras: int = 1, max_pending: int = 4):
+                 missing_policy: str = "drop", min_cameras: int = 1, max_pending: int = 4,
+                 on_drop=None):
         self.cameras = tuple(cameras)
+        self._on_drop = on_drop or (lambda reason, detail: None)
         if not self.cameras or len(set(self.cameras)) != len(self.cameras):
             raise ValueError(f"cameras: need distinct names, got {self.cameras}")
         self.counts: Counter[str] = Counter()
         self.missing_by_camera: Counter[str] = Counter()
         self._pending: list[_Pending] = []          # sorted by lo stamp
         self._newest: dict[tuple[str, str], int] = {}
+        self._held: dict[tuple[str, str], tuple[int, Any, float]] = {}  # jumped back, awaiting a majority
         self._last_emitted_ns: int | None = None
         self.configure(slop, camera_timeout, missing_policy, min_cameras, max_pending)
 
@@ -118,14 +125,16 @@ class CameraSetSynchronizer:
         key = (camera, stream)
         newest = self._newest.get(key)
         if newest is not None and stamp_ns < newest - CLOCK_RESET_NS:
-            self.reset()
-            self.counts["clock_reset"] += 1
-            newest = None
+            return self._jumped_back(camera, stream, stamp_ns, payload, now, newest)
+        if key in self._held:
+            self._drop_held(key, "its stream went on without it")
         if newest is not None and stamp_ns <= newest:
-            self.counts["duplicate" if stamp_ns == newest else "out_of_order"] += 1
+            self._dropped("duplicate" if stamp_ns == newest else "out_of_order",
+                          f"{camera}/{stream} stamp {stamp_ns} ns, the stream's newest is {newest} ns")
             return []
         if self._last_emitted_ns is not None and stamp_ns <= self._last_emitted_ns:
-            self.counts["late"] += 1
+            self._dropped("late", f"{camera}/{stream} stamp {stamp_ns} ns, its set already left "
+                          f"(last set {self._last_emitted_ns} ns)")
             return []
         self._newest[key] = stamp_ns
         out = self.poll(now)  # time-outs first, so a stale set cannot swallow this message
@@ -164,14 +173,43 @@ class CameraSetSynchronizer:
             out += self._resolve(p, now, "incomplete_timeout" if i in expired else "superseded")
         return out
 
+    @property
+    def held_messages(self) -> int:
+        return len(self._held)
+
     def reset(self) -> None:
         """Forget pending sets and stream history (after a calibration or parameter change)."""
+        for key in list(self._held):
+            self._drop_held(key, "the synchroniser was reset")
         self.counts["discarded_on_reset"] += len(self._pending)
         self._pending.clear()
         self._newest.clear()
         self._last_emitted_ns = None
 
     # internals --------------------------------------------------------------------------
+    def _jumped_back(self, camera: str, stream: str, stamp_ns: int, payload: Any, now: float,
+                     newest: int) -> list[CameraSet]:
+        key = (camera, stream)
+        if key in self._held:
+            self._drop_held(key, "a newer jumped-back message replaced it")
+        self._held[key] = (stamp_ns, payload, now)
+        if 2 * len(self._held) <= len(self.cameras) * len(STREAMS):
+            return []  # a few streams alone do not restart every camera
+        held, self._held = self._held, {}
+        pending = len(self._pending)
+        self.reset()
+        self._dropped("clock_reset", f"{len(held)} streams jumped back (e.g. {camera}/{stream} by "
+                      f"{(newest - stamp_ns) / 1e9:.1f} s): starting over, {pending} pending set(s) discarded")
+        out = []
+        for (cam, st), (s, p, _) in sorted(held.items(), key=lambda kv: kv[1][2]):  # arrival order
+            out += self.add(cam, st, s, p, now)  # their sets start now: the timeout counts from the reset
+        return out
+
+    def _drop_held(self, key: tuple[str, str], why: str) -> None:
+        stamp_ns = self._held.pop(key)[0]
+        self._dropped("stray_stamp", f"{key[0]}/{key[1]} stamp {stamp_ns} ns jumped back alone ({why})")
+
+
     def _is_complete(self, p: _Pending) -> bool:
         return all(len(p.frames.get(c, {})) == len(STREAMS) for c in self.cameras)
 
@@ -186,7 +224,7 @@ class CameraSetSynchronizer:
             self.missing_by_camera[c] += 1
         if self.policy == "zero_fill" and len(present) >= self.min_cameras:
             return [self._emit(p, now, complete=False, present=present)]
-        self.counts[why] += 1
+        self._dropped(why, f"set {p.hi} ns without {', '.join(missing)}")
         self._mark_emitted(p)  # its stragglers are late now, whatever happened to it
         return []
 
@@ -198,6 +236,10 @@ class CameraSetSynchronizer:
         self.counts["sets_complete" if complete else "sets_partial"] += 1
         self._mark_emitted(p)
         return s
+
+    def _dropped(self, reason: str, detail: str) -> None:
+        self.counts[reason] += 1
+        self._on_drop(reason, detail)
 
     def _mark_emitted(self, p: _Pending) -> None:
         self._last_emitted_ns = max(self._last_emitted_ns or p.hi, p.hi)

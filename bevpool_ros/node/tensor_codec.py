@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import fp8
 from ..backends.base import all_finite
+from .logtext import shown
 
 # Codes as in msg/Tensor.msg (kept here too so this module imports without the messages).
 DTYPE_CODES = {
@@ -54,10 +55,10 @@ def inspect_header(msg, max_bytes: int) -> TensorHeader:
     """Validate dtype code, shape, declared size and payload length; no allocation."""
     name = CODE_NAMES.get(int(msg.dtype))
     if name is None:
-        raise TensorError("bad_dtype", f"unknown dtype code {msg.dtype}")
+        raise TensorError("bad_dtype", f"unknown dtype code {int(msg.dtype)}")
+    if len(msg.shape) > 8:
+        raise TensorError("bad_shape", f"{len(msg.shape)} dimensions (at most 8)")
     shape = tuple(int(s) for s in msg.shape)
-    if len(shape) > 8:
-        raise TensorError("bad_shape", f"{len(shape)} dimensions (at most 8)")
     # Python integers: a hostile shape cannot overflow the size computation
     nbytes = math.prod(shape) * ITEMSIZE[name]
     if nbytes > max_bytes:
@@ -69,7 +70,7 @@ def inspect_header(msg, max_bytes: int) -> TensorHeader:
         raise TensorError("bad_size", f"payload {got} bytes, shape {list(shape)} {name} needs {nbytes}")
     layout = str(msg.layout)
     if layout and len(layout) != len(shape):
-        raise TensorError("bad_shape", f"layout {layout!r} names {len(layout)} dims, shape has {len(shape)}")
+        raise TensorError("bad_shape", f"layout {shown(layout)} names {len(layout)} dims, shape has {len(shape)}")
     return TensorHeader(name, shape, layout, nbytes)
 
 
@@ -135,7 +136,7 @@ def fill_msg(msg, arr: np.ndarray, name: str = "", layout: str = "", dtype: str 
             raise TensorError("bad_dtype", f"cannot encode dtype {dtype}")
         payload = arr if reuse is not None else np.ascontiguousarray(arr, dtype=STORAGE[dtype])
     if layout and len(layout) != arr.ndim:
-        raise TensorError("bad_shape", f"layout {layout!r} does not match {arr.ndim} dims")
+        raise TensorError("bad_shape", f"layout {shown(layout)} does not match {arr.ndim} dims")
     msg.name = name
     msg.layout = layout
     msg.shape = [int(s) for s in arr.shape]
