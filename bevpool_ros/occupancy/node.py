@@ -53,6 +53,7 @@ class OccupancyNode(Node):
     def __init__(self, node_name: str = "bevpool_occupancy", **kwargs):
         super().__init__(node_name, **kwargs)
         from bevpool_msgs.msg import BevFeature
+        from diagnostic_msgs.msg import DiagnosticArray
         from nav_msgs.msg import OccupancyGrid
 
         self.cfg = {k: self.declare_parameter(k, default, _descriptor(text)).value
@@ -68,7 +69,7 @@ class OccupancyNode(Node):
         qos = make_qos("reliable", 2)
         self.pub = self.create_publisher(OccupancyGrid, self.cfg["output_topic"], qos)
         self.sub = self.create_subscription(BevFeature, self.cfg["input_topic"], self._on_bev, qos)
-        self.diag_pub = self.create_publisher(_diag_type(), "/diagnostics", 10)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(float(self.cfg["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(f"ready: {self.cfg['input_topic']} -> {self.cfg['output_topic']}, "
                                f"coverage {'from rig ' + self.rig.name if self.rig else 'off'}")
@@ -152,12 +153,6 @@ def _descriptor(text: str):
     from rcl_interfaces.msg import ParameterDescriptor
 
     return ParameterDescriptor(description=text)
-
-
-def _diag_type():
-    from diagnostic_msgs.msg import DiagnosticArray
-
-    return DiagnosticArray
 
 
 def main(argv=None) -> int:
