@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .image_codec import ImageError, image_to_array
+from .node.logtext import shown
 
 DEPTH_ENCODINGS = {"32FC1": 1.0, "16UC1": 1e-3, "mono16": 1e-3}  # encoding -> metres per unit
 DISTRIBUTIONS = ("one_hot", "gaussian")
@@ -41,7 +42,7 @@ class DepthBins:
 def depth_metres(msg, max_bytes: int = 1 << 31) -> np.ndarray:
     """[h, w] float32 metres from a depth Image; ImageError for any other encoding."""
     if msg.encoding not in DEPTH_ENCODINGS:
-        raise ImageError("bad_encoding", f"depth encoding {msg.encoding!r}, expected one of {sorted(DEPTH_ENCODINGS)}")
+        raise ImageError("bad_encoding", f"depth encoding {shown(msg.encoding)}, expected one of {sorted(DEPTH_ENCODINGS)}")
     raw = image_to_array(msg, max_bytes)
     scale = DEPTH_ENCODINGS[msg.encoding]
     return raw.astype(np.float32) * np.float32(scale) if scale != 1.0 else raw.astype(np.float32, copy=False)

@@ -11,6 +11,7 @@ import array
 
 import numpy as np
 
+from .node.logtext import shown
 from .node.tensor_codec import TensorError, _set_payload
 
 # encoding -> (numpy dtype, channels); the encodings a depth camera or a visualisation uses
@@ -39,7 +40,7 @@ _BRIDGE = _cv_bridge()
 def check_image(msg, max_bytes: int) -> tuple[np.dtype, int]:
     """(dtype, channels) of a well-formed image; ImageError otherwise. No allocation."""
     if msg.encoding not in ENCODINGS:
-        raise ImageError("bad_encoding", f"encoding {msg.encoding!r} not in {sorted(ENCODINGS)}")
+        raise ImageError("bad_encoding", f"encoding {shown(msg.encoding)} not in {sorted(ENCODINGS)}")
     dtype, channels = ENCODINGS[msg.encoding]
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     row = width * channels * np.dtype(dtype).itemsize
@@ -74,7 +75,7 @@ def array_to_image(arr: np.ndarray, encoding: str, header=None):
     from sensor_msgs.msg import Image
 
     if encoding not in ENCODINGS:
-        raise ImageError("bad_encoding", f"cannot write encoding {encoding!r}")
+        raise ImageError("bad_encoding", f"cannot write encoding {shown(encoding)}")
     dtype, channels = ENCODINGS[encoding]
     arr = np.ascontiguousarray(arr, dtype=np.dtype(dtype).newbyteorder("<"))
     if arr.ndim != (2 if channels == 1 else 3) or (channels > 1 and arr.shape[2] != channels):

@@ -302,6 +302,7 @@ def _too_large(msg):
 
 @pytest.mark.ros
 @pytest.mark.parametrize("reason, edit", [("bad_encoding", _reencode("rgb8")), ("bad_encoding", _reencode("8UC3")),
+                                          ("bad_encoding", _reencode("Q" * 1_000_000)),  # one short log line
                                           ("bad_size", _truncate), ("too_large", _too_large)])
 def test_bad_depth_images_are_dropped_counted_and_the_node_goes_on(graph, reason, edit):
     key = f"dropped_{reason}"
@@ -316,6 +317,7 @@ def test_bad_depth_images_are_dropped_counted_and_the_node_goes_on(graph, reason
     assert graph.spin_until(grown, 10.0), graph.node.output()[-3000:]
     assert stamp not in graph.con.by_stamp()
     assert graph.node.alive()
+    assert max(map(len, graph.node.output().splitlines())) < 1000  # input text is cut in log lines
     got, images, depth, feat = graph.publish_and_wait(5)
     assert got is not None
     _close(got.bev, graph.expected(images, depth, feat))

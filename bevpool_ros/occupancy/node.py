@@ -15,6 +15,7 @@ import numpy as np
 from rclpy.node import Node
 
 from ..node.diagnostics import diagnostic_array
+from ..node.logtext import shown
 from ..node.qos import make_qos
 from ..node.tensor_codec import TensorError, inspect_header, to_float
 from ..node.throttle import ThrottledLog
@@ -103,7 +104,7 @@ class OccupancyNode(Node):
     def values_for(self, msg) -> np.ndarray:
         """int8 [Y, X] for one BevFeature; raises TensorError naming the drop reason."""
         if msg.layout != "ZYXC":
-            raise TensorError("bad_layout", f"layout {msg.layout!r}, expected ZYXC")
+            raise TensorError("bad_layout", f"layout {shown(msg.layout)}, expected ZYXC")
         if not np.isclose(msg.resolution_x, msg.resolution_y) or msg.resolution_x <= 0:
             raise TensorError("non_square_cells", f"resolution {msg.resolution_x} x {msg.resolution_y} m")
         header = inspect_header(msg.tensor, int(self.cfg["max_tensor_bytes"]))
