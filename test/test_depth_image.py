@@ -332,3 +332,45 @@ def test_wrong_number_of_depth_modes_exits_with_code_2():
     assert node.wait(60) == 2
     assert "input.depth_mode" in node.output()
     node.stop()
+
+
+def test_cv_bridge_is_used_when_installed(monkeypatch):
+    """cv_bridge is not installable here (docs/environment.md): a stand-in with its API records that
+    image_codec hands the conversion over, with the arguments the real one takes."""
+    import sys
+    import types
+
+    import bevpool_ros.image_codec as codec
+
+    calls = []
+
+    class CvBridge:  # the two calls image_codec makes, as cv_bridge's CvBridge defines them
+        def imgmsg_to_cv2(self, img_msg, desired_encoding="passthrough"):
+            calls.append(("imgmsg_to_cv2", desired_encoding))
+            dtype, ch = ENCODINGS[img_msg.encoding]
+            arr = np.frombuffer(bytes(img_msg.data), dtype).reshape(img_msg.height, -1)
+            return arr if ch == 1 else arr.reshape(img_msg.height, img_msg.width, ch)
+
+        def cv2_to_imgmsg(self, cvim, encoding="passthrough", header=None):
+            calls.append(("cv2_to_imgmsg", encoding))
+            from sensor_msgs.msg import Image
+
+            img = Image(height=cvim.shape[0], width=cvim.shape[1], encoding=encoding,
+                        step=cvim.strides[0], data=cvim.tobytes())
+            return img
+
+    fake = types.ModuleType("cv_bridge")
+    fake.CvBridge = CvBridge
+    assert codec._BRIDGE is None  # this venv: the own conversion
+    monkeypatch.setitem(sys.modules, "cv_bridge", fake)
+    monkeypatch.setattr(codec, "_BRIDGE", codec._cv_bridge())  # what the import finds where it is installed
+    assert isinstance(codec._BRIDGE, CvBridge)
+    arr = _array_for("16UC1")
+    back = codec.image_to_array(codec.array_to_image(arr, "16UC1"))
+    np.testing.assert_array_equal(back, arr)
+    assert calls == [("cv2_to_imgmsg", "16UC1"), ("imgmsg_to_cv2", "passthrough")]
+    bad = codec.array_to_image(arr, "16UC1")
+    bad.encoding = "yuv422"
+    with pytest.raises(ImageError):  # the checks still run first
+        codec.image_to_array(bad)
+    assert len(calls) == 3  # the bad image never reached cv_bridge
