@@ -110,13 +110,19 @@ def write_trusted(path: Path, payload: bytes, what: str = "cache entry") -> bool
 
     The directory must be private (``private_dir``); False (logged) when the write fails.
     """
+    return write_private(path, seal(payload), what)
+
+
+def write_private(path: Path, data: bytes, what: str = "file") -> bool:
+    """Write ``data`` as is (no envelope: for files another program reads, e.g. a Fast DDS
+    profile) atomically, 0600, into a private directory; False (logged) when that fails."""
     path = Path(path)
     if private_dir(path.parent, what) is None:
         return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp_")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(seal(payload))
+            f.write(data)
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
         return True

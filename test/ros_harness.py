@@ -1,4 +1,5 @@
-"""Helpers for the ROS tests: isolated DDS domain, node subprocess, spin-until waits.
+"""Helpers for the ROS tests: isolated DDS domain, the demo session as a test graph, spin-until
+waits, tolerances of the backend the node chose, hand-built CDR.
 
 Isolation: every test session picks its own ROS_DOMAIN_ID and localhost-only discovery, set
 before rclpy.init, inherited by the node subprocesses. Waits poll graph state or received
@@ -7,18 +8,13 @@ data with generous timeouts; no fixed sleeps.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
+import struct
 import time
-from pathlib import Path
 
 import numpy as np
 
-from bevpool_ros.demo.session import isolate, ros_param_args
-from bevpool_ros.paths import default_rig_path
+from bevpool_ros.demo.session import PipelineSession, isolate
 
-REPO = Path(__file__).resolve().parent.parent
 DISCOVERY_TIMEOUT = 20.0
 # The node runs the best backend of the machine: a grid is checked at the tolerance of the
 # precision it says it ran (BevFeature.precision), as (rtol, atol per unit of max |reference|).
@@ -33,6 +29,37 @@ def assert_bev_matches(bev, ref, msg) -> None:
     assert msg.precision in BACKEND_PRECISIONS.get(msg.backend, ()), (msg.backend, msg.precision)
     rtol, atol = TOLERANCE[msg.precision]
     np.testing.assert_allclose(bev, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max())))
+
+
+def camera_tensor_cdr(stamp_ns: int = 0, frame_id: str = "", name: str = "", layout: str = "",
+                      shape=(), dtype: int = 1, data: bytes = b"") -> bytes:
+    """A bevpool_msgs/CameraTensor serialized (CDR, little endian) by hand, so a test can send
+    what rclpy refuses to build: fields beyond the type's bounds, as a hostile publisher would."""
+    out = bytearray(b"\x00\x01\x00\x00")  # encapsulation; alignment counts from after it
+
+    def align(n):
+        out.extend(b"\x00" * (-(len(out) - 4) % n))
+
+    def u32(v):
+        align(4)
+        out.extend(struct.pack("<I", v))
+
+    def string(s):
+        b = s.encode()
+        u32(len(b) + 1)
+        out.extend(b + b"\x00")
+
+    sec, nsec = divmod(int(stamp_ns), 10**9)
+    u32(sec)
+    u32(nsec)
+    for s in (frame_id, name, layout):
+        string(s)
+    u32(len(shape))
+    for d in shape:
+        u32(d)
+    out.append(dtype)
+    u32(len(data))
+    return bytes(out) + data
 
 
 def no_gpu_env() -> dict:
@@ -50,49 +77,6 @@ def isolate_ros_env() -> int:
     return isolate(int(os.environ["BEVPOOL_TEST_DOMAIN"]))  # + the node's DDS profile
 
 
-def ros_args(params: dict, name: str | None = None, namespace: str | None = None) -> list[str]:
-    out = ["--ros-args", *ros_param_args(params)]
-    if name:
-        out += ["-r", f"__node:={name}"]
-    if namespace:
-        out += ["-r", f"__ns:={namespace}"]
-    return out
-
-
-class NodeProcess:
-    """bevpool_node in its own process; stopped with SIGINT, output kept for assertions."""
-
-    def __init__(self, params: dict | None = None, extra_args=(), name: str | None = None,
-                 namespace: str | None = None, module: str = "bevpool_ros.node.main"):
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"bevpool_node_{os.getpid()}_{time.time_ns()}.log"
-        self._log = open(self.log_path, "w+")
-        cmd = [sys.executable, "-m", module, *extra_args, *ros_args(params or {}, name, namespace)]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
-
-    def output(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_text()
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def wait(self, timeout: float = 30.0) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self, timeout: float = 15.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
-        return self.proc.returncode
-
-
 def spin_until(executor, predicate, timeout: float, step: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -102,50 +86,32 @@ def spin_until(executor, predicate, timeout: float, step: float = 0.02) -> bool:
     return bool(predicate())
 
 
-class RosGraph:
-    """The test side of a real graph: rclpy in this process (synthetic publisher + consumer),
-    bevpool_node in a subprocess. Use as a context manager (module-scoped fixtures)."""
+class RosGraph(PipelineSession):
+    """The test side of a real graph: the demo's pipeline session (bevpool_node in a
+    subprocess; synthetic publisher + consumer here) plus stamps, waits and counters for tests.
+    Use as a module-scoped fixture; ``close()`` returns the node's exit code."""
 
     def __init__(self, node_params: dict, rig_path=None, publisher_kwargs=None):
         isolate_ros_env()
-        import rclpy
-        from rclpy.executors import SingleThreadedExecutor
-
-        from bevpool_ros.demo.consumer import BevConsumer
-        from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
-        from bevpool_ros.rig import load_rig
-
-        self.rig = load_rig(rig_path or default_rig_path())
-        self.node = NodeProcess(node_params)
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.pub = SyntheticRigPublisher(self.rig, context=self.context, **(publisher_kwargs or {}))
-        self.con = BevConsumer(context=self.context)
-        self.executor.add_node(self.pub)
-        self.executor.add_node(self.con)
+        super().__init__(str(rig_path) if rig_path else None, node_params, subscribe_image=True,
+                         publisher_kwargs=publisher_kwargs)
         self._stamp = 1_000 * 1_000_000_000
-        ok = self.spin_until(lambda: self.pub.subscribers_matched() and self.con.publisher_matched(),
-                             DISCOVERY_TIMEOUT)
-        if not ok or not self.warm_up():
+        if not self.wait_ready(DISCOVERY_TIMEOUT) or self.warm_up() is None:
             out = self.node.output()
             self.close()
             raise RuntimeError(f"bevpool_node not ready within {DISCOVERY_TIMEOUT} s; its output:\n{out}")
 
-    def warm_up(self) -> bool:
+    def warm_up(self, publisher=None, index: int = 0) -> int | None:
         """Discovery is asymmetric: our writers may match before the node's readers know them,
-        and best-effort samples sent in between are lost. Publish until one BEV comes back."""
-        import time
-
+        and best-effort samples sent in between are lost. Publish frame ``index`` (fresh stamps)
+        until one BEV comes back; its stamp, or None."""
+        publisher = publisher or self.pub
         deadline = time.monotonic() + DISCOVERY_TIMEOUT
         while time.monotonic() < deadline:
-            stamp = self.pub.publish_frame(0, self.next_stamp())
+            stamp = publisher.publish_frame(index, self.next_stamp())
             if self.spin_until(lambda: stamp in self.con.by_stamp(), 1.0):
-                return True
-        return False
-
-    def spin_until(self, predicate, timeout: float) -> bool:
-        return spin_until(self.executor, predicate, timeout)
+                return stamp
+        return None
 
     def next_stamp(self, step_ms: int = 100) -> int:
         """Strictly increasing stamps across the whole module (the node remembers every stream)."""
@@ -176,11 +142,4 @@ class RosGraph:
         return int((d or {}).get(key, 0))
 
     def close(self) -> int:
-        import rclpy
-
-        rc = self.node.stop()
-        self.executor.shutdown()
-        self.pub.destroy_node()
-        self.con.destroy_node()
-        rclpy.try_shutdown(context=self.context)
-        return rc
+        return super().close()[0]

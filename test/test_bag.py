@@ -27,7 +27,7 @@ def test_bag_holds_every_camera_stream(bag, nuscenes_rig):
     assert len(stamps) == 12
     for cam in nuscenes_rig.cameras:
         expected = 11 if cam.name == "CAM_BACK" else 12  # frame 4 skipped CAM_BACK
-        for stream, msgtype in (("depth", "bevpool_msgs/msg/Tensor"), ("feat", "bevpool_msgs/msg/Tensor"),
+        for stream, msgtype in (("depth", "bevpool_msgs/msg/CameraTensor"), ("feat", "bevpool_msgs/msg/CameraTensor"),
                                 ("camera_info", "sensor_msgs/msg/CameraInfo")):
             t = s["topics"][f"/cameras/{cam.name}/{stream}"]
             assert (t["type"], t["count"]) == (msgtype, expected)

@@ -158,3 +158,55 @@ def test_reusable_buffer_casts_in_place_and_keeps_its_memory():
     np.testing.assert_array_equal(from_msg(m2), (a * 2).astype(np.float16))
     m3 = deserialize_message(serialize_message(fill_msg(msgs.Tensor(), a, reuse=reuse)), msgs.Tensor)
     np.testing.assert_array_equal(from_msg(m3), a)
+
+
+# --- the bounded input type and the Fast DDS size guard --------------------------------------
+def test_camera_tensor_bound_is_the_guards_and_the_parameters():
+    import re
+
+    from bevpool_ros.node import params as P
+    from bevpool_ros.node.dds_guard import TENSOR_BOUND_BYTES
+    from conftest import REPO
+
+    text = (REPO / "msg" / "CameraTensor.msg").read_text()
+    assert int(re.search(r"^uint8\[<=(\d+)\] data$", text, re.M).group(1)) == TENSOR_BOUND_BYTES
+    assert "std_msgs/Header" not in text and not re.search(r"^string \w", text, re.M)  # fully bounded
+    assert P.BY_NAME["input.max_tensor_bytes"].high == TENSOR_BOUND_BYTES
+
+
+def test_camera_tensor_refuses_data_beyond_its_bound():
+    from bevpool_ros.node.dds_guard import TENSOR_BOUND_BYTES
+
+    m = msgs.CameraTensor()
+    m.data = bytes(TENSOR_BOUND_BYTES + 1)
+    with pytest.raises(Exception):
+        serialize_message(m)
+
+
+def test_hand_built_cdr_reads_back_like_rclpy_serialization():
+    from ros_harness import camera_tensor_cdr
+
+    raw = camera_tensor_cdr(5 * 10**9 + 7, "cam_x", "feat", "HWC", (2, 3, 4), 9, bytes(range(96)))
+    m = deserialize_message(raw, msgs.CameraTensor)
+    assert (stamp_to_ns(m.header.stamp), m.header.frame_id, m.name, m.layout, list(m.shape), m.dtype) == (
+        5 * 10**9 + 7, "cam_x", "feat", "HWC", [2, 3, 4], 9)
+    assert bytes(m.data) == bytes(range(96)) and len(raw) == len(serialize_message(m))
+
+
+def test_guarded_profile_adds_one_preallocated_reader_per_topic():
+    import xml.etree.ElementTree as ET
+
+    from bevpool_ros.node.dds_guard import guarded_profile
+    from bevpool_ros.paths import config_dir
+
+    base = (config_dir() / "dds" / "fastdds_large_data.xml").read_text()
+    topics = ["/rig_a/cameras/CAM_FRONT/depth", "/rig_a/cameras/CAM_FRONT/feat"]
+    root = ET.fromstring(guarded_profile(base, topics, depth=5))
+    ns = {"f": "http://www.eprosima.com"}
+    readers = root.findall("f:data_reader", ns)
+    assert sorted(r.get("profile_name") for r in readers) == topics
+    for r in readers:
+        assert r.find("f:historyMemoryPolicy", ns).text == "PREALLOCATED"
+        assert r.find("f:topic/f:resourceLimitsQos/f:max_samples", ns).text == "5"
+        assert r.find("f:qos/f:data_sharing/f:kind", ns).text == "OFF"
+    assert root.find("f:participant", ns) is not None  # the shipped transports stay

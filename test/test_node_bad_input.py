@@ -13,7 +13,7 @@ import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; mis
 from ros_harness import RosGraph, assert_bev_matches  # noqa: E402
 
 from bevpool_ros.demo.synthetic_publisher import camera_info_msg  # noqa: E402
-from bevpool_ros.node.tensor_codec import make_tensor  # noqa: E402
+from bevpool_ros.node.tensor_codec import make_camera_tensor  # noqa: E402
 from bevpool_ros.reference import pool_reference  # noqa: E402
 from bevpool_ros.scatter_map import build_scatter_map  # noqa: E402
 
@@ -68,20 +68,20 @@ def bad_tensor_case(graph, smap, key, msg, stream="feat"):
 
 def test_wrong_shape(graph, smap):
     _, H, W, C = graph.rig.depth_shape[0], *graph.pub.arrays(0)[1].shape[1:]
-    bad_tensor_case(graph, smap, "dropped_bad_shape", make_tensor(np.zeros((H, W - 1, C), np.float32), "feat", "HWC"))
-    bad_tensor_case(graph, smap, "dropped_bad_shape", make_tensor(np.zeros((3, H, W), np.float32), "depth", "DHW"),
+    bad_tensor_case(graph, smap, "dropped_bad_shape", make_camera_tensor(np.zeros((H, W - 1, C), np.float32), "feat", "HWC"))
+    bad_tensor_case(graph, smap, "dropped_bad_shape", make_camera_tensor(np.zeros((3, H, W), np.float32), "depth", "DHW"),
                     stream="depth")
 
 
 @pytest.mark.parametrize("layout", ["XYZ", "HWC", "dhw"])
 def test_depth_with_a_wrong_layout(graph, smap, layout):
     depth = graph.pub.arrays(0)[0][2]
-    bad_tensor_case(graph, smap, "dropped_bad_layout", make_tensor(depth, "depth", layout), stream="depth")
+    bad_tensor_case(graph, smap, "dropped_bad_layout", make_camera_tensor(depth, "depth", layout), stream="depth")
 
 
 def test_huge_layout_string_costs_one_short_log_line(graph, smap):
     feat = graph.pub.arrays(0)[1][2]
-    msg = make_tensor(feat, "feat", "HWC")
+    msg = make_camera_tensor(feat, "feat", "HWC")
     msg.layout = "Q" * (1 << 20)  # 1 MB
     bad_tensor_case(graph, smap, "dropped_bad_shape", msg)
     lines = [line for line in graph.node.output().splitlines() if "QQQQ" in line]
@@ -91,11 +91,11 @@ def test_huge_layout_string_costs_one_short_log_line(graph, smap):
 def test_wrong_dtype(graph, smap):
     _, _, H, W = graph.rig.depth_shape
     bad_tensor_case(graph, smap, "dropped_bad_dtype",
-                    make_tensor(np.zeros((H, W, graph.rig.channels), np.int32), "feat", "HWC"))
+                    make_camera_tensor(np.zeros((H, W, graph.rig.channels), np.int32), "feat", "HWC"))
 
 
 def test_wrong_byte_count(graph, smap):
-    msg = make_tensor(graph.pub.arrays(0)[1][2], "feat", "HWC")
+    msg = make_camera_tensor(graph.pub.arrays(0)[1][2], "feat", "HWC")
     msg.data = msg.data[:-4]
     bad_tensor_case(graph, smap, "dropped_bad_size", msg)
 
@@ -104,14 +104,14 @@ def test_wrong_byte_count(graph, smap):
 def test_non_finite(graph, smap, value):
     depth = graph.pub.arrays(0)[0][2].copy()
     depth[3, 4, 5] = value
-    bad_tensor_case(graph, smap, "dropped_non_finite", make_tensor(depth, "depth", "DHW"), stream="depth")
+    bad_tensor_case(graph, smap, "dropped_non_finite", make_camera_tensor(depth, "depth", "DHW"), stream="depth")
 
 
 @pytest.mark.parametrize("value", [-1.0, 1e30])
 def test_depth_outside_a_distribution(graph, smap, value):
     depth = graph.pub.arrays(0)[0][2].copy()
     depth[3, 4, 5] = value
-    bad_tensor_case(graph, smap, "dropped_depth_out_of_range", make_tensor(depth, "depth", "DHW"), stream="depth")
+    bad_tensor_case(graph, smap, "dropped_depth_out_of_range", make_camera_tensor(depth, "depth", "DHW"), stream="depth")
 
 
 def test_depth_range_check_can_be_turned_off(graph, smap):
@@ -120,7 +120,7 @@ def test_depth_range_check_can_be_turned_off(graph, smap):
         depth, feat = graph.pub.arrays(0)
         bad = depth[2].copy()
         bad[3, 4, 5] = 2.0
-        got = graph.publish_and_wait(0, replace={(CAM, "depth"): make_tensor(bad, "depth", "DHW")})
+        got = graph.publish_and_wait(0, replace={(CAM, "depth"): make_camera_tensor(bad, "depth", "DHW")})
         assert got is not None, graph.node.output()[-2000:]
         depth = depth.copy()
         depth[2] = bad
@@ -152,10 +152,10 @@ def test_one_camera_jumping_back_does_not_reset_the_others(graph, smap):
 
 def test_tensor_larger_than_the_maximum(graph, smap):
     _, _, H, W = graph.rig.depth_shape
-    big = make_tensor(np.zeros((1, 1, 1), np.float32), "feat", "HWC")
+    big = make_camera_tensor(np.zeros((1, 1, 1), np.float32), "feat", "HWC")
     big.shape = [H, W, 1 << 20]  # claims 2.9 GB; refused on the header, the payload is never read
     bad_tensor_case(graph, smap, "dropped_too_large", big)
-    real = make_tensor(np.zeros((3 * 1024 * 1024,), np.float32), "feat", "")  # 12 MiB > 8 MiB limit
+    real = make_camera_tensor(np.zeros((3 * 1024 * 1024,), np.float32), "feat", "")  # 12 MiB > 8 MiB limit
     bad_tensor_case(graph, smap, "dropped_too_large", real)
 
 
@@ -303,7 +303,7 @@ def test_flood_on_every_input(graph, smap):
     before = counters(graph)
     client = AsyncParameterClient(graph.con, "bevpool_node")
     assert client.wait_for_services(timeout_sec=20.0)
-    garbage = make_tensor(np.zeros(7, np.float32), "feat", "")
+    garbage = make_camera_tensor(np.zeros(7, np.float32), "feat", "")
     for i in range(80):
         s = graph.next_stamp(step_ms=1)
         graph.pub.publish_frame(i, s, replace={(CAM, "feat"): garbage} if i % 4 == 0 else None)

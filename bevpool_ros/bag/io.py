@@ -17,7 +17,8 @@ from rosbags.typesys import Stores, get_typestore, get_types_from_msg
 
 from ..node.logtext import clip
 
-OUR_TYPES = ("bevpool_msgs/msg/Tensor", "bevpool_msgs/msg/BevFeature")
+OUR_TYPES = ("bevpool_msgs/msg/Tensor", "bevpool_msgs/msg/BevFeature", "bevpool_msgs/msg/BoundedHeader",
+             "bevpool_msgs/msg/CameraTensor")
 
 
 class BagError(ValueError):

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..node.outputs import ns_to_time
 from ..demo.synthetic_publisher import camera_info_msg
-from ..node.tensor_codec import make_tensor
+from ..node.tensor_codec import make_camera_tensor
 from ..rig import Rig
 from ..synthetic import SyntheticScene
 from .io import BagWriter
@@ -43,8 +43,8 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
                 frame_id = f"{cam.name.lower()}_optical"
                 f = feat[n] if layout == "HWC" else feat[n].transpose(2, 0, 1)
                 msgs = (("camera_info", camera_info_msg(rig, n, st, frame_id)),
-                        ("depth", make_tensor(depth[n], "depth", "DHW", dtype)),
-                        ("feat", make_tensor(f, "feat", layout, dtype)))
+                        ("depth", make_camera_tensor(depth[n], "depth", "DHW", dtype)),
+                        ("feat", make_camera_tensor(f, "feat", layout, dtype)))
                 for k, (stream, msg) in enumerate(msgs):
                     msg.header.stamp = st
                     msg.header.frame_id = frame_id

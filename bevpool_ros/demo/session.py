@@ -66,6 +66,40 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
     return 0
 
 
+class NodeProcess:
+    """bevpool_node in a child process: output kept in a log file (readable while it runs),
+    stopped with SIGINT (then killed if it does not exit)."""
+
+    def __init__(self, params: dict | None = None, params_file: str | None = None):
+        args = [sys.executable, "-m", "bevpool_ros.node.main", "--ros-args"]
+        if params_file:
+            args += ["--params-file", params_file]
+        args += ros_param_args(params or {})
+        self._log = tempfile.NamedTemporaryFile("w+", prefix="bevpool_node_", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text()
+
+    def stop(self, timeout: float = 15.0) -> tuple[int | None, str]:
+        """(exit code, whole output); the log file is removed."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        log = self.output()
+        self._log.close()
+        os.unlink(self._log.name)
+        return self.proc.returncode, log
+
+
 @dataclass
 class RunResult:
     sent: int
@@ -85,7 +119,8 @@ class RunResult:
 
 class PipelineSession:
     def __init__(self, rig_path: str | None = None, node_params: dict | None = None,
-                 params_file: str | None = None, subscribe_image: bool = False, publisher: bool = True):
+                 params_file: str | None = None, subscribe_image: bool = False, publisher: bool = True,
+                 publisher_kwargs: dict | None = None):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -97,19 +132,13 @@ class PipelineSession:
         self.domain = isolate()
         rig_path = rig_path or str(default_rig_path())
         self.rig = load_rig(rig_path)
-        params = {"rig_file": rig_path, **(node_params or {})}
-        args = [sys.executable, "-m", "bevpool_ros.node.main", "--ros-args"]
-        if params_file:
-            args += ["--params-file", params_file]
-        args += ros_param_args(params)
-        self._log = tempfile.NamedTemporaryFile("w+", prefix="bevpool_node_", suffix=".log", delete=False)
-        self.node = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.node = NodeProcess({"rig_file": rig_path, **(node_params or {})}, params_file)
         self.context = rclpy.Context()
         rclpy.init(args=[sys.argv[0]], context=self.context)  # our own argv is not ROS arguments
         self.executor = SingleThreadedExecutor(context=self.context)
         # publisher=False: the caller brings its own source (a bag player, a test's publisher)
-        self.pub = SyntheticRigPublisher(self.rig, context=self.context) if publisher else None
+        self.pub = (SyntheticRigPublisher(self.rig, context=self.context, **(publisher_kwargs or {}))
+                    if publisher else None)
         self.con = BevConsumer(context=self.context, subscribe_image=subscribe_image)
         for node in (self.pub, self.con):
             if node is not None:
@@ -120,7 +149,7 @@ class PipelineSession:
         while time.monotonic() < deadline:
             if predicate():
                 return True
-            if self.node.poll() is not None:
+            if not self.node.alive():
                 return bool(predicate())
             self.executor.spin_once(timeout_sec=0.01)
         return bool(predicate())
@@ -157,22 +186,13 @@ class PipelineSession:
                          last_index=last.get("index", -1))
 
     def close(self) -> tuple[int | None, str]:
+        """Stop the node, then our side; the node's (exit code, output)."""
         import rclpy
 
-        if self.node.poll() is None:
-            self.node.send_signal(signal.SIGINT)
-            try:
-                self.node.wait(15)
-            except subprocess.TimeoutExpired:
-                self.node.kill()
-                self.node.wait(5)
+        result = self.node.stop()
         self.executor.shutdown()
         for node in (self.pub, self.con):
             if node is not None:
                 node.destroy_node()
         rclpy.try_shutdown(context=self.context)
-        self._log.flush()
-        log = Path(self._log.name).read_text()
-        self._log.close()
-        os.unlink(self._log.name)
-        return self.node.returncode, log
+        return result

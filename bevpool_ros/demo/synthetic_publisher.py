@@ -17,7 +17,7 @@ from rclpy.node import Node
 from ..rig import Rig
 from ..node.outputs import ns_to_time
 from ..node.qos import make_qos
-from ..node.tensor_codec import make_tensor
+from ..node.tensor_codec import make_camera_tensor
 
 
 def camera_info_msg(rig: Rig, index: int, stamp, frame_id: str):
@@ -41,7 +41,7 @@ class SyntheticRigPublisher(Node):
                  cycle: int = 8, reliability: str = "reliable", depth: int = 5,
                  topic_pattern: str = "cameras/{camera}/{stream}", node_name: str = "bevpool_synthetic", **kw):
         super().__init__(node_name, **kw)
-        from bevpool_msgs.msg import Tensor
+        from bevpool_msgs.msg import CameraTensor
         from sensor_msgs.msg import CameraInfo
 
         from ..synthetic import SyntheticScene
@@ -57,7 +57,7 @@ class SyntheticRigPublisher(Node):
         for cam in rig.cameras:
             for stream in ("depth", "feat"):
                 self.pubs[(cam.name, stream)] = self.create_publisher(
-                    Tensor, topic_pattern.format(camera=cam.name, stream=stream), qos)
+                    CameraTensor, topic_pattern.format(camera=cam.name, stream=stream), qos)
             self.pubs[(cam.name, "camera_info")] = self.create_publisher(
                 CameraInfo, topic_pattern.format(camera=cam.name, stream="camera_info"), qos)
         self.sent = 0
@@ -77,8 +77,8 @@ class SyntheticRigPublisher(Node):
             for n, cam in enumerate(self.rig.cameras):
                 f = feat[n] if self.layout == "HWC" else feat[n].transpose(2, 0, 1)
                 msgs.append((cam.name,
-                             make_tensor(depth[n], "depth", "DHW", self.dtype),
-                             make_tensor(f, "feat", self.layout, self.dtype)))
+                             make_camera_tensor(depth[n], "depth", "DHW", self.dtype),
+                             make_camera_tensor(f, "feat", self.layout, self.dtype)))
             self._frames[key] = msgs
         return self._frames[key]
 
@@ -86,7 +86,7 @@ class SyntheticRigPublisher(Node):
                       stamp_offsets_ns: dict | None = None, replace: dict | None = None) -> int:
         """Publish frame ``index`` of every camera (except ``skip``) with one stamp; returns it.
 
-        ``replace[(camera, stream)] = Tensor`` sends that message instead (stamped like the rest),
+        ``replace[(camera, stream)] = CameraTensor`` sends that message instead (stamped like the rest),
         which is how tests inject bad input into an otherwise valid set.
         """
         stamp_ns = time.time_ns() if stamp_ns is None else int(stamp_ns)

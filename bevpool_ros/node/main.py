@@ -8,21 +8,49 @@ PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE
 
 
 def use_large_data_profile() -> str | None:
-    """Point Fast DDS at config/dds/fastdds_large_data.xml unless a profile is configured.
+    """Point Fast DDS at config/dds/fastdds_large_data.xml unless another profile is configured;
+    returns the shipped profile's path when it is the one in use (set here or by a parent
+    process), None otherwise.
 
     Must run before rclpy.init. Opt out with BEVPOOL_DDS_PROFILE=0; another RMW ignores it.
     """
-    if os.environ.get("BEVPOOL_DDS_PROFILE", "1") == "0" or any(os.environ.get(v) for v in PROFILE_VARS):
-        return None
-    if os.path.exists("DEFAULT_FASTDDS_PROFILES.xml") or os.path.exists("DEFAULT_FASTRTPS_PROFILES.xml"):
-        return None
     from ..paths import config_dir
 
-    path = config_dir() / "dds" / "fastdds_large_data.xml"
-    if path.is_file():
-        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = str(path)
-        return str(path)
-    return None
+    path = str(config_dir() / "dds" / "fastdds_large_data.xml")
+    if os.environ.get("BEVPOOL_DDS_PROFILE", "1") == "0" or not os.path.isfile(path):
+        return None
+    configured = [os.environ[v] for v in PROFILE_VARS if os.environ.get(v)]
+    if configured:
+        return path if configured == [path] else None
+    if os.path.exists("DEFAULT_FASTDDS_PROFILES.xml") or os.path.exists("DEFAULT_FASTRTPS_PROFILES.xml"):
+        return None
+    os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = path
+    return path
+
+
+class RestartWithProfile(Exception):
+    """The node's input topics need a Fast DDS profile this process has not loaded."""
+
+    def __init__(self, env: dict):
+        super().__init__("restarting with the input size guard")
+        self.env = env
+
+
+def input_size_guard(base_profile: str | None):
+    """The node's check of its resolved input topics: 'dds' when Fast DDS bounds them,
+    RestartWithProfile when a re-start can make it so, else the reason it cannot."""
+    from ..private_cache import cache_root
+    from . import dds_guard
+
+    def check(topics, depth) -> str:
+        if dds_guard.is_guarded(topics, depth):
+            return "dds"
+        why = dds_guard.unavailable_reason(base_profile)
+        env = None if why else dds_guard.restart_environment(base_profile, topics, depth, cache_root() / "dds")
+        if env is None:
+            return f"node only ({why or 'the profile could not be written'})"
+        raise RestartWithProfile(env)
+    return check
 
 
 def main(argv=None) -> int:
@@ -31,10 +59,17 @@ def main(argv=None) -> int:
 
     from .node import BevPoolNode, StartupError
 
-    use_large_data_profile()
+    base_profile = use_large_data_profile()
     rclpy.init(args=argv if argv is not None else sys.argv)
     try:
-        node = BevPoolNode()
+        node = BevPoolNode(input_guard=input_size_guard(base_profile))
+    except RestartWithProfile as r:  # same process id (launch keeps tracking it), new profile
+        rclpy.try_shutdown()
+        print(f"bevpool_node: restarting once with {r.env['FASTDDS_DEFAULT_PROFILES_FILE']} "
+              "(input tensors size-bounded by Fast DDS)", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], dict(os.environ, **r.env))
     except StartupError as e:
         print(f"bevpool_node: invalid configuration: {e}", file=sys.stderr)
         rclpy.try_shutdown()

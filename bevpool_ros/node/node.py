@@ -25,11 +25,11 @@ from . import params as P
 from .calibration import LiveCalibration
 from .diagnostics import RecentCounts, diagnostic_array, health
 from .latency import RollingStats
+from .logtext import clip, shown
 from .outputs import bev_feature_msg, bev_rgb, image_msg, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
-from .logtext import clip, shown
 from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
@@ -85,7 +85,9 @@ def descriptor(spec: P.Param) -> ParameterDescriptor:
 
 
 class BevPoolNode(Node):
-    def __init__(self, node_name: str = "bevpool_node", **kwargs):
+    def __init__(self, node_name: str = "bevpool_node", input_guard=None, **kwargs):
+        """``input_guard(topics, depth) -> str``: told the resolved input tensor topics before
+        anything heavy starts; says how their size is bounded (main.input_size_guard), or raises."""
         super().__init__(node_name, **kwargs)
         self.counts: Counter[str] = Counter()
         self._counts_lock = threading.Lock()
@@ -94,8 +96,12 @@ class BevPoolNode(Node):
         self.warn.period = self.cfg["log_throttle_s"]
         self.calibration = self._load_calibration()
         self.cameras = self.calibration.camera_names
-        self._declare_extrinsics()
         self.depth_images = self._depth_image_inputs()  # camera -> converter, for depth cameras only
+        topics = [self.resolve_topic_name(t) for (cam, stream), t in self._tensor_topics().items()
+                  if not (stream == "depth" and cam in self.depth_images)]  # an Image is not a CameraTensor
+        self.input_size_guard = (input_guard(topics, self.cfg["input.qos_depth"]) if input_guard
+                                 else "node only (no guard asked)")
+        self._declare_extrinsics()
         self.backend, self.backend_requested = self._create_backend()
         self.sync = CameraSetSynchronizer(self.cameras, *self._sync_args(), on_drop=self._sync_dropped)
         self._sync_lock = threading.Lock()
@@ -106,8 +112,8 @@ class BevPoolNode(Node):
         self.stages = {k: RollingStats(self.cfg["diagnostics.latency_window"])
                        for k in ("queue_wait", "assemble", "message", "publish")}
         self._published = 0
-        self._recent = RecentCounts(2.0, time.monotonic())                   # counter growth behind the diagnostics level
-        self._last_drop_detail: dict[str, str] = {}        # reason -> latest detail (the ERROR text names it)
+        self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the diagnostics level
+        self._last_drop_detail: dict[str, str] = {}         # reason -> latest detail (named by ERROR)
         self._camera_info_seen: dict[str, tuple] = {}
         self._camera_frames: dict[str, str] = {}
 
@@ -127,7 +133,8 @@ class BevPoolNode(Node):
             f"ready: {len(self.cameras)} cameras {list(self.cameras)}, rig {self.calibration.rig.name}, "
             f"backend {d.get('backend')} ({d.get('precision')}), grid {self.calibration.rig.grid_shape} "
             f"x {self.calibration.rig.channels} ch, sync slop {self.cfg['sync.slop_s']} s, "
-            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}")
+            f"timeout {self.cfg['sync.camera_timeout_s']} s, policy {self.cfg['sync.missing_camera_policy']}, "
+            f"input size bounded by: {self.input_size_guard}")
 
     # start-up ---------------------------------------------------------------------------
     def _declare_and_validate(self) -> dict:
@@ -234,18 +241,24 @@ class BevPoolNode(Node):
         self.image_pub = self.create_publisher(Image, self.cfg["output.image_topic"], out_qos)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
 
+    def _tensor_topics(self) -> dict[tuple[str, str], str]:
+        """(camera, stream) -> input tensor topic (relative), in subscription order."""
+        return {(cam, stream): self.cfg[f"input.{stream}_topic"].format(camera=cam)
+                for cam in self.cameras for stream in ("depth", "feat")}
+
     def _make_subscriptions(self) -> None:
-        from bevpool_msgs.msg import Tensor
+        from bevpool_msgs.msg import CameraTensor
         from sensor_msgs.msg import CameraInfo, Image
 
         in_qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])
         events = self._event_callbacks()
         self._subs = []
         mf = self._message_filters() if self.cfg["sync.use_message_filters"] else None
+        tensor_topics = self._tensor_topics()
         for cam in self.cameras:
             for stream in ("depth", "feat"):
-                topic = self.cfg[f"input.{stream}_topic"].format(camera=cam)
-                kind = Image if stream == "depth" and cam in self.depth_images else Tensor
+                topic = tensor_topics[(cam, stream)]
+                kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
                 if mf is None:
                     cb = (lambda m, c=cam, s=stream: self._on_tensor(m, c, s))
                     self._subs.append(self.create_subscription(kind, topic, cb, in_qos, event_callbacks=events))
@@ -467,6 +480,7 @@ class BevPoolNode(Node):
             "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": self.worker.queued,
+            "input_size_guard": self.input_size_guard,
         }
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..paths import DEFAULT_RIG
+from .dds_guard import TENSOR_BOUND_BYTES
 from .logtext import shown
 
 
@@ -93,8 +94,9 @@ PARAMS: tuple[Param, ...] = (
     Param("input.camera_info_topic", "string", "cameras/{camera}/camera_info", "CameraInfo topic.", read_only=True),
     Param("input.feature_layout", "string", "HWC", "Layout assumed when a feature Tensor's layout is "
           "empty; CHW is transposed once.", choices=("HWC", "CHW")),
-    Param("input.max_tensor_bytes", "integer", 64 * MiB, "Larger tensors are refused before any "
-          "allocation by the node.", low=1024, high=2 ** 31 - 1),
+    Param("input.max_tensor_bytes", "integer", TENSOR_BOUND_BYTES, "Larger tensors are dropped by the "
+          "node before it allocates anything; the input message type bounds every tensor at 16 MiB, which "
+          "Fast DDS enforces before reassembly (docs/ros_interface.md).", low=1024, high=TENSOR_BOUND_BYTES),
     Param("input.check_finite", "bool", True, "Drop tensors holding NaN or Inf."),
     Param("input.check_depth_range", "bool", True, "Drop depth tensors with a value outside a "
           "distribution's range [0, 1.01] (depth_out_of_range)."),

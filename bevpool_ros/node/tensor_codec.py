@@ -191,3 +191,11 @@ def make_tensor(arr: np.ndarray, name: str = "", layout: str = "", dtype: str | 
     if header is not None:
         msg.header = header
     return msg
+
+
+def make_camera_tensor(arr: np.ndarray, name: str = "", layout: str = "", dtype: str | None = None):
+    """A new bevpool_msgs/CameraTensor (the node's bounded input type) holding ``arr``.
+    Its bounds are checked when it is published (rclpy refuses data over 16 MiB)."""
+    from bevpool_msgs.msg import CameraTensor
+
+    return fill_msg(CameraTensor(), arr, name, layout, dtype)
