@@ -149,11 +149,13 @@ class DepthImageGraph:
     """bevpool_node (image mode on cameras 0, 2, 4) + a publisher of depth Images / Tensors."""
 
     def __init__(self, rig):
-        from ros_harness import NodeProcess, isolate_ros_env, spin_until
+        from ros_harness import isolate_ros_env, spin_until
+
+        from bevpool_ros.demo.session import NodeProcess
 
         isolate_ros_env()
         import rclpy
-        from bevpool_msgs.msg import Tensor
+        from bevpool_msgs.msg import CameraTensor
         from rclpy.executors import SingleThreadedExecutor
         from sensor_msgs.msg import CameraInfo, Image
 
@@ -175,9 +177,9 @@ class DepthImageGraph:
         qos = make_qos("reliable", 5)
         self.pubs = {}
         for n, cam in enumerate(rig.cameras):
-            kind = Image if MODES[n] == "image" else Tensor
+            kind = Image if MODES[n] == "image" else CameraTensor
             self.pubs[(cam.name, "depth")] = self.pubnode.create_publisher(kind, f"cameras/{cam.name}/depth", qos)
-            self.pubs[(cam.name, "feat")] = self.pubnode.create_publisher(Tensor, f"cameras/{cam.name}/feat", qos)
+            self.pubs[(cam.name, "feat")] = self.pubnode.create_publisher(CameraTensor, f"cameras/{cam.name}/feat", qos)
             self.pubs[(cam.name, "info")] = self.pubnode.create_publisher(CameraInfo, f"cameras/{cam.name}/camera_info", qos)
         self.spin_until = lambda pred, t=20.0: spin_until(self.ex, pred, t)
         self.stamp = 5_000 * 10 ** 9
@@ -202,7 +204,7 @@ class DepthImageGraph:
     def publish(self, index, edit_image=None):
         from bevpool_ros.demo.synthetic_publisher import camera_info_msg
         from bevpool_ros.node.outputs import ns_to_time
-        from bevpool_ros.node.tensor_codec import make_tensor
+        from bevpool_ros.node.tensor_codec import make_camera_tensor
 
         self.stamp += 100_000_000
         st = ns_to_time(self.stamp)
@@ -215,8 +217,8 @@ class DepthImageGraph:
                 if edit_image and n == 0:
                     dmsg = edit_image(dmsg)
             else:
-                dmsg = make_tensor(depth[n], "depth", "DHW", "float32")
-            fmsg = make_tensor(feat[n], "feat", "HWC", "float32")
+                dmsg = make_camera_tensor(depth[n], "depth", "DHW", "float32")
+            fmsg = make_camera_tensor(feat[n], "feat", "HWC", "float32")
             for m, stream in ((dmsg, "depth"), (fmsg, "feat")):
                 m.header.stamp = st
                 self.pubs[(cam.name, stream)].publish(m)
@@ -241,7 +243,7 @@ class DepthImageGraph:
     def close(self):
         import rclpy
 
-        rc = self.node.stop()
+        rc, self.log = self.node.stop()
         self.ex.shutdown()
         self.pubnode.destroy_node()
         self.con.destroy_node()
@@ -253,7 +255,7 @@ class DepthImageGraph:
 def graph(nuscenes_rig):
     g = DepthImageGraph(nuscenes_rig)
     yield g
-    assert g.close() == 0, g.node.output()[-3000:]
+    assert g.close() == 0, g.log[-3000:]
 
 
 def _close(got, ref):
@@ -325,13 +327,14 @@ def test_bad_depth_images_are_dropped_counted_and_the_node_goes_on(graph, reason
 
 @pytest.mark.ros
 def test_wrong_number_of_depth_modes_exits_with_code_2():
-    from ros_harness import NodeProcess, isolate_ros_env
+    from ros_harness import isolate_ros_env
+
+    from bevpool_ros.demo.session import NodeProcess
 
     isolate_ros_env()
     node = NodeProcess({"backend": "cpu", "input.depth_mode": ["image", "image"]})
-    assert node.wait(60) == 2
-    assert "input.depth_mode" in node.output()
-    node.stop()
+    assert node.proc.wait(60) == 2
+    assert "input.depth_mode" in node.stop()[1]
 
 
 def test_cv_bridge_is_used_when_installed(monkeypatch):

@@ -96,7 +96,9 @@ def test_coverage_matches_the_frustum_points(nuscenes_rig, coverage):
 # --- the node over DDS -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def occupancy_graph(nuscenes_rig):
-    from ros_harness import NodeProcess, isolate_ros_env, spin_until
+    from ros_harness import isolate_ros_env, spin_until
+
+    from bevpool_ros.demo.session import NodeProcess
 
     isolate_ros_env()
     import rclpy
@@ -125,7 +127,8 @@ def occupancy_graph(nuscenes_rig):
                       test_node.count_publishers("occupancy/grid") > 0)
     assert ok, node.output()
     yield g
-    assert node.stop() == 0, node.output()
+    rc, log = node.stop()
+    assert rc == 0, log
     ex.shutdown()
     test_node.destroy_node()
     rclpy.try_shutdown(context=ctx)
@@ -223,11 +226,12 @@ def test_bad_grids_are_dropped_counted_and_the_node_goes_on(occupancy_graph, rea
 
 @pytest.mark.ros
 def test_bad_parameters_exit_with_code_2():
-    from ros_harness import NodeProcess, isolate_ros_env
+    from ros_harness import isolate_ros_env
+
+    from bevpool_ros.demo.session import NodeProcess
 
     isolate_ros_env()
     node = NodeProcess({"threshold": 1.5}, module="bevpool_ros.occupancy.node")
-    assert node.wait(60) == 2
-    assert "threshold" in node.output()
-    node.stop()
+    assert node.proc.wait(60) == 2
+    assert "threshold" in node.stop()[1]
 
