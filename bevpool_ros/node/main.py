@@ -61,6 +61,9 @@ def main(argv=None) -> int:
 
     base_profile = use_large_data_profile()
     rclpy.init(args=argv if argv is not None else sys.argv)
+    # made before the node: a Ctrl-C right after "ready" shuts the context down, and an executor
+    # created after that fails instead of returning
+    executor = SingleThreadedExecutor()
     try:
         node = BevPoolNode(input_guard=input_size_guard(base_profile))
     except RestartWithProfile as r:  # same process id (launch keeps tracking it), new profile
@@ -77,17 +80,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while starting up is a clean stop too
         rclpy.try_shutdown()
         return 0
-    executor = None
     try:
-        executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if rclpy.ok():
+            raise  # a real failure; otherwise Ctrl-C stopped the context while we started: clean
     finally:
-        if executor is not None:
-            executor.remove_node(node)
-            executor.shutdown()
+        executor.remove_node(node)
+        executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
