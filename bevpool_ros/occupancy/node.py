@@ -158,23 +158,33 @@ def _descriptor(text: str):
 
 def main(argv=None) -> int:
     import rclpy
-    from rclpy.executors import ExternalShutdownException
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
     from ..node.main import use_large_data_profile
 
     use_large_data_profile()
     rclpy.init(args=argv if argv is not None else sys.argv)
+    executor = SingleThreadedExecutor()  # before the node: a Ctrl-C during start-up stops cleanly
     try:
         node = OccupancyNode()
     except StartupError as e:
         print(f"bevpool_occupancy: invalid configuration: {e}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
+    except KeyboardInterrupt:
+        rclpy.try_shutdown()
+        return 0
     try:
-        rclpy.spin(node)
+        executor.add_node(node)
+        executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if rclpy.ok():
+            raise  # a real failure; otherwise Ctrl-C stopped the context while spinning up: clean
     finally:
+        executor.remove_node(node)
+        executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
