@@ -50,6 +50,7 @@ setup(
             "bevpool-trt-build = bevpool_ros.backends.tensorrt.prebuild:main",
             "bevpool-onnx-insert = bevpool_ros.backends.tensorrt.onnx_insert:main",
             "bevpool-bag = bevpool_ros.cli.bag:main",
+            "bevpool_occupancy = bevpool_ros.occupancy.node:main",
         ],
     },
 )

@@ -5,6 +5,7 @@ so row = X-1-ix and column = Y-1-iy. Shared by the demo PNG and the node's Image
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +46,7 @@ def cells_to_rgb(values: np.ndarray, ego: tuple[int, int] | None = None,
 def bev_to_rgb(bev: np.ndarray, x_lower: float, y_lower: float, x_step: float, y_step: float,
                percentile: float = 99.5) -> np.ndarray:
     """bev [Z, Y, X, C] -> uint8 [X, Y, 3]: per-cell feature norm (max over Z)."""
-    norm = np.linalg.norm(np.asarray(bev, dtype=np.float32), axis=-1).max(axis=0)  # [Y, X]
-    return cells_to_rgb(norm, ego_cell(x_lower, y_lower, x_step, y_step), percentile)
+    return cells_to_rgb(bev_energy_map(bev), ego_cell(x_lower, y_lower, x_step, y_step), percentile)
 
 
 def save_png(path: str | Path, rgb: np.ndarray, upscale: int = 1) -> Path:
@@ -58,3 +58,65 @@ def save_png(path: str | Path, rgb: np.ndarray, upscale: int = 1) -> Path:
         rgb = np.repeat(np.repeat(rgb, upscale, axis=0), upscale, axis=1)
     image.imsave(path, rgb)
     return path
+
+
+def log_norm_limits(values: np.ndarray, decades: float = 4.0) -> tuple[float, float] | None:
+    """(vmin, vmax) for a log colour scale over the positive finite values, at most ``decades``
+    wide (float rounding residue far below the signal would otherwise take the whole scale)."""
+    v = np.asarray(values, dtype=np.float64)
+    positive = v[np.isfinite(v) & (v > 0)]
+    if not positive.size:
+        return None
+    hi = float(positive.max())
+    lo = max(float(positive.min()), hi * 10.0 ** -decades)
+    return (lo, hi) if hi > lo else (lo / 10.0, hi)
+
+
+def plot_bev(ax, values: np.ndarray, x_lower: float, y_lower: float, x_step: float, y_step: float,
+             label: str, log: bool = True):
+    """Draw values [Y, X] on ``ax`` in metres, ego x (forward) up and y (left) to the left, with a
+    colour bar. Log scale by default: one hot cell would otherwise leave everything else black."""
+    from matplotlib import colors
+
+    Y, X = values.shape
+    limits = log_norm_limits(values) if log else None
+    if limits is not None:
+        norm = colors.LogNorm(*limits, clip=True)  # below the range: the darkest colour
+        shown = np.where(values > 0, values, np.nan)  # zero cells: the axes' background colour
+    else:
+        norm, shown = None, values
+    ax.set_facecolor("black")
+    extent = (y_lower, y_lower + Y * y_step, x_lower, x_lower + X * x_step)
+    im = ax.imshow(np.asarray(shown, dtype=np.float64).T, origin="lower", extent=extent, cmap="magma",
+                   norm=norm, interpolation="nearest", aspect="equal")
+    ax.invert_xaxis()  # +y (left of the vehicle) to the left
+    ax.plot([0], [0], marker="^", color="#00ff80", markersize=7, linestyle="none")  # ego, facing +x
+    ax.set_xlabel("y (m, left +)")
+    ax.set_ylabel("x (m, forward +)")
+    cbar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    cbar.set_label(label + (" (log scale)" if limits is not None else ""))
+    return im
+
+
+def save_bev_figure(path: str | Path, values: np.ndarray, x_lower: float, y_lower: float, x_step: float,
+                    y_step: float, title: str, label: str, log: bool = True) -> Path:
+    """A PNG people can read: values [Y, X] with axes in metres, a colour bar, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=110)
+    plot_bev(ax, values, x_lower, y_lower, x_step, y_step, label, log)
+    ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def bev_energy_map(bev: np.ndarray) -> np.ndarray:
+    """bev [Z, Y, X, C] -> per-cell feature norm (max over Z), [Y, X]; what the image topic shows."""
+    return np.linalg.norm(np.asarray(bev, dtype=np.float32), axis=-1).max(axis=0)

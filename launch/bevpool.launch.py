@@ -1,7 +1,9 @@
 """ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [namespace:=...] [backend:=...] [precision:=...]
+                                           [occupancy:=true]
 
 Starts bevpool_node with a parameter file (default: config/cpu.yaml from the package share);
-``backend`` and ``precision``, when given, override the file. Needs launch + launch_ros
+``backend`` and ``precision``, when given, override the file; ``occupancy:=true`` also starts
+bevpool_occupancy (bev/features -> occupancy/grid) in the same namespace. Needs launch + launch_ros
 (every ROS 2 install has them; they are not on PyPI).
 """
 import os
@@ -18,6 +20,7 @@ ARGUMENTS = {
     "namespace": ("", "Namespace of the node and of its relative topics"),
     "backend": ("", "Override: best | tensorrt | cuda | cpu (empty: keep the config file's)"),
     "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),
+    "occupancy": ("false", "true: also start bevpool_occupancy (nav_msgs/OccupancyGrid on occupancy/grid)"),
 }
 OVERRIDES = ("backend", "precision")  # launch arguments that are also node parameters
 
@@ -46,8 +49,12 @@ def _node(context, *args, **kwargs):
     overrides = {k: value[k] for k in OVERRIDES if value[k]}
     if overrides:
         parameters.append(overrides)  # later entries win over the file
-    return [Node(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
-                 namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True)]
+    nodes = [Node(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
+                  namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True)]
+    if value["occupancy"].lower() in ("true", "1", "yes"):
+        nodes.append(Node(package=PACKAGE, executable="bevpool_occupancy", name="bevpool_occupancy",
+                          namespace=value["namespace"], output="screen", emulate_tty=True))
+    return nodes
 
 
 def generate_launch_description():

@@ -1,5 +1,5 @@
 """launch/bevpool.launch.py without launch/launch_ros (not installable here): it compiles, its
-arguments are the documented four, and, run against minimal stand-ins for the launch API, it
+arguments are the documented five, and, run against minimal stand-ins for the launch API, it
 starts bevpool_node with the config file and only the overrides that were given, all of which
 are parameters the node declares."""
 from __future__ import annotations
@@ -17,11 +17,11 @@ from bevpool_ros.node import params as P
 LAUNCH = Path(__file__).resolve().parent.parent / "launch" / "bevpool.launch.py"
 
 
-def test_compiles_and_declares_the_four_arguments():
+def test_compiles_and_declares_the_five_arguments():
     tree = ast.parse(LAUNCH.read_text())
     compile(tree, str(LAUNCH), "exec")
     src = LAUNCH.read_text()
-    for arg in ("config_file", "namespace", "backend", "precision"):
+    for arg in ("config_file", "namespace", "backend", "precision", "occupancy"):
         assert f'"{arg}"' in src
 
 
@@ -50,7 +50,9 @@ def fake_launch(monkeypatch):
 
     class Node:
         def __init__(self, **kw):
-            made.update(kw)
+            made.setdefault("nodes", []).append(kw)
+            if kw["executable"] == "bevpool_node":
+                made.update(kw)
 
     mods = {"launch": types.ModuleType("launch"), "launch.actions": types.ModuleType("launch.actions"),
             "launch.substitutions": types.ModuleType("launch.substitutions"),
@@ -71,7 +73,7 @@ def fake_launch(monkeypatch):
 def run(module, made, **given):
     ld = module.generate_launch_description()
     args = {a.name: a.default_value for a in ld if hasattr(a, "default_value")}
-    assert set(args) == {"config_file", "namespace", "backend", "precision"}
+    assert set(args) == {"config_file", "namespace", "backend", "precision", "occupancy"}
     opaque = [a for a in ld if hasattr(a, "function")]
     opaque[0].function(args | given)
     return made
@@ -98,3 +100,15 @@ def test_overrides_are_node_parameters_with_valid_values(fake_launch):
 def test_bare_config_names_resolve_to_the_package_config(fake_launch):
     made = run(*fake_launch, config_file="drive_thor.yaml")
     assert Path(made["parameters"][0]).is_file() and made["parameters"][0].endswith("config/drive_thor.yaml")
+
+
+def test_occupancy_option_adds_the_consumer_in_the_same_namespace(fake_launch):
+    assert [n["executable"] for n in run(*fake_launch)["nodes"]] == ["bevpool_node"]
+    fake_launch[1].clear()
+    made = run(*fake_launch, namespace="rig_a", occupancy="true")
+    occupancy = [n for n in made["nodes"] if n["executable"] == "bevpool_occupancy"]
+    assert len(occupancy) == 1 and occupancy[0]["namespace"] == "rig_a"
+    from importlib.metadata import entry_points  # the executable it names is installed
+
+    (script,) = entry_points(group="console_scripts", name="bevpool_occupancy")
+    assert script.value == "bevpool_ros.occupancy.node:main"

@@ -33,6 +33,7 @@ class EvalReport:
     compared: int = 0
     within_tolerance: int = 0
     max_abs_err: float = 0.0
+    frame_errors: list[float] = field(default_factory=list)  # max |error| per compared grid, in bag order
     e2e_ms: list[float] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
@@ -135,6 +136,7 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
     got = decode_any(msg.tensor).reshape(ref.shape).astype(np.float64)
     err = float(np.abs(got - ref).max())
     report.compared += 1
+    report.frame_errors.append(err)
     report.max_abs_err = max(report.max_abs_err, err)
     report.within_tolerance += err <= report.atol
 

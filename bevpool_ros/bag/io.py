@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -39,19 +38,9 @@ def _bag_errors(path, doing: str):
 
 
 def _msg_dir() -> Path:
-    """The bevpool_msgs .msg files: installed share folder, else the source checkout."""
-    candidates = [Path(sys.prefix) / "share" / "bevpool_msgs" / "msg",
-                  Path(__file__).resolve().parents[2] / "msg"]
-    try:
-        from ament_index_python.packages import get_package_share_directory
+    from ..paths import msg_dir
 
-        candidates.insert(0, Path(get_package_share_directory("bevpool_msgs")) / "msg")
-    except Exception:
-        pass
-    for c in candidates:
-        if (c / "Tensor.msg").is_file():
-            return c
-    raise FileNotFoundError("bevpool_msgs .msg files not found in " + ", ".join(map(str, candidates)))
+    return msg_dir()
 
 
 def typestore():

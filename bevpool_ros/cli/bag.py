@@ -4,9 +4,13 @@
   bevpool-bag info BAG
   bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
   bevpool-bag eval BAG --out OUT_BAG [--params-file config/cpu.yaml] [-p backend:=cpu] [--report r.json]
+  bevpool-bag eval-many BAG_OR_DIR... --out DIR [--address auto] [--num-cpus 1] [--num-gpus 0] [eval options]
 
 ``eval`` runs bevpool_node on the bag over DDS, records its BevFeature output into OUT_BAG and
 scores every grid against the FP64 reference recomputed from the exact inputs it names.
+``eval-many`` runs one such evaluation per bag as a Ray task (a local Ray instance, or the
+cluster at --address), each on its own DDS domain, and writes DIR/report.json, DIR/report.html
+(plots) and DIR/bags/<bag> (the node's output per bag).
 Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage
 (including a bag that cannot be read, e.g. truncated or with broken metadata, or an output that
 already exists): one line on stderr, no traceback.
@@ -60,12 +64,17 @@ def main(argv=None) -> int:
     ev = sub.add_parser("eval", help="replay into bevpool_node and score its output")
     ev.add_argument("bag")
     ev.add_argument("--out", required=True, help="output bag with the node's BevFeature messages")
-    ev.add_argument("--rig", default=default_rig)
-    ev.add_argument("--params-file")
-    ev.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
-    ev.add_argument("--rate", type=float, default=1.0)
-    ev.add_argument("--atol", type=float, default=1e-3)
+    _eval_options(ev, default_rig)
     ev.add_argument("--report", help="write the report as JSON here")
+    many = sub.add_parser("eval-many", help="evaluate many bags as Ray tasks; JSON + HTML report")
+    many.add_argument("bags", nargs="+", metavar="BAG_OR_DIR", help="rosbag2 directories or folders of them")
+    many.add_argument("--out", required=True, help="report folder (report.json, report.html, bags/)")
+    _eval_options(many, default_rig)
+    many.add_argument("--address", help="an existing Ray cluster ('auto', 'ray://head:10001'); default: local Ray")
+    many.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per bag task")
+    many.add_argument("--num-gpus", type=float, default=0.0, help="GPUs reserved per bag task (e.g. 0.25)")
+    many.add_argument("--local-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
+    many.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     from ..bag.io import BagError
 
@@ -95,6 +104,8 @@ def _run(args) -> int:
         return 0
     if args.cmd == "play":
         return _play(args.bag, args.rate)
+    if args.cmd == "eval-many":
+        return _eval_many(args)
     from ..bag.evaluate import evaluate_bag
     from ..bag.io import BagError, bag_summary
 
@@ -107,6 +118,37 @@ def _run(args) -> int:
     if args.report:
         Path(args.report).write_text(json.dumps(out, indent=1) + "\n")
     return 0 if report.ok else 1
+
+
+def _eval_options(parser, default_rig: str) -> None:
+    parser.add_argument("--rig", default=default_rig)
+    parser.add_argument("--params-file")
+    parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
+    parser.add_argument("--rate", type=float, default=1.0)
+    parser.add_argument("--atol", type=float, default=1e-3)
+
+
+def _eval_many(args) -> int:
+    from ..bag.io import BagError, bag_summary
+    from ..bag.many import TaskResources, evaluate_many, find_bags
+    from ..bag.report import write_report
+
+    bags = find_bags(args.bags)
+    for bag in bags:  # every bag readable, every output free: checked before Ray and the nodes start
+        bag_summary(bag)
+    taken = [b.name for b in bags if (Path(args.out) / "bags" / b.name).exists()]
+    if taken:
+        raise BagError(f"--out {args.out} already holds outputs for {taken}: choose another folder or remove it")
+    results = evaluate_many(bags, Path(args.out), args.rig, dict(args.param), args.params_file, args.rate,
+                            args.atol, args.address, TaskResources(args.num_cpus, args.num_gpus),
+                            args.local_cpus, show_progress=not args.no_progress)
+    settings = {"rig": args.rig, "params": dict(args.param), "params_file": args.params_file, "rate": args.rate,
+                "atol": args.atol, "ray_address": args.address or "local",
+                "per_task": {"num_cpus": args.num_cpus, "num_gpus": args.num_gpus}}
+    report = write_report(Path(args.out), results, settings)
+    print(json.dumps(report["summary"], indent=1))
+    print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'report.html'}")
+    return 0 if report["summary"]["bags_failed"] == 0 else 1
 
 
 def _play(bag: str, rate: float) -> int:

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..progress import track
+
 log = logging.getLogger("bevpool.bench")
 
 TABLE_VARIANTS = (("v2", "fp16"), ("v2do", "fp16"), ("v3", "fp16"), ("v3", "fp8"))
@@ -349,7 +351,7 @@ def main(argv=None) -> int:
         tuning += tune_workload(rt, w, get_workload(w), args)
 
     rows = []
-    for w in names:
+    for w in track(names, "bevpool-bench", "workload"):
         rows += bench_workload(rt, w, get_workload(w), args, bw, launch_us)
         for r in rows[-4:]:
             print(f"{w:11s} {r['variant']:4s} {r['precision']} {r.get('median_us', float('nan')):9.2f} us "

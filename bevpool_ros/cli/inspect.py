@@ -67,22 +67,29 @@ def print_text(s: dict) -> None:
               + ", ".join(f"{dt}: {s['live_gpu'][dt]}" for dt in DTYPES))
 
 
-def interval_length_image(smap: ScatterMap, rig=None) -> np.ndarray:
-    from ..visualize import cells_to_rgb, ego_cell
-
+def interval_length_per_column(smap: ScatterMap) -> np.ndarray:
+    """Longest interval (points pooled into one cell) over the layers of each (y, x) column, [Y, X]."""
     per_cell = np.zeros(smap.num_cells)
     per_cell[smap.ranks_bev[smap.interval_starts]] = smap.interval_lengths
     Z, Y, X = smap.grid_shape
-    per_yx = per_cell.reshape(Z, Y, X).max(axis=0)
-    ego = ego_cell(rig.x.lower, rig.y.lower, rig.x.step, rig.y.step) if rig else (X // 2, Y // 2)
-    return cells_to_rgb(per_yx, ego, percentile=100)
+    return per_cell.reshape(Z, Y, X).max(axis=0)
+
+
+def save_interval_png(path: str, smap: ScatterMap, rig, description: str) -> str:
+    """Interval lengths on a log colour scale with a colour bar; axes in metres (cells without a rig)."""
+    from ..visualize import save_bev_figure
+
+    geometry = (rig.x.lower, rig.y.lower, rig.x.step, rig.y.step) if rig else (0.0, 0.0, 1.0, 1.0)
+    out = save_bev_figure(path, interval_length_per_column(smap), *geometry,
+                          title=f"points per BEV cell: {description}", label="interval length (points)")
+    return str(out)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="bevpool-inspect", description=__doc__)
     p.add_argument("target", help=f"workload ({', '.join(WORKLOADS)}), rig YAML or saved map .npz")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--png", metavar="FILE", help="render the per-cell interval length as a PNG")
+    p.add_argument("--png", metavar="FILE", help="plot the per-cell interval length (log scale, metres) as a PNG")
     p.add_argument("--save-map", metavar="FILE.npz", help="save the scatter map (.npz)")
     args = p.parse_args(argv)
     try:
@@ -96,9 +103,7 @@ def main(argv=None) -> int:
     if args.save_map:
         stats["saved_map"] = str(smap.save(args.save_map))
     if args.png:
-        from ..visualize import save_png
-
-        stats["png"] = str(save_png(args.png, interval_length_image(smap, rig), upscale=4))
+        stats["png"] = save_interval_png(args.png, smap, rig, description)
     if args.json:
         json.dump(stats, sys.stdout, indent=1)
         print()

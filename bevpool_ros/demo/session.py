@@ -67,11 +67,12 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
 
 
 class NodeProcess:
-    """bevpool_node in a child process: output kept in a log file (readable while it runs),
-    stopped with SIGINT (then killed if it does not exit)."""
+    """bevpool_node (or another node's ``module``) in a child process: output kept in a log file
+    (readable while it runs), stopped with SIGINT (then killed if it does not exit)."""
 
-    def __init__(self, params: dict | None = None, params_file: str | None = None):
-        args = [sys.executable, "-m", "bevpool_ros.node.main", "--ros-args"]
+    def __init__(self, params: dict | None = None, params_file: str | None = None,
+                 module: str = "bevpool_ros.node.main"):
+        args = [sys.executable, "-m", module, "--ros-args"]
         if params_file:
             args += ["--params-file", params_file]
         args += ros_param_args(params or {})

@@ -96,7 +96,9 @@ class BevPoolNode(Node):
         self.warn.period = self.cfg["log_throttle_s"]
         self.calibration = self._load_calibration()
         self.cameras = self.calibration.camera_names
-        topics = [self.resolve_topic_name(t) for t in self._tensor_topics().values()]
+        self.depth_images = self._depth_image_inputs()  # camera -> converter, for depth cameras only
+        topics = [self.resolve_topic_name(t) for (cam, stream), t in self._tensor_topics().items()
+                  if not (stream == "depth" and cam in self.depth_images)]  # an Image is not a CameraTensor
         self.input_size_guard = (input_guard(topics, self.cfg["input.qos_depth"]) if input_guard
                                  else "node only (no guard asked)")
         self._declare_extrinsics()
@@ -180,6 +182,17 @@ class BevPoolNode(Node):
             raise StartupError("; ".join(errors))
         return calib
 
+    def _depth_image_inputs(self) -> dict:
+        """input.depth_mode 'image' cameras: their metric depth Image -> distribution (depth_image.py)."""
+        from ..depth_image import converters_for
+
+        try:
+            return converters_for(self.cameras, self.cfg["input.depth_mode"], self.calibration.rig,
+                                  self.cfg["input.depth_image_distribution"], self.cfg["input.depth_image_sigma_m"],
+                                  self.cfg["input.max_tensor_bytes"])
+        except ValueError as e:
+            raise StartupError(str(e)) from None
+
     def _declare_extrinsics(self) -> None:
         """``extrinsics.<camera>`` overrides: [tx, ty, tz, qw, qx, qy, qz] camera->ego, [] = rig YAML."""
         for cam in self.cameras:
@@ -255,7 +268,7 @@ class BevPoolNode(Node):
 
     def _make_subscriptions(self) -> None:
         from bevpool_msgs.msg import CameraTensor
-        from sensor_msgs.msg import CameraInfo
+        from sensor_msgs.msg import CameraInfo, Image
 
         in_qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])
         events = self._event_callbacks()
@@ -265,12 +278,12 @@ class BevPoolNode(Node):
         for cam in self.cameras:
             for stream in ("depth", "feat"):
                 topic = tensor_topics[(cam, stream)]
+                kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
                 if mf is None:
                     cb = (lambda m, c=cam, s=stream: self._on_tensor(m, c, s))
-                    self._subs.append(self.create_subscription(CameraTensor, topic, cb, in_qos,
-                                                               event_callbacks=events))
+                    self._subs.append(self.create_subscription(kind, topic, cb, in_qos, event_callbacks=events))
                 else:
-                    self._subs.append(mf.Subscriber(self, CameraTensor, topic, qos_profile=in_qos))
+                    self._subs.append(mf.Subscriber(self, kind, topic, qos_profile=in_qos))
             info_topic = self.cfg["input.camera_info_topic"].format(camera=cam)
             self._subs.append(self.create_subscription(
                 CameraInfo, info_topic, lambda m, c=cam: self._on_camera_info(m, c), camera_info_qos()))
@@ -314,6 +327,8 @@ class BevPoolNode(Node):
 
     # input callbacks --------------------------------------------------------------------
     def _check_tensor(self, msg, camera: str, stream: str) -> np.ndarray:
+        if stream == "depth" and camera in self.depth_images:  # a depth camera's Image -> [D, H, W]
+            return self.depth_images[camera](msg)
         header = inspect_header(msg, self.cfg["input.max_tensor_bytes"])
         # a GPU backend takes E4M3 codes as they are and checks values on the device
         on_device = getattr(self.backend, "checks_values_on_device", False)

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..rig import Rig
 from ..visualize import bev_to_rgb
-from .tensor_codec import _set_payload, fill_msg
+from .tensor_codec import fill_msg
 
 
 def stamp_to_ns(stamp) -> int:
@@ -54,23 +54,13 @@ def bev_rgb(bev: np.ndarray, rig: Rig) -> np.ndarray:
 
 
 def image_msg(rgb: np.ndarray, header):
-    """sensor_msgs/Image rgb8 from uint8 [rows, cols, 3] (what cv_bridge would produce)."""
-    from sensor_msgs.msg import Image
+    """sensor_msgs/Image rgb8 from uint8 [rows, cols, 3] (image_codec: cv_bridge when installed)."""
+    from ..image_codec import array_to_image
 
-    import array
-
-    rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-    img = Image()
-    img.header = header
-    img.height, img.width = int(rgb.shape[0]), int(rgb.shape[1])
-    img.encoding = "rgb8"
-    img.is_bigendian = 0
-    img.step = img.width * 3
-    data = array.array("B")
-    data.frombytes(memoryview(rgb).cast("B"))
-    _set_payload(img, data)
-    return img
+    return array_to_image(rgb, "rgb8", header)
 
 
 def image_to_rgb(img) -> np.ndarray:
-    return np.frombuffer(memoryview(img.data).cast("B"), np.uint8).reshape(img.height, img.width, 3)
+    from ..image_codec import image_to_array
+
+    return image_to_array(img)

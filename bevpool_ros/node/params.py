@@ -103,6 +103,15 @@ PARAMS: tuple[Param, ...] = (
     Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
           choices=("best_effort", "reliable"), read_only=True),
     Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
+    # depth cameras (bevpool_ros/depth_image.py): a metric depth Image instead of a [D, H, W] Tensor
+    Param("input.depth_mode", "string_array", ["distribution"], "Per camera: 'distribution' (Tensor "
+          "[D,H,W]) or 'image' (sensor_msgs/Image 32FC1 m / 16UC1 mm on the depth topic, turned into "
+          "a distribution over the rig's bins). One value for all cameras, or one per camera in order.",
+          read_only=True),
+    Param("input.depth_image_distribution", "string", "one_hot", "image mode: weight in the nearest "
+          "bin, or a Gaussian over the bins.", choices=("one_hot", "gaussian"), read_only=True),
+    Param("input.depth_image_sigma_m", "double", 0.5, "image mode, gaussian: standard deviation, metres.",
+          low=0.01, high=20.0, read_only=True),
     # outputs
     Param("output.bev_topic", "string", "bev/features", "BevFeature output topic.", read_only=True),
     Param("output.image_topic", "string", "bev/image", "sensor_msgs/Image visualisation topic.", read_only=True),
@@ -146,6 +155,11 @@ def check_all(values: dict[str, Any], num_cameras: int | None = None) -> list[st
     if num_cameras is not None and "sync.min_cameras" in values and not errors:
         if values["sync.min_cameras"] > num_cameras:
             errors.append(f"sync.min_cameras: {values['sync.min_cameras']} > number of cameras {num_cameras}")
+    modes = values.get("input.depth_mode", [])
+    if isinstance(modes, (list, tuple)) and (not modes or set(modes) - {"distribution", "image"}):
+        errors.append(f"input.depth_mode: each value 'distribution' or 'image', got {list(modes)}")
+    if num_cameras is not None and isinstance(modes, (list, tuple)) and len(modes) not in (1, num_cameras):
+        errors.append(f"input.depth_mode: {len(modes)} values for {num_cameras} cameras (give 1 or {num_cameras})")
     for n in ("input.depth_topic", "input.feat_topic", "input.camera_info_topic"):
         v = values.get(n)
         if isinstance(v, str) and "{camera}" not in v:

@@ -32,13 +32,9 @@ class CompileError(RuntimeError):
 
 
 def plugin_dir() -> Path:
-    # installed via data_files (share/bevpool_ros/plugin) when not run from a checkout
-    if PLUGIN_DIR.is_dir():
-        return PLUGIN_DIR
-    import sys
+    from ...paths import plugin_dir as shipped_plugin_dir  # checkout, colcon/ament or pip share
 
-    alt = Path(sys.prefix) / "share" / "bevpool_ros" / "plugin"
-    return alt
+    return shipped_plugin_dir()
 
 
 @lru_cache(maxsize=1)

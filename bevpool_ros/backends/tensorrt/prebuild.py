@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 
+from ...progress import run_with_progress
 from ..base import BackendUnavailable
 from ..planning import FP8_KERNEL_OUT_SCALE
 from .builder import build_engine, engine_key, plugin_config_for
@@ -75,7 +76,7 @@ def _build_rtx(lib, smap, args) -> dict:
     target = (Target(args.arch, int(args.l2_mib * 2**20), f"L2 {args.l2_mib} MiB") if args.l2_mib
               else known_target(args.arch))
     cfg, _ = plugin_config_for(smap, args.precision, target, out_scale=_out_scale(args))
-    built = build_engine(lib, cfg, target)
+    built = run_with_progress("TensorRT engine build", build_engine, lib, cfg, target)
     if args.onnx:
         with open(args.onnx, "wb") as f:
             f.write(onnx_model_bytes(cfg))

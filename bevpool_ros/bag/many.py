@@ -1,0 +1,155 @@
+"""Many bags at once: each evaluation (bevpool_node + replay + scoring) is one Ray task.
+
+Local Ray by default (started here, token authentication off because nothing outside this
+machine can reach it), or an existing cluster with ``address``. Each task runs in a fresh worker
+process (``max_calls=1``: rclpy and DDS state never leak between bags) on its own DDS domain, so
+evaluations sharing a machine never see each other's topics. Results come back as plain dicts.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..progress import progress_bar
+from .io import BagError
+
+# the ROS 2 domain ids whose Fast DDS ports stay below Linux's ephemeral range (see ros_harness)
+DOMAINS = range(1, 102)
+
+
+@dataclass(frozen=True)
+class TaskResources:
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+
+def find_bags(paths) -> list[Path]:
+    """Each argument is a rosbag2 directory (holds metadata.yaml) or a folder of them."""
+    bags = []
+    for p in map(Path, paths):
+        if (p / "metadata.yaml").is_file():
+            bags.append(p)
+        elif p.is_dir():
+            bags += sorted(d for d in p.iterdir() if (d / "metadata.yaml").is_file())
+        else:
+            raise BagError(f"{p}: not a rosbag2 directory or a folder holding them")
+    if not bags:
+        raise BagError("no rosbag2 directories in " + ", ".join(map(str, paths)))
+    names = [b.name for b in bags]
+    if len(set(names)) != len(names):
+        raise BagError(f"bag names must be unique (outputs are named after them): {names}")
+    return bags
+
+
+def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, params_file: str | None,
+                 rate: float, atol: float, domain: int) -> dict:
+    """One bag on DDS domain ``domain`` -> the report dict + what the HTML report plots."""
+    _default_sigint()
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    from ..node.main import use_large_data_profile
+    from .evaluate import evaluate_bag
+
+    use_large_data_profile()
+    t0 = time.monotonic()
+    try:
+        report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol)
+    except Exception as e:  # one broken bag is a failed row in the report, not a failed run
+        return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "domain": domain}
+    out = report.to_dict()
+    out.update(bag=bag, out_bag=out_bag, ok=report.ok, domain=domain, wall_s=time.monotonic() - t0,
+               frame_errors=report.frame_errors, e2e_ms_all=report.e2e_ms,
+               drops=drops_by_reason(report.diagnostics), bev_energy=last_bev_energy(out_bag))
+    return out
+
+
+def _default_sigint() -> None:
+    """Ray workers block SIGINT, and the node they start inherits the signal mask; it could then
+    not be stopped cleanly (the session would have to kill it). Unblock it, with the default handler."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: the handler stays as it is
+        pass
+
+
+def drops_by_reason(diagnostics: dict) -> dict[str, int]:
+    """Non-zero drop counters of the node's final diagnostics (dropped_*, sync losses)."""
+    out = {}
+    for k, v in diagnostics.items():
+        if k.startswith("dropped_") or k in ("sync_incomplete_timeout", "sync_evicted", "sync_late",
+                                              "sync_duplicate", "sync_out_of_order", "sync_superseded"):
+            try:
+                n = int(float(v))
+            except ValueError:
+                continue
+            if n:
+                out[k.removeprefix("dropped_")] = n
+    return out
+
+
+def last_bev_energy(out_bag: str) -> dict | None:
+    """Per-cell feature norm of the last grid in the output bag, with its geometry (for a picture)."""
+    from ..node.tensor_codec import decode_any
+    from ..visualize import bev_energy_map
+    from .io import read_bag
+
+    last = None
+    for m in read_bag(Path(out_bag)):
+        last = m
+    if last is None:
+        return None
+    msg = last.decode()
+    bev = decode_any(msg.tensor).reshape(msg.layers, msg.height, msg.width, msg.channels)
+    return {"values": bev_energy_map(bev).astype(np.float32), "x_lower": msg.origin.x, "y_lower": msg.origin.y,
+            "x_step": msg.resolution_x, "y_step": msg.resolution_y}
+
+
+def start_ray(address: str | None, num_cpus: int | None):
+    """Join ``address`` (a cluster: 'auto', 'ray://host:10001', ...) or start a local instance."""
+    if address is None:
+        # Ray 2.60 turns token authentication on by default; a local instance bound to this
+        # machine has no one to authenticate, and a fresh token file would be left behind
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    if address is None:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 object_store_memory=200 * 1024 * 1024, configure_logging=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    return ray
+
+
+def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None = None,
+                  params_file: str | None = None, rate: float = 1.0, atol: float = 1e-3,
+                  address: str | None = None, resources: TaskResources = TaskResources(),
+                  num_cpus: int | None = None, show_progress: bool = True) -> list[dict]:
+    """Evaluate every bag as its own Ray task; results in the order of ``bags``."""
+    ray = start_ray(address, num_cpus)
+    task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1)(evaluate_one)
+    out_dir = Path(out_dir)
+    (out_dir / "bags").mkdir(parents=True, exist_ok=True)
+    base = (os.getpid() * 7919 + time.time_ns() // 1000) % len(DOMAINS)
+    refs = {}
+    for i, bag in enumerate(bags):
+        domain = DOMAINS[(base + i) % len(DOMAINS)]
+        out_bag = out_dir / "bags" / Path(bag).name
+        refs[task.remote(str(bag), str(out_bag), rig_path, dict(node_params or {}), params_file,
+                         rate, atol, domain)] = i
+    results: list[dict | None] = [None] * len(bags)
+    pending = list(refs)
+    with progress_bar(total=len(pending), desc="bags", unit="bag", enabled=show_progress) as bar:
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                results[refs[ref]] = ray.get(ref)
+                bar.update(1)
+    return results

@@ -1,0 +1,194 @@
+"""bevpool_occupancy: bev/features (bevpool_msgs/BevFeature) -> occupancy/grid (nav_msgs/OccupancyGrid).
+
+The grid takes frame, stamp, origin and resolution from each BevFeature, so RViz overlays it where
+the BEV lies. Coverage (-1 cells) comes from the rig's scatter map and the cameras each message
+names. A message that cannot be scored (bad tensor, NaN, geometry that does not match the rig,
+non-square cells) is dropped, counted under its reason and warned about (throttled); the node stays up.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from rclpy.node import Node
+
+from ..node.diagnostics import diagnostic_array
+from ..node.logtext import shown
+from ..node.qos import make_qos
+from ..node.tensor_codec import TensorError, inspect_header, to_float
+from ..node.throttle import ThrottledLog
+from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values
+
+PARAMETERS = {  # name: (default, description)
+    "input_topic": ("bev/features", "BevFeature topic to score"),
+    "output_topic": ("occupancy/grid", "nav_msgs/OccupancyGrid output topic"),
+    "rig_file": ("", "Rig YAML of the BEV node (coverage, -1 cells); empty: the package's nuScenes rig"),
+    "use_coverage": (True, "Publish -1 for cells no present camera reaches"),
+    "energy_scale": (0.0, "Fixed normalisation of the cell energy; 0: per grid, from scale_percentile"),
+    "scale_percentile": (99.0, "Percentile of the covered cells' positive energies used as scale"),
+    "threshold": (0.05, "Normalised scores below this are published as free (0)"),
+    "max_tensor_bytes": (64 << 20, "Larger BEV tensors are refused before any allocation"),
+    "diagnostics_period_s": (1.0, "Period of /diagnostics messages, seconds"),
+}
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+def grid_matches_rig(msg, rig, tol: float = 1e-4) -> str | None:
+    """None when the message's grid is the rig's, else what differs."""
+    Z, Y, X = rig.grid_shape
+    if (msg.layers, msg.height, msg.width) != (Z, Y, X):
+        return f"grid {(msg.layers, msg.height, msg.width)} != rig {(Z, Y, X)}"
+    got = (msg.origin.x, msg.origin.y, msg.resolution_x, msg.resolution_y)
+    want = (rig.x.lower, rig.y.lower, rig.x.step, rig.y.step)
+    if not np.allclose(got, want, atol=tol):
+        return f"origin/resolution {got} != rig {want}"
+    return None
+
+
+class OccupancyNode(Node):
+    def __init__(self, node_name: str = "bevpool_occupancy", **kwargs):
+        super().__init__(node_name, **kwargs)
+        from bevpool_msgs.msg import BevFeature
+        from diagnostic_msgs.msg import DiagnosticArray
+        from nav_msgs.msg import OccupancyGrid
+
+        self.cfg = {k: self.declare_parameter(k, default, _descriptor(text)).value
+                    for k, (default, text) in PARAMETERS.items()}
+        self.score = ScoreParams(float(self.cfg["energy_scale"]), float(self.cfg["scale_percentile"]),
+                                 float(self.cfg["threshold"]))
+        errors = self.score.check()
+        if errors:
+            raise StartupError("; ".join(errors))
+        self.coverage, self.rig = self._load_coverage() if self.cfg["use_coverage"] else (None, None)
+        self.counts: Counter[str] = Counter()
+        self.warn = ThrottledLog(self.get_logger().warning)
+        qos = make_qos("reliable", 2)
+        self.pub = self.create_publisher(OccupancyGrid, self.cfg["output_topic"], qos)
+        self.sub = self.create_subscription(BevFeature, self.cfg["input_topic"], self._on_bev, qos)
+        self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_timer(float(self.cfg["diagnostics_period_s"]), self._publish_diagnostics)
+        self.get_logger().info(f"ready: {self.cfg['input_topic']} -> {self.cfg['output_topic']}, "
+                               f"coverage {'from rig ' + self.rig.name if self.rig else 'off'}")
+
+    def _load_coverage(self):
+        from ..paths import default_rig_path
+        from ..rig import RigError, load_rig
+        from ..scatter_map import scatter_map_for
+
+        path = self.cfg["rig_file"] or str(default_rig_path())
+        if not Path(path).is_file():
+            raise StartupError(f"rig_file: {path} does not exist")
+        try:
+            rig = load_rig(path)
+        except RigError as e:
+            raise StartupError(f"rig_file {path}: {e}") from None
+        return CameraCoverage(scatter_map_for(rig), [c.name for c in rig.cameras]), rig
+
+    def _drop(self, reason: str, detail: str) -> None:
+        self.counts[reason] += 1
+        self.warn(reason, f"dropped BEV grid ({reason}): {detail}")
+
+    def _on_bev(self, msg) -> None:
+        try:
+            values = self.values_for(msg)
+        except TensorError as e:
+            return self._drop(e.reason, e.detail)
+        self.pub.publish(occupancy_grid_msg(msg, values))
+        self.counts["published"] += 1
+
+    def values_for(self, msg) -> np.ndarray:
+        """int8 [Y, X] for one BevFeature; raises TensorError naming the drop reason."""
+        if msg.layout != "ZYXC":
+            raise TensorError("bad_layout", f"layout {shown(msg.layout)}, expected ZYXC")
+        if not np.isclose(msg.resolution_x, msg.resolution_y) or msg.resolution_x <= 0:
+            raise TensorError("non_square_cells", f"resolution {msg.resolution_x} x {msg.resolution_y} m")
+        header = inspect_header(msg.tensor, int(self.cfg["max_tensor_bytes"]))
+        shape = (msg.layers, msg.height, msg.width, msg.channels)
+        if header.shape != shape:
+            raise TensorError("bad_shape", f"tensor {list(header.shape)} != grid {list(shape)}")
+        bev = to_float(msg.tensor, header, check_finite=True)
+        covered = None
+        if self.coverage is not None:
+            mismatch = grid_matches_rig(msg, self.rig)
+            if mismatch:
+                raise TensorError("grid_mismatch", mismatch)
+            covered = self.coverage.covered(msg.cameras)
+        return occupancy_values(cell_energy(bev), covered, self.score)
+
+    def _publish_diagnostics(self) -> None:
+        values = {"grids_published": self.counts["published"],
+                  **{f"dropped_{k}": v for k, v in sorted(self.counts.items()) if k != "published"}}
+        dropped = sum(v for k, v in self.counts.items() if k != "published")
+        self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(), f"{self.get_name()}: occupancy",
+                                               "bevpool_occupancy", "WARN" if dropped else "OK",
+                                               f"{dropped} grids dropped" if dropped else "ok", values))
+
+
+def occupancy_grid_msg(bev_msg, values: np.ndarray):
+    """nav_msgs/OccupancyGrid with the BevFeature's header, origin and resolution (yaw 0)."""
+    import array
+
+    from nav_msgs.msg import OccupancyGrid
+
+    grid = OccupancyGrid()
+    grid.header = bev_msg.header
+    grid.info.map_load_time = bev_msg.header.stamp
+    grid.info.resolution = float(bev_msg.resolution_x)
+    grid.info.width, grid.info.height = int(bev_msg.width), int(bev_msg.height)
+    grid.info.origin.position.x = float(bev_msg.origin.x)
+    grid.info.origin.position.y = float(bev_msg.origin.y)
+    grid.info.origin.position.z = float(bev_msg.origin.z)
+    grid.info.origin.orientation.w = 1.0
+    data = array.array("b")
+    data.frombytes(np.ascontiguousarray(values, np.int8).tobytes())
+    grid.data = data
+    return grid
+
+
+def _descriptor(text: str):
+    from rcl_interfaces.msg import ParameterDescriptor
+
+    return ParameterDescriptor(description=text)
+
+
+def main(argv=None) -> int:
+    import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+
+    from ..node.main import use_large_data_profile
+
+    use_large_data_profile()
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    executor = SingleThreadedExecutor()  # before the node: a Ctrl-C during start-up stops cleanly
+    try:
+        node = OccupancyNode()
+    except StartupError as e:
+        print(f"bevpool_occupancy: invalid configuration: {e}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    except KeyboardInterrupt:
+        rclpy.try_shutdown()
+        return 0
+    try:
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except Exception:
+        if rclpy.ok():
+            raise  # a real failure; otherwise Ctrl-C stopped the context while spinning up: clean
+    finally:
+        executor.remove_node(node)
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
