@@ -37,7 +37,8 @@ def is_guarded(topics, depth: int) -> bool:
 
 def reader_profile(topic: str, depth: int) -> str:
     """PREALLOCATED history of ``depth`` samples (ROS KEEP_LAST depth still applies on top),
-    one buffer allocated up front; buffers are fixed-size, so a larger sample is refused."""
+    two max-size buffers allocated up front (allocated + extra; Fast DDS's default would be
+    100 x 16 MiB); buffers are fixed-size, so a larger sample is refused."""
     return f"""  <data_reader profile_name={quoteattr(topic)}>
     <topic>
       <resourceLimitsQos>
