@@ -7,7 +7,9 @@ camera->ego -> voxel (floor) -> drop points outside the grid -> stable sort by B
 from __future__ import annotations
 
 import io
+import re
 import threading
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,16 +179,16 @@ class ScatterMap:
         """Parse and validate; anything malformed (empty, truncated, not a zip, bad header,
         wrong keys, broken invariants) raises ScatterMapError, never numpy's or zipfile's errors."""
         try:
-            with np.load(io.BytesIO(blob), allow_pickle=False) as z:
-                missing = [k for k in (*ARRAYS, "depth_shape", "grid_shape", "channels") if k not in z]
-                if missing:
-                    raise ScatterMapError(f"{source}: missing keys {missing}")
-                smap = cls(**{k: np.ascontiguousarray(z[k]) for k in ARRAYS},
-                           depth_shape=tuple(int(v) for v in z["depth_shape"]),
-                           grid_shape=tuple(int(v) for v in z["grid_shape"]),
-                           channels=int(z["channels"]),
-                           frustum_points=int(z["frustum_points"]) if "frustum_points" in z else 0,
-                           key=_key_text(z["key"]) if "key" in z else "")
+            z = read_npz(blob)
+            missing = [k for k in (*ARRAYS, "depth_shape", "grid_shape", "channels") if k not in z]
+            if missing:
+                raise ScatterMapError(f"{source}: missing keys {missing}")
+            smap = cls(**{k: np.ascontiguousarray(z[k]) for k in ARRAYS},
+                       depth_shape=tuple(int(v) for v in z["depth_shape"]),
+                       grid_shape=tuple(int(v) for v in z["grid_shape"]),
+                       channels=int(z["channels"]),
+                       frustum_points=int(z["frustum_points"]) if "frustum_points" in z else 0,
+                       key=_key_text(z["key"]) if "key" in z else "")
         except ScatterMapError:
             raise
         except Exception as e:  # numpy/zipfile/tokenize raise a dozen types on a damaged file
@@ -206,6 +208,37 @@ class ScatterMap:
         except OSError as e:
             raise ScatterMapError(f"{path}: unreadable scatter map ({e})") from None
         return cls.from_bytes(blob, str(path))
+
+
+_NPY_HEADER = re.compile(r"""\{'descr': '([<>|][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}""")
+
+
+def read_npz(blob: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` (as ``np.savez`` writes them: C order, plain dtypes), parsed here.
+
+    numpy's own reader evaluates each header as Python source; numpy 2.5 on Python 3.12 rejected
+    valid files that way ("source code cannot contain null bytes"), so the one header layout numpy
+    writes is matched instead, and anything else is refused.
+    """
+    out = {}
+    with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+        for name in zf.namelist():
+            data = zf.read(name)
+            if not (name.endswith(".npy") and data[:6] == b"\x93NUMPY" and data[6] in (1, 2, 3)):
+                raise ValueError(f"{name}: not an .npy member")
+            size_bytes = 2 if data[6] == 1 else 4
+            n = int.from_bytes(data[8:8 + size_bytes], "little")
+            start = 8 + size_bytes
+            m = _NPY_HEADER.match(data[start:start + n].decode("latin1"))
+            if m is None:
+                raise ValueError(f"{name}: unsupported .npy header")
+            dtype = np.dtype(m.group(1))
+            shape = tuple(int(v) for v in m.group(2).replace(" ", "").split(",") if v)
+            count = int(np.prod(shape, dtype=np.int64))
+            if len(data) - start - n != count * dtype.itemsize:
+                raise ValueError(f"{name}: {len(data) - start - n} data bytes for shape {shape} {dtype}")
+            out[name[:-4]] = np.frombuffer(data, dtype, count, offset=start + n).reshape(shape)
+    return out
 
 
 def _key_text(arr: np.ndarray) -> str:

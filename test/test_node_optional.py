@@ -149,3 +149,18 @@ def test_extrinsics_parameter_at_run_time(ros_context):
         assert node.counts["parameter_rejected"] == 2
     finally:
         node.destroy_node()
+
+
+def test_diagnostics_survive_a_backend_that_cannot_describe_itself(ros_context):
+    """The pooling thread re-prepares the backend on a calibration change while the diagnostics
+    timer asks it to describe itself: a half-prepared backend must not take the node down."""
+    node = make_node(ros_context)
+    try:
+        def broken():
+            raise AttributeError("'NoneType' object has no attribute 'host_memory'")
+
+        node.backend.describe = broken
+        d = node.snapshot()
+        assert "AttributeError" in d["describe_error"] and d["backend"] == "cpu"
+    finally:
+        node.destroy_node()

@@ -18,6 +18,7 @@ from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescr
                                 SetParametersResult)
 from rclpy.node import Node
 
+from .. import fp8
 from ..backends import BackendUnavailable, create_backend
 from ..paths import default_rig_path
 from ..rig import RigError, load_rig
@@ -47,6 +48,16 @@ FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed")
+
+
+def check_depth_range(arr: np.ndarray) -> None:
+    """A depth distribution lies in [0, 1] (E4M3 codes, kept raw for a GPU backend, are decoded first)."""
+    vals = fp8.decode(arr, np.float16) if arr.dtype == np.uint8 else arr
+    lo, hi = float(vals.min()), float(vals.max())
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # reached here when the backend checks on its device
+        raise TensorError("non_finite", "depth holds NaN or Inf")
+    if not (lo >= 0 and hi <= DEPTH_MAX):
+        raise TensorError("depth_out_of_range", f"depth values span [{lo:.4g}, {hi:.4g}], a distribution lies in [0, 1]")
 
 
 class StartupError(RuntimeError):
@@ -339,9 +350,8 @@ class BevPoolNode(Node):
         if stream == "depth":
             if header.layout not in DEPTH_LAYOUTS:
                 raise TensorError("bad_layout", f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
-            if self.cfg["input.check_depth_range"] and arr.size and not (arr.min() >= 0 and arr.max() <= DEPTH_MAX):
-                raise TensorError("depth_out_of_range", f"depth values span [{float(arr.min()):.4g}, "
-                                  f"{float(arr.max()):.4g}], a distribution lies in [0, 1]")
+            if self.cfg["input.check_depth_range"] and arr.size:
+                check_depth_range(arr)
             want = (D, H, W)
         else:
             layout = header.layout or self.cfg["input.feature_layout"]
@@ -503,7 +513,11 @@ class BevPoolNode(Node):
             sync_counts = Counter(self.sync.counts)
             missing = Counter(self.sync.missing_by_camera)
             pending = self.sync.pending_sets
-        d = self.backend.describe()
+        try:  # the pooling thread may be re-preparing the backend right now (a calibration change)
+            d = self.backend.describe()
+        except Exception as e:  # diagnostics must never take the node down
+            d = {"backend": self.backend.name, "precision": self.backend.precision,
+                 "describe_error": clip(f"{type(e).__name__}: {e}")}
         lat, pool, over = self.latency.percentiles(), self.pool_time.percentiles(), self.overhead.percentiles()
         values = {
             "backend": d.get("backend", self.backend.name), "backend_requested": self.backend_requested,
@@ -519,6 +533,8 @@ class BevPoolNode(Node):
             ("off" if not self.cfg["output.gpu_handoff"] else f"refused: {self.handoff_off_reason}"[:200]),
             "input_size_guard": self.input_size_guard,
         }
+        if "describe_error" in d:
+            values["describe_error"] = d["describe_error"]
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
             values[f"{k}_p50_ms"], values[f"{k}_p99_ms"] = pk[50], pk[99]

@@ -189,16 +189,16 @@ class CudaBackend(Backend):
     def describe(self) -> dict:
         d = {"backend": self.name, "precision": self.precision, "device": self.rt.device.name,
              "arch": self.rt.device.arch, "l2_bytes": self.rt.device.l2_bytes}
-        if self.md is not None and self.plan is not None:
-            sched = self.md.sched_for(self.plan.kernel, self.plan.block[0],
-                                      self.launch_choice.k_min if self.launch_choice else None)
-            d.update(regime=self.md.regime(self.precision), kernel=self.plan.kernel,
-                     grid=list(self.plan.grid), block=list(self.plan.block),
+        # one read of each: the pooling thread may be re-preparing (a calibration change) meanwhile
+        md, plan, frame, choice = self.md, self.plan, self.frame, self.launch_choice
+        if md is not None and plan is not None and frame is not None:
+            sched = md.sched_for(plan.kernel, plan.block[0], choice.k_min if choice else None)
+            d.update(regime=md.regime(self.precision), kernel=plan.kernel,
+                     grid=list(plan.grid), block=list(plan.block),
                      points_per_slot=sched.points_per_slot, teams=sched.num_teams,
-                     launch_choice=[self.launch_choice.kernel, self.launch_choice.k_min, self.launch_choice.threads]
-                     if self.launch_choice else None,
-                     input_dtype=PRECISION_INPUT[self.precision], output_dtype=self.plan.out_dtype,
-                     host_memory=self.frame.host_memory, check_finite=self.check_finite)
+                     launch_choice=[choice.kernel, choice.k_min, choice.threads] if choice else None,
+                     input_dtype=PRECISION_INPUT[self.precision], output_dtype=plan.out_dtype,
+                     host_memory=frame.host_memory, check_finite=self.check_finite)
         if self.auto_record:
             d["auto"] = dict(vars(self.auto_record))
         return d
