@@ -20,22 +20,19 @@
 //   pidx[e]  = int2 {ranks_depth, ranks_feat * C}; with DEPTH_PAIRS bit 31 of .y marks a pair:
 //                    the entry's weight is depth[.x] + depth[.x + pair_stride] (one row load)
 //   empty[i] = a cell without points: zeroed by the trailing blocks of the same launch.
-// grid = (compute_blocks + zero_blocks, C / (G * VEC)); blockIdx.y selects a G*VEC channel chunk
-// (PERSISTENT kernels: grid.x at most one wave of CTAs, each walking several blocks; see below).
+// grid = (compute_blocks + zero_blocks, C / (G * VEC)); blockIdx.y selects a G*VEC channel chunk.
 // Dynamic shared memory: (blockDim.x / 32) * G * VEC floats (cross-warp team partials).
 // Entry points: generated from launch.V3_KERNELS (nvrtc_build.entry_points_source).
 #pragma once
 #include "bevpool_v3_device.cuh"
 
-// One block of the schedule (`block`: compute blocks first, then the empty-cell blocks). Returns
-// whether the block used the shared-memory step (a persistent CTA then waits before reusing it).
 template <typename IN, int VEC, bool ACC_F32, bool STREAM, int UNROLL, int G_FIXED, int C_FIXED, bool PREFETCH,
           bool DEPTH_PAIRS>
-__device__ __forceinline__ bool bevpool_v3_block(const IN* __restrict__ depth, const IN* __restrict__ feat,
-                                                 const int4* __restrict__ slots, const int2* __restrict__ pidx,
-                                                 const int* __restrict__ empty_cells, int n_empty,
-                                                 int compute_blocks, int c_runtime, int g_runtime, int pair_stride,
-                                                 float out_scale, typename Io<IN>::Out* __restrict__ out, int block) {
+__device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, const IN* __restrict__ feat,
+                                                const int4* __restrict__ slots, const int2* __restrict__ pidx,
+                                                const int* __restrict__ empty_cells, int n_empty,
+                                                int compute_blocks, int c_runtime, int g_runtime, int pair_stride,
+                                                float out_scale, typename Io<IN>::Out* __restrict__ out) {
   constexpr int IN_BYTES = VEC * (int)sizeof(IN);
   constexpr int IN_WORDS = IN_BYTES / 4;
   constexpr unsigned int TEAM_MASK = (1u << BEVPOOL_TEAM_FLAG_SHIFT) - 1u;
@@ -50,10 +47,11 @@ __device__ __forceinline__ bool bevpool_v3_block(const IN* __restrict__ depth, c
   const int gib = warp * GPW + q;
   const int c0 = blockIdx.y * (G * VEC) + sub * VEC;
 
+  const int block = blockIdx.x;
   if (block >= compute_blocks) {  // trailing blocks: the empty cells' single write
     const int e = (block - compute_blocks) * gpb + gib;
     if (active && e < n_empty) write_zeros<IN, VEC>(out + (size_t)__ldg(empty_cells + e) * C + c0, STREAM);
-    return false;
+    return;
   }
 
   // idle lanes read their warp's first slot only for the block-uniform flag
@@ -133,47 +131,14 @@ __device__ __forceinline__ bool bevpool_v3_block(const IN* __restrict__ depth, c
   }
 
   if (cell >= 0) write_tile<IN, VEC>(out + (size_t)cell * C + c0, r, out_scale, STREAM);  // the owner's one write
-  return block_has_cross_warp_team;
-}
-
-// PERSISTENT: the grid is one wave (the plan clamps grid.x to the resident CTAs) and CTA c walks
-// the schedule's blocks in snake order c, 2P-1-c, 2P+c, ... (P = gridDim.x): blocks come longest
-// first, so each CTA pairs a long block with a short one and the empty-cell blocks (last) fill
-// the tail. A grid of one block per schedule block runs each once, as the plain kernel.
-// (launch.persistent_order mirrors the order for the tests.)
-template <typename IN, int VEC, bool ACC_F32, bool STREAM, int UNROLL, int G_FIXED, int C_FIXED, bool PREFETCH,
-          bool DEPTH_PAIRS, bool PERSISTENT>
-__device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, const IN* __restrict__ feat,
-                                                const int4* __restrict__ slots, const int2* __restrict__ pidx,
-                                                const int* __restrict__ empty_cells, int n_empty,
-                                                int compute_blocks, int c_runtime, int g_runtime, int pair_stride,
-                                                float out_scale, typename Io<IN>::Out* __restrict__ out) {
-  if (!PERSISTENT) {
-    bevpool_v3_block<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS>(
-        depth, feat, slots, pidx, empty_cells, n_empty, compute_blocks, c_runtime, g_runtime, pair_stride,
-        out_scale, out, blockIdx.x);
-    return;
-  }
-  const int G = G_FIXED > 0 ? G_FIXED : g_runtime;
-  const int gpb = (blockDim.x >> 5) * (32 / G);
-  const int blocks = compute_blocks + (n_empty + gpb - 1) / gpb;
-  const int P = gridDim.x, c = blockIdx.x;
-  for (int round = 0; round * P < blocks; round++) {
-    const int block = round * P + ((round & 1) ? P - 1 - c : c);
-    if (block >= blocks) continue;  // block-uniform
-    if (bevpool_v3_block<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS>(
-            depth, feat, slots, pidx, empty_cells, n_empty, compute_blocks, c_runtime, g_runtime, pair_stride,
-            out_scale, out, block))
-      __syncthreads();  // the owners' reads of part[] finish before the next block writes it
-  }
 }
 
 // One extern "C" entry point per row of launch.V3_KERNELS (the generated bevpool_entries.cuh).
 #define BEVPOOL_V3_ENTRY(NAME, IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS,       \
-                         PERSISTENT, MAX_THREADS)                                                               \
+                         MAX_THREADS)                                                                           \
   extern "C" __global__ void __launch_bounds__(MAX_THREADS) NAME(                                               \
       const IN* depth, const IN* feat, const int4* slots, const int2* pidx, const int* empty_cells,             \
       int n_empty, int compute_blocks, int c, int g, int pair_stride, float out_scale, Io<IN>::Out* out) {      \
-    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS, PERSISTENT>(     \
+    bevpool_v3_body<IN, VEC, ACC_F32, STREAM, UNROLL, G_FIXED, C_FIXED, PREFETCH, DEPTH_PAIRS>(                 \
         depth, feat, slots, pidx, empty_cells, n_empty, compute_blocks, c, g, pair_stride, out_scale, out);     \
   }

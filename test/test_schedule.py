@@ -212,7 +212,6 @@ def test_entry_points_are_generated_from_the_table():
         assert f"BEVPOOL_V3_ENTRY({info.name}, " in src
         assert info.name.startswith(f"bevpool_v3_{info.precision}_")
         assert ("_pf" in info.name) == info.prefetch and ("_dp" in info.name) == info.depth_pairs
-        assert ("_ps" in info.name) == info.persistent
     assert L.compile_defines() == ("-DBEVPOOL_TEAM_FLAG_SHIFT=16",)
 
 
@@ -268,26 +267,3 @@ def test_auto_decision_and_tolerance():
     ok, err = fp8_within_tolerance(np.full(4, 1.1, np.float16), ref, ref)
     assert ok and abs(err - 0.1) < 1e-3
     assert not fp8_within_tolerance(np.full(4, 2.0), ref, ref)[0]
-
-
-@pytest.mark.parametrize("blocks,ctas", [(1, 1), (10, 3), (837, 528), (528, 528), (5, 9), (100, 1)])
-def test_persistent_walk_runs_every_block_once(blocks, ctas):
-    walk = L.persistent_order(blocks, ctas)
-    assert sorted(b for w in walk for b in w) == list(range(blocks))
-    loads = [len(w) for w in walk]
-    assert max(loads) - min(loads) <= 1  # one wave of CTAs, none more than one block behind
-    if blocks >= 2 * ctas:  # the snake: CTA 0 takes the first block of round one, the last of round two
-        assert walk[0][:2] == [0, 2 * ctas - 1] and walk[-1][:2] == [ctas - 1, ctas]
-
-
-def test_persistent_plan_is_one_wave(canonical_map):
-    info = L.V3_KERNELS["bevpool_v3_fp16_l2_pf_ps"]
-    assert info.persistent and info.prefetch and not L.V3_KERNELS["bevpool_v3_fp16_l2_pf"].persistent
-    geom = L.v3_geometry(80, info, 256)
-    sched = build_v3_schedule(canonical_map, block=geom.groups_per_block, warp=geom.groups_per_warp)
-    blocks = sched.compute_blocks + sched.zero_blocks
-    assert L.plan_v3(canonical_map, sched, info, geom).grid[0] == blocks  # occupancy unknown
-    assert L.plan_v3(canonical_map, sched, info, geom, resident_blocks=132 * 4).grid[0] == min(blocks, 528)
-    assert L.plan_v3(canonical_map, sched, info, geom, resident_blocks=10**6).grid[0] == blocks
-    plain = L.V3_KERNELS["bevpool_v3_fp16_l2_pf"]  # a non-persistent kernel ignores the occupancy
-    assert L.plan_v3(canonical_map, sched, plain, geom, resident_blocks=8).grid[0] == blocks

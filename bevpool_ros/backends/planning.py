@@ -26,15 +26,13 @@ def plan_for(smap: ScatterMap, precision: str, regime: str, *, choice: LaunchCho
              kernel: str | None = None, acc: str | None = None, k_min: int | None = None,
              threads: int | None = None, out_scale: float = 1.0,
              buffers: tuple[str, str] | Callable[[V3Schedule], tuple[str, str]] = ("slots", "pidx"),
-             schedule: Callable[..., V3Schedule] = default_schedule,
-             resident_blocks: Callable[[L.KernelInfo, L.V3Geometry], int] | None = None
+             schedule: Callable[..., V3Schedule] = default_schedule
              ) -> tuple[V3Schedule, L.LaunchPlan]:
     """(schedule, plan) of the V3 launch for ``smap`` at ``precision``.
 
     ``choice`` (a measured LaunchChoice) wins over ``kernel``/``k_min``/``threads``; ``schedule``
     lets a caller reuse schedules it already built (same arguments, same result), and
-    ``buffers`` names the device buffers holding that schedule's slots and entries (slots, pidx);
-    ``resident_blocks`` (a device's occupancy) sizes a persistent kernel's one-wave grid.
+    ``buffers`` names the device buffers holding that schedule's slots and entries (slots, pidx).
     """
     if choice is not None:
         kernel, k_min, threads = choice.kernel, choice.k_min, choice.threads
@@ -45,5 +43,4 @@ def plan_for(smap: ScatterMap, precision: str, regime: str, *, choice: LaunchCho
     geom = L.v3_geometry(smap.channels, info, threads or L.V3_DEFAULT_THREADS)
     sched = schedule(smap, geom.groups_per_block, geom.groups_per_warp, k_min or DEFAULT_K_MIN, info.depth_pairs)
     slots, pidx = buffers(sched) if callable(buffers) else buffers
-    resident = resident_blocks(info, geom) if (resident_blocks and info.persistent) else 0
-    return sched, L.plan_v3(smap, sched, info, geom, out_scale, slots, pidx, resident)
+    return sched, L.plan_v3(smap, sched, info, geom, out_scale, slots, pidx)

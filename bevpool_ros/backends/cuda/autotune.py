@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 K_MIN_CHOICES = (8, 16, 32, 64, 128)
 THREAD_CHOICES = (64, 128, 256)
 # stage 2: the variants of the main family worth measuring (suffixes of launch.V3_KERNELS names)
-VARIANT_SUFFIXES = ("", "_pf", "_pf_dp", "_pf_ps")
+VARIANT_SUFFIXES = ("", "_pf", "_pf_dp")
 
 
 @dataclass(frozen=True)

@@ -244,11 +244,6 @@ class Module:
                                           f"cuModuleGetFunction({name})")
         return self._functions[name]
 
-    def blocks_per_sm(self, name: str, threads: int, shared_bytes: int = 0) -> int:
-        """CTAs of ``name`` one SM holds at once at this block size (the occupancy calculator)."""
-        return int(check(_cu().cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function(name), threads,
-                                                                           shared_bytes), "occupancy"))
-
 
 _SCALAR = {"i32": np.int32, "u32": np.uint32, "i64": np.int64, "f32": np.float32}
 

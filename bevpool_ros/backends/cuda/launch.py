@@ -33,7 +33,6 @@ class KernelInfo:
     streaming: bool = False    # evict-first output stores
     prefetch: bool = False     # next batch's index pairs requested before this batch's products
     depth_pairs: bool = False  # entries may merge two depth bins that share a feature row
-    persistent: bool = False   # one wave of CTAs, each walking several schedule blocks
     unroll: int = 4            # entries in flight per lane
     max_threads: int = 512     # __launch_bounds__
 
@@ -43,17 +42,16 @@ class KernelInfo:
         cxx = {True: "true", False: "false"}
         return ("__half" if self.precision == "fp16" else "fp8_e4m3", self.vec, cxx[self.acc == "f32"],
                 cxx[self.streaming], self.unroll, self.g_fixed, self.c_fixed, cxx[self.prefetch],
-                cxx[self.depth_pairs], cxx[self.persistent], self.max_threads)
+                cxx[self.depth_pairs], self.max_threads)
 
 
 def _v3(precision: str, family: str, vec: int, g: int = 0, c: int = 0, *, h2: bool = False,
-        pf: bool = False, dp: bool = False, ps: bool = False, **kw) -> KernelInfo:
+        pf: bool = False, dp: bool = False, **kw) -> KernelInfo:
     """A table row; the name says what differs: _h2acc (__half2 accumulation), _pf (index
-    prefetch), _dp (depth pairs), _ps (persistent CTAs). FP8 kernels always accumulate in __half2
-    per lane."""
-    name = f"bevpool_v3_{precision}_{family}" + "_h2acc" * h2 + "_pf" * pf + "_dp" * dp + "_ps" * ps
+    prefetch), _dp (depth pairs). FP8 kernels always accumulate in __half2 per lane."""
+    name = f"bevpool_v3_{precision}_{family}" + "_h2acc" * h2 + "_pf" * pf + "_dp" * dp
     acc = "half2" if (h2 or precision == "fp8") else "f32"
-    return KernelInfo(name, precision, vec, g, c, acc=acc, prefetch=pf, depth_pairs=dp, persistent=ps, **kw)
+    return KernelInfo(name, precision, vec, g, c, acc=acc, prefetch=pf, depth_pairs=dp, **kw)
 
 
 _FP8_FAMILIES = (("c80", 16, 5, 80), ("c128", 16, 8, 128), ("c256", 32, 8, 256), ("v8", 8, 0, 0))
@@ -64,14 +62,12 @@ V3_KERNELS = {k.name: k for k in (
     # FP16, L2-resident path: 8 channels (one LDG.128) per lane, twice the lanes per row
     _v3("fp16", "l2", 8), _v3("fp16", "l2", 8, h2=True), _v3("fp16", "l2", 8, pf=True),
     _v3("fp16", "l2", 8, pf=True, dp=True),
-    _v3("fp16", "l2", 8, pf=True, ps=True),  # round 3: one wave of persistent CTAs
     _v3("fp16", "v4", 4),  # generic narrow (C % 4 == 0)
     # FP8 (E4M3 in, FP16 out) per channel count: C=80: 16 channels (one LDG.128) x 5 lanes;
     # C=128: 16 x 8; C=256: 32 channels (two LDG.128) x 8. Generic: 8 (LDG.64) or 4.
     *(_v3("fp8", f, v, g, c) for f, v, g, c in _FP8_FAMILIES),
     *(_v3("fp8", f, v, g, c, pf=True) for f, v, g, c in _FP8_FAMILIES),
     _v3("fp8", "c80", 16, 5, 80, pf=True, dp=True), _v3("fp8", "v8", 8, pf=True, dp=True),
-    *(_v3("fp8", f, v, g, c, pf=True, ps=True) for f, v, g, c in _FP8_FAMILIES[:2]),
     _v3("fp8", "v4", 4),
 )}
 # extern "C" kernels written by hand in plugin/*.cuh (not generated from V3_KERNELS)
@@ -175,32 +171,14 @@ def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "f32
     raise UnsupportedShape(f"V3 {precision} needs C % 4 == 0, got C = {channels}")
 
 
-def persistent_order(blocks: int, ctas: int) -> list[list[int]]:
-    """The schedule blocks each persistent CTA runs, in order (plugin/bevpool_v3.cuh's snake walk:
-    CTA c takes c, 2P-1-c, 2P+c, ... of the P-CTA grid)."""
-    walk: list[list[int]] = [[] for _ in range(ctas)]
-    for r in range(-(-blocks // ctas)):
-        for c in range(ctas):
-            b = r * ctas + (ctas - 1 - c if r % 2 else c)
-            if b < blocks:
-                walk[c].append(b)
-    return walk
-
-
 def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, geom: V3Geometry,
-            out_scale: float = 1.0, slots_buffer: str = "slots", pidx_buffer: str = "pidx",
-            resident_blocks: int = 0) -> LaunchPlan:
-    """``resident_blocks``: CTAs of this kernel the device holds at once (SMs x blocks per SM);
-    a persistent kernel's grid is clamped to it (0: unknown, one CTA per block, still correct)."""
+            out_scale: float = 1.0, slots_buffer: str = "slots", pidx_buffer: str = "pidx") -> LaunchPlan:
     C = smap.channels
     if sched.block != geom.groups_per_block or sched.warp != geom.groups_per_warp:
         raise ValueError("schedule was built for another geometry")
     if sched.depth_pairs and not kernel.depth_pairs:
         raise ValueError(f"{kernel.name} cannot read a schedule with depth pairs")
-    blocks = sched.compute_blocks + sched.zero_blocks
-    if kernel.persistent and resident_blocks > 0:
-        blocks = min(blocks, max(1, resident_blocks // geom.chunks))  # grid.y shares the wave
-    grid = (blocks, geom.chunks, 1)
+    grid = (sched.compute_blocks + sched.zero_blocks, geom.chunks, 1)
     args = (("buf", "depth"), ("buf", "feat"), ("buf", slots_buffer), ("buf", pidx_buffer), ("buf", "empty_cells"),
             ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C), ("i32", geom.G),
             ("i32", sched.pair_stride), ("f32", float(out_scale)), ("buf", "out"))

@@ -32,10 +32,6 @@ class KernelRuntime:
         log.info("cuda runtime: %s (%s, %d SMs, L2 %.0f MiB)", self.device.name, self.device.arch,
                  self.device.sm_count, self.device.l2_bytes / 2**20)
 
-    def resident_blocks(self, info: L.KernelInfo, geom: L.V3Geometry) -> int:
-        """CTAs of a V3 kernel the whole device holds at once (a persistent grid's one wave)."""
-        return self.device.sm_count * self.module.blocks_per_sm(info.name, geom.threads, geom.shared_bytes)
-
 
 @lru_cache(maxsize=None)
 def get_runtime(ordinal: int = 0) -> KernelRuntime:
@@ -95,8 +91,7 @@ class MapOnDevice:
 
         _, plan = plan_for(self.smap, precision, self.regime(precision), choice=choice, kernel=kernel, acc=acc,
                            k_min=k_min or self.k_min, threads=threads or self.threads, out_scale=out_scale,
-                           schedule=self._schedule_for, buffers=self._buffers_for,
-                           resident_blocks=self.rt.resident_blocks)
+                           schedule=self._schedule_for, buffers=self._buffers_for)
         return plan
 
     def _schedule_for(self, smap, block: int, warp: int, k_min: int, depth_pairs: bool = False):
