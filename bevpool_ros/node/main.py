@@ -55,7 +55,7 @@ def input_size_guard(base_profile: str | None):
 
 def main(argv=None) -> int:
     import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
 
     from .node import BevPoolNode, StartupError
 
@@ -80,6 +80,16 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while starting up is a clean stop too
         rclpy.try_shutdown()
         return 0
+    return spin_until_shutdown(executor, node)
+
+
+def spin_until_shutdown(executor, node) -> int:
+    """Spin ``node`` until Ctrl-C or shutdown, then tear everything down; 0 on a clean stop.
+
+    Shared by the console scripts (bevpool_node, bevpool_occupancy)."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
     try:
         executor.add_node(node)
         executor.spin()

@@ -158,7 +158,7 @@ def _descriptor(text: str):
 
 def main(argv=None) -> int:
     import rclpy
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
 
     from ..node.main import use_large_data_profile
 
@@ -174,20 +174,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         rclpy.try_shutdown()
         return 0
-    try:
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except Exception:
-        if rclpy.ok():
-            raise  # a real failure; otherwise Ctrl-C stopped the context while spinning up: clean
-    finally:
-        executor.remove_node(node)
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    from ..node.main import spin_until_shutdown
+
+    return spin_until_shutdown(executor, node)
 
 
 if __name__ == "__main__":
