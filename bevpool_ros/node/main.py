@@ -60,9 +60,7 @@ def main(argv=None) -> int:
     from .node import BevPoolNode, StartupError
 
     base_profile = use_large_data_profile()
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    # made before the node: a Ctrl-C right after "ready" shuts the context down, and an executor
-    # created after that fails instead of returning
+    stop = init_without_signal_handlers(argv)
     executor = SingleThreadedExecutor()
     try:
         node = BevPoolNode(input_guard=input_size_guard(base_profile))
@@ -80,29 +78,59 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while starting up is a clean stop too
         rclpy.try_shutdown()
         return 0
-    return spin_until_shutdown(executor, node)
+    return spin_until_shutdown(executor, node, stop)
 
 
-def spin_until_shutdown(executor, node) -> int:
-    """Spin ``node`` until Ctrl-C or shutdown, then tear everything down; 0 on a clean stop.
+class StopSignals:
+    """SIGINT/SIGTERM only set ``requested``; ``spin_until_shutdown`` sees it between two spins."""
 
-    Shared by the console scripts (bevpool_node, bevpool_occupancy)."""
+    def __init__(self):
+        import signal
+
+        self.requested = False
+        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _request(self, *_):
+        self.requested = True
+
+    def restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def init_without_signal_handlers(argv=None) -> StopSignals:
+    """rclpy.init without rclpy's SIGINT/SIGTERM handlers, which shut the context down from under
+    the running node: tearing the node down on that dead context crashed the process (a segfault
+    in Fast DDS threads in about 1 of 40 Ctrl-C stops). Here a signal only asks for a stop (also
+    during start-up), and the teardown runs in order on a live context."""
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    stop = StopSignals()
+    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    return stop
+
+
+def spin_until_shutdown(executor, node, stop: StopSignals, poll_s: float = 0.1) -> int:
+    """Spin ``node`` until a stop is requested (or the context shuts down), then tear down in order:
+    executor, node, context. 0 on a clean stop. Shared by bevpool_node and bevpool_occupancy."""
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
     try:
         executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+        while not stop.requested and rclpy.ok():  # a signal is seen within poll_s
+            executor.spin_once(timeout_sec=poll_s)
+    except ExternalShutdownException:
         pass
-    except Exception:
-        if rclpy.ok():
-            raise  # a real failure; otherwise Ctrl-C stopped the context while we started: clean
     finally:
         executor.remove_node(node)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
+        stop.restore()
     return 0
 
 

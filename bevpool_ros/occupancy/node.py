@@ -160,11 +160,11 @@ def main(argv=None) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from ..node.main import use_large_data_profile
+    from ..node.main import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
 
     use_large_data_profile()
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    executor = SingleThreadedExecutor()  # before the node: a Ctrl-C during start-up stops cleanly
+    stop = init_without_signal_handlers(argv)
+    executor = SingleThreadedExecutor()
     try:
         node = OccupancyNode()
     except StartupError as e:
@@ -174,9 +174,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         rclpy.try_shutdown()
         return 0
-    from ..node.main import spin_until_shutdown
-
-    return spin_until_shutdown(executor, node)
+    return spin_until_shutdown(executor, node, stop)
 
 
 if __name__ == "__main__":
