@@ -15,6 +15,7 @@ from rclpy.node import Node
 from ..node.diagnostics import status_values
 from ..node.outputs import image_to_rgb, stamp_to_ns
 from ..node.qos import make_qos
+from .waiting import poll_until
 from ..node.tensor_codec import decode_any
 
 
@@ -80,9 +81,4 @@ class BevConsumer(Node):
         return self.bev_sub.get_publisher_count() > 0
 
     def wait_for_publishers(self, timeout: float = 15.0, spin=None) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.publisher_matched():
-                return True
-            spin(0.05) if spin else time.sleep(0.05)
-        return False
+        return poll_until(self.publisher_matched, timeout, spin)

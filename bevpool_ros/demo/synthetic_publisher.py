@@ -17,6 +17,7 @@ from rclpy.node import Node
 from ..rig import Rig
 from ..node.outputs import ns_to_time
 from ..node.qos import make_qos
+from .waiting import poll_until
 from ..node.tensor_codec import make_camera_tensor
 
 
@@ -126,12 +127,7 @@ class SyntheticRigPublisher(Node):
 
     def wait_for_subscribers(self, timeout: float = 15.0, spin=None) -> bool:
         """True once every tensor topic has a subscriber (discovery can take seconds)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.subscribers_matched():
-                return True
-            spin(0.05) if spin else time.sleep(0.05)
-        return False
+        return poll_until(self.subscribers_matched, timeout, spin)
 
 
 def main(argv=None) -> int:

@@ -142,7 +142,7 @@ class CudaBackend(Backend):
     def _tuned_launch(self, precision: str) -> LaunchChoice:
         from .autotune import tune_v3
 
-        key = choice_key(LaunchChoice, backend="cuda", device=self.rt.device.name, smap=self.smap,
+        key = choice_key(LaunchChoice, backend=self.name, device=self.rt.device.name, smap=self.smap,
                          precision=precision)
         cached = self.store.load(key, LaunchChoice)
         if cached:
@@ -158,7 +158,7 @@ class CudaBackend(Backend):
         from ...reference import pool_reference
 
         smap = self.smap
-        key = choice_key(PrecisionChoice, backend="cuda", device=self.rt.device.name, smap=smap)
+        key = choice_key(PrecisionChoice, backend=self.name, device=self.rt.device.name, smap=smap)
         cached = self.store.load(key, PrecisionChoice)
         if cached is None:
             rng = np.random.default_rng(0)

@@ -20,7 +20,6 @@ from ... import private_cache
 
 log = logging.getLogger(__name__)
 
-PLUGIN_DIR = Path(__file__).resolve().parents[3] / "plugin"
 MAIN_SOURCE = "bevpool_kernels.cu"
 # Every kernel must compile for these (CI test): Ampere desktop, Ada, Hopper, DRIVE Thor, Blackwell RTX.
 TARGET_ARCHS = ("sm_86", "sm_89", "sm_90", "sm_110", "sm_120")

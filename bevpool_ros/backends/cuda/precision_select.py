@@ -5,9 +5,7 @@ its answer as a choices.PrecisionChoice record.
 """
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 
 import numpy as np
 
@@ -28,41 +26,6 @@ def fp8_within_tolerance(out: np.ndarray, ref: np.ndarray, abs_ref: np.ndarray,
     err = np.abs(out.astype(np.float64) - ref)
     ok = bool(np.all(err <= FP8_ATOL * unit + FP8_RTOL * abs_ref)) and bool(np.isfinite(out).all())
     return ok, float(err.max()) if err.size else 0.0
-
-
-def _cache_file() -> Path | None:
-    from ...private_cache import private_dir
-    from .nvrtc_build import default_cache_dir
-
-    d = private_dir(default_cache_dir(), "kernel cache")
-    return (d / "precision_choices.json") if d else None
-
-
-# Untyped string-keyed choices, kept for the tensorrt backend until it moves to choices.ChoiceStore
-# (typed records, one key builder), which the cuda backend uses.
-def _read_all(path: Path) -> dict:
-    from ...private_cache import read_trusted
-
-    payload = read_trusted(path, "cached choices")
-    try:
-        return json.loads(payload) if payload else {}
-    except ValueError:
-        return {}
-
-
-def load_choice(key: str):
-    path = _cache_file()
-    return _read_all(path).get(key, {}).get("precision") if path else None
-
-
-def store_choice(key: str, record: dict) -> None:
-    from ...private_cache import write_trusted
-
-    path = _cache_file()
-    if path:
-        data = _read_all(path)
-        data[key] = record
-        write_trusted(path, json.dumps(data, indent=1, sort_keys=True).encode(), "cached choices")
 
 
 def decide(fp16_us: float, fp8_us: float, fp8_ok: bool) -> str:
