@@ -40,7 +40,7 @@ if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
   # every gpu-marked test that needs no rclpy (the node tests run on the CPU machines)
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q --no-header -p no:cacheprovider \
-      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_backend_fallback.py \
+      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py test/test_backend_fallback.py \
       test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
@@ -48,6 +48,10 @@ fi
 if [ "$RUN_FRAME" = 1 ]; then
   timeout 120 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 float32 float8_e4m3 \
       --out-dtype float16 float32 --prefix h200_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" | tail -9 || status=1
+  # depth cameras (input.depth_mode: image): 640x480 16UC1 images, expanded into distributions on the device
+  timeout 60 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 --out-dtype float16 \
+      --depth-input distribution image --prefix h200_depth_image_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" \
+      | tail -5 || status=1
 fi
 
 if [ "$RUN_BENCH" = 1 ]; then
