@@ -69,6 +69,41 @@ def test_replay_evaluation_scores_every_grid(bag, tmp_path):
     assert out == {"type": "bevpool_msgs/msg/BevFeature", "count": rep["published"]}
 
 
+@pytest.mark.ros
+def test_depth_camera_bag_is_scored_by_the_nodes_rule(tmp_path, nuscenes_rig):
+    """Depth Images on three cameras; the Gaussian rule comes from a params file, the modes from -p:
+    the scorer must turn each Image into the distribution the node pooled."""
+    images = [c.name for c in nuscenes_rig.cameras][0::2]
+    path = tmp_path / "depth_cams"
+    record_synthetic(path, nuscenes_rig, frames=6, depth_images=images)
+    topics = bag_summary(path)["topics"]
+    assert topics[f"/cameras/{images[0]}/depth"]["type"] == "sensor_msgs/msg/Image"
+    assert topics["/cameras/CAM_FRONT_RIGHT/depth"]["type"] == "bevpool_msgs/msg/CameraTensor"
+    params = tmp_path / "params.yaml"
+    params.write_text("/**:\n  ros__parameters:\n    input:\n      depth_image_distribution: gaussian\n"
+                      "      depth_image_sigma_m: 0.8\n")
+    report = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval", str(path), "--out", str(tmp_path / "out"),
+                        "--params-file", str(params), "-p", "backend:=cpu", "-p", "diagnostics.period_s:=0.2",
+                        "-p", "input.depth_mode:=[image, distribution, image, distribution, image, distribution]",
+                        "--report", str(report)], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    assert rep["published"] >= 4 and rep["compared"] == rep["within_tolerance"] == rep["published"]
+    assert rep["max_abs_err"] < 1e-4
+
+
+def test_scorer_reads_node_parameters_like_the_node(tmp_path, nuscenes_rig):
+    from bevpool_ros.bag.evaluate import node_parameter
+
+    f = tmp_path / "p.yaml"
+    f.write_text("bevpool_node:\n  ros__parameters:\n    input:\n      depth_image_sigma_m: 1.5\n")
+    assert node_parameter("input.depth_image_sigma_m", None, str(f)) == 1.5
+    assert node_parameter("input.depth_image_sigma_m", {"input.depth_image_sigma_m": 0.2}, str(f)) == 0.2
+    assert node_parameter("input.depth_image_distribution", None, str(f)) == "one_hot"  # the declared default
+    with pytest.raises(ValueError, match="not cameras"):
+        record_synthetic(tmp_path / "b", nuscenes_rig, 1, depth_images=["NO_SUCH_CAMERA"])
+
 def test_eval_usage_errors():
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "record-synthetic", "x", "--skip", "CAM"],
                        capture_output=True, text=True, timeout=60)

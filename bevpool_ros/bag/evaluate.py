@@ -5,7 +5,8 @@
 3. every BevFeature the node publishes is written to the output bag with its arrival time;
 4. each published grid is recomputed from the exact input messages it names
    (``BevFeature.cameras`` / ``camera_stamps``) with the FP64 reference, on the calibration the
-   node had (the rig file, intrinsics from the bag's CameraInfo), and compared.
+   node had (the rig file, intrinsics from the bag's CameraInfo), and compared; a depth camera's
+   Image becomes its distribution by the node's rule (``input.depth_image_*`` as the node got them).
 The report counts sets in the bag, grids published, grids matching the reference within
 ``atol``, and latency from the last input of a set being played to its grid arriving.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..depth_image import DepthImageConverter
 from ..node.calibration import LiveCalibration
 from ..node.outputs import stamp_to_ns
 from ..node.tensor_codec import decode_any
@@ -78,8 +80,30 @@ def play_and_record(bag: Path, out_bag: Path, session, rate: float, drain_s: flo
     return played, arrivals, session.con.latest_diagnostics() or {}
 
 
-def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport) -> None:
-    """Recompute each published grid from the inputs it names; stream the input bag once."""
+def node_parameter(name: str, node_params: dict | None, params_file: str | None):
+    """``name`` as the node sees it: -p override, else the params file (any node's
+    ros__parameters, nested keys joined by dots), else the declared default."""
+    import yaml
+
+    from ..node.params import BY_NAME
+
+    if node_params and name in node_params:
+        return node_params[name]
+    if params_file:
+        for section in (yaml.safe_load(Path(params_file).read_text()) or {}).values():
+            value = (section or {}).get("ros__parameters", {})
+            for part in name.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if value is not None:
+                return value
+    return BY_NAME[name].default
+
+
+def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: DepthImageConverter | None = None
+          ) -> None:
+    """Recompute each published grid from the inputs it names; stream the input bag once.
+    ``depth_image``: how depth Images become distributions (default: the node's defaults)."""
+    depth_image = depth_image or DepthImageConverter(rig)
     wanted: dict[tuple[str, int], list[int]] = {}
     outputs = []
     for m in read_bag(out_bag):
@@ -108,7 +132,10 @@ def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport) -> None:
             seen_sets.add(st)
         if (cam, st) not in wanted:
             continue
-        arr = decode_any(msg)
+        if m.msgtype == "sensor_msgs/msg/Image":  # a depth camera (input.depth_mode: image)
+            arr = depth_image(msg).distribution()
+        else:
+            arr = decode_any(msg)
         if stream == "feat" and msg.layout == "CHW":
             arr = arr.transpose(1, 2, 0)
         inputs.setdefault((cam, st), {})[stream] = arr
@@ -155,7 +182,9 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
         played, arrivals, report.diagnostics = play_and_record(bag, out_bag, session, rate, drain_s)
     finally:
         report.node_rc, _ = session.close()
-    score(bag, out_bag, load_rig(rig_path), report)
+    rig = load_rig(rig_path)
+    rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file) for k in ("distribution", "sigma_m")}
+    score(bag, out_bag, rig, report, DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"])))
     report.e2e_ms = [(arrivals[s] - t) * 1e3 for s, t in _last_played_per_set(played, out_bag).items()
                      if s in arrivals]
     return report

@@ -1,6 +1,7 @@
 """bevpool-bag: rosbag2 camera bags for replay evaluation, without rosbag2.
 
   bevpool-bag record-synthetic OUT_BAG [--frames 40] [--rate 20] [--dtype float16] [--skip 5:CAM_BACK]
+                               [--depth-image CAM_FRONT ...]
   bevpool-bag info BAG
   bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
   bevpool-bag eval BAG --out OUT_BAG [--params-file config/cpu.yaml] [-p backend:=cpu] [--report r.json]
@@ -56,6 +57,9 @@ def main(argv=None) -> int:
     rec.add_argument("--jitter-ms", type=float, default=0.0, help="per-camera stamp jitter")
     rec.add_argument("--skip", type=_skip_arg, action="append", default=[], metavar="FRAME:CAMERA",
                      help="leave CAMERA out of FRAME (repeatable)")
+    rec.add_argument("--depth-image", action="append", default=[], metavar="CAMERA",
+                     help="CAMERA records a 16UC1 depth Image instead of a distribution (repeatable; "
+                          "evaluate with -p input.depth_mode:=... naming it 'image')")
     info = sub.add_parser("info", help="topics, types, counts, duration")
     info.add_argument("bag")
     play = sub.add_parser("play", help="publish a bag at its recorded pace")
@@ -93,8 +97,12 @@ def _run(args) -> int:
         skip = {}
         for frame, cam in args.skip:
             skip.setdefault(frame, set()).add(cam)
-        stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
-                                  args.layout, jitter_ms=args.jitter_ms, skip=skip)
+        try:
+            stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
+                                      args.layout, jitter_ms=args.jitter_ms, skip=skip, depth_images=args.depth_image)
+        except ValueError as e:
+            print(f"bevpool-bag: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {args.out}: {len(stamps)} sets")
         return 0
     if args.cmd == "info":
