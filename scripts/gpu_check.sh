@@ -94,7 +94,7 @@ if [ "$RUN_ROS" = 1 ]; then
       RPY=$PY
       # shellcheck disable=SC2086
       # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda)
-      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
+      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
             --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
         timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
       } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
