@@ -18,6 +18,7 @@ over an array module ``xp`` (numpy, or cupy) with the device kernel's float32 ar
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -73,12 +74,19 @@ class MetricDepth:
         return depth_distribution(self.metres, self.spec.bins, self.spec.mode, self.spec.sigma, xp)
 
 
+@lru_cache(maxsize=64)
+def _centres(size_in: int, size_out: int) -> np.ndarray:
+    """Input index under each output pixel's centre (cached: a camera's sizes rarely change)."""
+    index = np.minimum(((np.arange(size_out) + 0.5) * (size_in / size_out)).astype(np.int64), size_in - 1)
+    index.flags.writeable = False
+    return index
+
+
 def resize_nearest(depth, height: int, width: int, xp=np):
     """[h, w] -> [height, width], each output pixel the input pixel under its centre."""
     h, w = depth.shape
-    rows = xp.minimum(((xp.arange(height) + 0.5) * (h / height)).astype(xp.int64), h - 1)
-    cols = xp.minimum(((xp.arange(width) + 0.5) * (w / width)).astype(xp.int64), w - 1)
-    return depth[rows[:, None], cols[None, :]]
+    rows, cols = xp.asarray(_centres(h, height)), xp.asarray(_centres(w, width))
+    return depth[rows][:, cols]  # the rows first: a gather of whole rows, then of columns
 
 
 def depth_distribution(depth, bins: DepthBins, mode: str = "one_hot", sigma: float = 0.5, xp=np):
