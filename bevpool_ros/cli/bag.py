@@ -133,10 +133,13 @@ def _eval_options(parser, default_rig: str) -> None:
     parser.add_argument("--params-file")
     parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
     parser.add_argument("--rate", type=float, default=1.0)
-    parser.add_argument("--atol", type=float, default=1e-3)
+    parser.add_argument("--atol", type=float, default=None,
+                        help="fixed absolute tolerance; default: the tolerance of the precision each grid "
+                             "was computed at (bevpool_ros/tolerance.py)")
 
 
 def _eval_many(args) -> int:
+    from ..bag.evaluate import tolerance_text
     from ..bag.io import BagError, bag_summary
     from ..bag.many import TaskResources, evaluate_many, find_bags
     from ..bag.report import write_report
@@ -151,7 +154,7 @@ def _eval_many(args) -> int:
                             args.atol, args.address, TaskResources(args.num_cpus, args.num_gpus),
                             args.local_cpus, show_progress=not args.no_progress)
     settings = {"rig": args.rig, "params": dict(args.param), "params_file": args.params_file, "rate": args.rate,
-                "atol": args.atol, "ray_address": args.address or "local",
+                "atol": args.atol, "tolerance": tolerance_text(args.atol), "ray_address": args.address or "local",
                 "per_task": {"num_cpus": args.num_cpus, "num_gpus": args.num_gpus}}
     report = write_report(Path(args.out), results, settings)
     print(json.dumps(report["summary"], indent=1))
