@@ -76,6 +76,10 @@ VARIANTS: dict[str, dict] = {
     "quad_c64_d40_z2": spec("quad_c64_d40_z2", 64, ring(4, [(640, 480)], first_yaw=45.0, fov_deg=90),
                             input_size=(256, 192), resize=0.4, crop=(0, 0), stride=16, depth=(1.0, 41.0, 1.0),
                             x=(-40.0, 40.0, 1.0), y=(-32.0, 32.0, 1.0), z=(-2.0, 2.0, 2.0)),
+    # the node test's second foreign rig: one camera, C = 17, 3 Z layers, a grid off to the left
+    "solo_c17_z3": spec("solo_c17_z3", 17, [camera("left_wide", (720, 540), 80.0, fov_deg=100, pitch_deg=6.0)],
+                        input_size=(288, 216), resize=0.4, crop=(0, 0), stride=12, depth=(0.8, 24.6, 0.85),
+                        x=(-12.0, 12.0, 0.6), y=(2.0, 26.0, 0.8), z=(-1.5, 3.0, 1.5)),
     # 5 cameras, D = 120 (0.5 m), a grid off the ego; the rear camera sees none of it
     "penta_c96_d120": spec("penta_c96_d120", 96, ring(5, [(400, 300), (440, 330)], fov_deg=60),
                            input_size=(192, 144), resize=0.48, crop=(0, 0), stride=16, depth=(0.5, 60.5, 0.5),
@@ -102,7 +106,7 @@ VARIANTS: dict[str, dict] = {
 }
 
 # variants whose GPU run exercises the narrow (vec-1 / vec-2) kernels
-ODD_CHANNEL_VARIANTS = ("mono_c1_d1", "pair_c3_z2", "tri_c17")
+ODD_CHANNEL_VARIANTS = ("mono_c1_d1", "pair_c3_z2", "tri_c17", "solo_c17_z3")
 
 
 def rig(name: str) -> Rig:
