@@ -11,6 +11,7 @@ import rig_variants as V
 
 from bevpool_ros.backends import CpuBackend
 from bevpool_ros.backends.cuda import launch as L
+from bevpool_ros.backends.cuda.autotune import candidate_kernels
 from bevpool_ros.backends.cuda.v3_twin import v3_kernel_twin
 from bevpool_ros.backends.planning import plan_for
 from bevpool_ros.backends.staging import split_cameras
@@ -89,15 +90,19 @@ def test_cpu_backend_equals_the_fp64_reference(variant, wire):
 
 
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
-def test_v3_twin_with_the_chosen_launch_equals_the_reference(variant, precision):
-    """The GPU's schedule and reduction order for this rig's C (narrow tiles for odd C), in FP64."""
+def test_v3_twin_with_every_launch_the_backend_may_pick(variant, precision):
+    """The GPU's schedule and reduction order, in FP64, for the default kernel of each regime and
+    every autotune candidate (depth-pair kernels included) at this rig's C (narrow tiles for odd C)."""
     r, smap = variant
     d, f = V.random_inputs(r, seed=3)
-    for regime in L.REGIMES:
-        sched, plan = plan_for(smap, precision, regime)
+    ref = pool_reference(d, f, smap)
+    kernels = {plan_for(smap, precision, regime)[1].kernel for regime in L.REGIMES}
+    kernels |= {k for regime in L.REGIMES for k in candidate_kernels(r.channels, precision, regime)}
+    for kernel in sorted(kernels):
+        sched, plan = plan_for(smap, precision, "L2-resident", kernel=kernel)
         info = L.V3_KERNELS[plan.kernel]
         assert r.channels % info.vec == 0 and plan.grid[1] * plan.block[0] > 0
-        np.testing.assert_allclose(v3_kernel_twin(smap, sched, d, f), pool_reference(d, f, smap), atol=1e-9)
+        np.testing.assert_allclose(v3_kernel_twin(smap, sched, d, f), ref, atol=1e-9, err_msg=kernel)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -89,11 +89,14 @@ def test_split_evenly(length, parts):
     assert s.sum() == length and s.size == parts and s.max() - s.min() <= 1
 
 
-def test_empty_map_schedule():
+@pytest.mark.parametrize("depth_pairs", [False, True])
+def test_empty_map_schedule(depth_pairs):
+    # depth pairs too: autotuning tries the _dp kernels on a rig that sees nothing (H200 run, round 3)
     smap = scatter_map_from_ranks([], [], [], depth_shape=(1, 1, 2, 2), grid_shape=(1, 2, 2), channels=8)
-    sched = build_v3_schedule(smap)
+    sched = build_v3_schedule(smap, depth_pairs=depth_pairs)
     check_schedule(smap, sched)
-    assert sched.empty_cells.size == 4 and sched.num_slots == sched.block
+    assert sched.empty_cells.size == 4 and sched.num_slots == sched.block and sched.pidx.shape == (0, 2)
+    np.testing.assert_array_equal(v3_kernel_twin(smap, sched, np.zeros(4), np.zeros((4, 8))), np.zeros((1, 2, 2, 8)))
 
 
 def test_v2do_intervals(canonical_map):
