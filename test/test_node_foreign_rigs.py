@@ -5,6 +5,8 @@ rclpy building bevpool_msgs/CameraTensor messages field by field (not the demo p
 reliable or best-effort QoS, CHW or HWC features, float16 or float32. Every grid must equal the
 FP64 reference of what was sent, at the tolerance of the backend the node chose, and the
 BevFeature geometry must be the rig's. One node per rig, a few frames each.
+A backend that cannot run a rig (prepare raises) hands over to the cpu backend with one warning
+naming C, or, with backend_fallback off, stops the node with a startup error naming it.
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ import pytest
 
 import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import rig_variants as V
-from ros_harness import DISCOVERY_TIMEOUT, assert_bev_matches, isolate_ros_env
+from ros_harness import DISCOVERY_TIMEOUT, assert_bev_matches, isolate_ros_env, spin_until
 
+from bevpool_ros.backends import CpuBackend
+from bevpool_ros.backends.cuda.launch import UnsupportedShape
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 
@@ -119,3 +123,93 @@ def test_four_cameras_c64_two_layers_reliable(tmp_path):
 
 def test_one_camera_odd_channels_best_effort(tmp_path):
     run_rig("solo_c17_z3", tmp_path, reliable=False, frames=[(np.float16, "HWC"), (np.float32, "CHW")])
+
+
+# --- a backend that cannot run the rig -------------------------------------------------------------
+class RefusingBackend(CpuBackend):
+    """Stands in for a GPU backend whose kernel table lacks the rig's channel count: the cpu
+    backend under another name, except that prepare refuses C = 17 as choose_v3_kernel once did."""
+    name = "cuda"
+    closed = False
+
+    def prepare(self, smap):
+        if smap.channels == 17:
+            raise UnsupportedShape(f"V3 fp16 needs C % 4 == 0, got C = {smap.channels}")
+        super().prepare(smap)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def node_with_refusing_backend(monkeypatch, tmp_path):
+    """make(fallback) -> (context, node, refusing backend) on rig solo_c17_z3, in this process."""
+    isolate_ros_env()
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    import bevpool_ros.node.node as node_module
+
+    made, contexts = [], []
+    real_create = node_module.create_backend
+
+    def create(name, precision="fp16", **kw):
+        if name == "cpu":
+            return real_create(name, precision, **kw)
+        made.append(RefusingBackend())
+        return made[-1]
+
+    monkeypatch.setattr(node_module, "create_backend", create)
+
+    def make(fallback: bool):
+        ctx = rclpy.Context()
+        rclpy.init(context=ctx)
+        contexts.append(ctx)
+        node = node_module.BevPoolNode(context=ctx, parameter_overrides=[
+            Parameter("rig_file", value=str(V.write_rig("solo_c17_z3", tmp_path))),
+            Parameter("backend", value="cuda"), Parameter("backend_fallback", value=fallback),
+            Parameter("input.qos_reliability", value="reliable")])
+        return ctx, node, made[-1]
+
+    yield make
+    for ctx in contexts:
+        rclpy.try_shutdown(context=ctx)
+
+
+def test_backend_that_cannot_run_the_rig_falls_back_to_cpu(node_with_refusing_backend, capfd):
+    from rclpy.executors import SingleThreadedExecutor
+    import rclpy.node
+
+    from bevpool_ros.demo.consumer import BevConsumer
+
+    ctx, node, refusing = node_with_refusing_backend(fallback=True)
+    err = capfd.readouterr().err
+    assert "backend 'cuda' cannot run rig solo_c17_z3 (C = 17" in err and "falling back to 'cpu'" in err
+    assert node.backend.name == "cpu" and node.worker.backend is node.backend and refusing.closed
+    rig = V.rig("solo_c17_z3")
+    driver = rclpy.node.Node("foreign_driver", context=ctx)
+    con = BevConsumer(context=ctx, subscribe_image=False)
+    ex = SingleThreadedExecutor(context=ctx)
+    for n in (node, driver, con):
+        ex.add_node(n)
+    try:
+        pub = HandPublisher(driver, rig, reliable=True)
+        assert spin_until(ex, lambda: pub.matched() and con.publisher_matched(), DISCOVERY_TIMEOUT)
+        depth, feat = V.random_inputs(rig, seed=4)
+        pub.publish(depth, feat, 7 * 10**9, np.float32, "HWC")
+        assert spin_until(ex, lambda: 7 * 10**9 in con.by_stamp(), 10)
+        got = con.by_stamp()[7 * 10**9]
+        assert (got.msg.backend, got.msg.precision) == ("cpu", "fp32")  # says what actually ran
+        assert_bev_matches(got.bev, pool_reference(depth.astype(np.float32), feat.astype(np.float32),
+                                                   build_scatter_map(rig)), got.msg)
+    finally:
+        ex.shutdown()
+        for n in (con, driver, node):
+            n.destroy_node()
+
+
+def test_without_fallback_the_refusal_is_a_startup_error_naming_c(node_with_refusing_backend):
+    from bevpool_ros.node.node import StartupError
+
+    with pytest.raises(StartupError, match=r"backend 'cuda' cannot run rig solo_c17_z3 \(C = 17.*UnsupportedShape"):
+        node_with_refusing_backend(fallback=False)
