@@ -115,3 +115,18 @@ def test_random_rigs(seed):
     be.prepare(smap)
     ref = pool_reference(d, f, smap)
     np.testing.assert_allclose(be.pool(d, f), ref, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(ref).max()))
+
+
+def test_the_example_in_docs_rigs_md_loads_and_sees_its_grid():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from bevpool_ros.rig import rig_from_dict
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "rigs.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    r = rig_from_dict(yaml.safe_load(block))
+    assert (r.feature_width, r.feature_height, r.grid_shape, r.channels) == (40, 22, (2, 128, 128), 64)
+    assert [c.width for c in r.cameras] == [1280, 1344] and all(cameras_seen(r))
