@@ -45,11 +45,25 @@ def test_the_set_covers_the_general_case():
     assert 0 in cameras_seen(V.rig("penta_c96_d120"))
 
 
+def test_inspect_names_the_cameras_that_see_nothing(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = V.write_rig("penta_c96_d120", tmp_path)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", str(path), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    r = run()
+    assert r.returncode == 0, r.stderr
+    blind = [c.name for c, n in zip(V.rig("penta_c96_d120").cameras, cameras_seen(V.rig("penta_c96_d120"))) if not n]
+    assert len(blind) == 2 and all(f"{name} 0 (sees none of the grid)" in r.stdout for name in blind)
+    s = json.loads(run("--json").stdout)
+    assert sum(s["cameras"].values()) == s["points"] and [s["cameras"][b] for b in blind] == [0, 0]
+
+
 def cameras_seen(r):
     """Points each camera contributes to its grid."""
-    smap = build_scatter_map(r)
-    per_camera = smap.ranks_depth // (r.num_depth_bins * r.feature_height * r.feature_width)
-    return np.bincount(per_camera, minlength=r.num_cameras).tolist()
+    return build_scatter_map(r).points_per_camera().tolist()
 
 
 def test_yaml_file_round_trip(variant, tmp_path):
