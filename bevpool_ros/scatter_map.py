@@ -137,6 +137,12 @@ class ScatterMap:
         return self
 
     # statistics ----------------------------------------------------------------------------
+    def points_per_camera(self) -> np.ndarray:
+        """Points each camera contributes (camera n owns depth indices [n*D*H*W, (n+1)*D*H*W));
+        a 0 is a camera that sees none of the grid, usually a wrong extrinsic or grid."""
+        n, d, h, w = self.depth_shape
+        return np.bincount(self.ranks_depth // (d * h * w), minlength=n)
+
     def stats(self) -> dict:
         from .regime import working_set_bytes
 
@@ -154,6 +160,7 @@ class ScatterMap:
             "max_interval": int(lengths.max()) if lengths.size else 0,
             "interval_lengths": dist,
             "occupied_cells_fraction": self.num_intervals / self.num_cells,
+            "points_per_camera": self.points_per_camera().tolist(),
             "depth_shape": list(self.depth_shape),
             "feat_shape": list(self.feat_shape),
             "bev_shape": list(self.bev_shape),

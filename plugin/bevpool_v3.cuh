@@ -34,7 +34,7 @@ __device__ __forceinline__ void bevpool_v3_body(const IN* __restrict__ depth, co
                                                 int compute_blocks, int c_runtime, int g_runtime, int pair_stride,
                                                 float out_scale, typename Io<IN>::Out* __restrict__ out) {
   constexpr int IN_BYTES = VEC * (int)sizeof(IN);
-  constexpr int IN_WORDS = IN_BYTES / 4;
+  constexpr int IN_WORDS = tile_words(IN_BYTES);
   constexpr unsigned int TEAM_MASK = (1u << BEVPOOL_TEAM_FLAG_SHIFT) - 1u;
   const int C = C_FIXED > 0 ? C_FIXED : c_runtime;
   const int G = G_FIXED > 0 ? G_FIXED : g_runtime;

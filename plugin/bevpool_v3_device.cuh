@@ -9,9 +9,13 @@
 #error "BEVPOOL_TEAM_FLAG_SHIFT comes from launch.py (nvrtc_build passes it as -D)"
 #endif
 
-// ---- vector loads/stores of BYTES (4, 8, 16 or a multiple of 16) as 32-bit words ----------
+// ---- vector loads/stores of BYTES (1, 2, 4, 8 or a multiple of 16) as 32-bit words ---------
+// A tile under 4 bytes (one or two channels: any C, odd ones included) sits zero-extended in the
+// low bits of one word, so the unused half of a channel pair reads as +0 and adds nothing.
+__host__ __device__ constexpr int tile_words(int bytes) { return bytes < 4 ? 1 : bytes / 4; }
+
 template <int BYTES>
-__device__ __forceinline__ void load_words(const void* __restrict__ p, unsigned int (&w)[BYTES / 4]) {
+__device__ __forceinline__ void load_words(const void* __restrict__ p, unsigned int (&w)[tile_words(BYTES)]) {
   if constexpr (BYTES % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < BYTES / 16; i++) {
@@ -21,14 +25,18 @@ __device__ __forceinline__ void load_words(const void* __restrict__ p, unsigned 
   } else if constexpr (BYTES == 8) {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
     w[0] = v.x; w[1] = v.y;
-  } else {
-    static_assert(BYTES == 4, "tile must be 4, 8 or 16*k bytes");
+  } else if constexpr (BYTES == 4) {
     w[0] = __ldg(reinterpret_cast<const unsigned int*>(p));
+  } else if constexpr (BYTES == 2) {
+    w[0] = __ldg(reinterpret_cast<const unsigned short*>(p));
+  } else {
+    static_assert(BYTES == 1, "tile must be 1, 2, 4, 8 or 16*k bytes");
+    w[0] = __ldg(reinterpret_cast<const unsigned char*>(p));
   }
 }
 
 template <int BYTES>
-__device__ __forceinline__ void store_words(void* p, const unsigned int (&w)[BYTES / 4], bool streaming) {
+__device__ __forceinline__ void store_words(void* p, const unsigned int (&w)[tile_words(BYTES)], bool streaming) {
   if constexpr (BYTES % 16 == 0) {
 #pragma unroll
     for (int i = 0; i < BYTES / 16; i++)
@@ -36,10 +44,14 @@ __device__ __forceinline__ void store_words(void* p, const unsigned int (&w)[BYT
   } else if constexpr (BYTES == 8) {
     uint2* q = reinterpret_cast<uint2*>(p);
     if (streaming) __stcs(q, make_uint2(w[0], w[1])); else *q = make_uint2(w[0], w[1]);
-  } else {
-    static_assert(BYTES == 4, "tile must be 4, 8 or 16*k bytes");
+  } else if constexpr (BYTES == 4) {
     unsigned int* q = reinterpret_cast<unsigned int*>(p);
     if (streaming) __stcs(q, w[0]); else *q = w[0];
+  } else {
+    static_assert(BYTES == 2, "output tile must be 2, 4, 8 or 16*k bytes");
+    unsigned short* q = reinterpret_cast<unsigned short*>(p);
+    const unsigned short v = (unsigned short)(w[0] & 0xffffu);
+    if (streaming) __stcs(q, v); else *q = v;
   }
 }
 
@@ -71,11 +83,12 @@ template <typename T, typename F> struct Pick<false, T, F> { typedef F type; };
 
 // ---- a lane's accumulator: VEC channels, FP32 (default) or __half2 ------------------------
 // Weight: a point's (or a depth pair's summed) depth value, in the accumulator's precision.
+// VEC = 1 keeps one padded pair: its upper half multiplies the zero-extended load (adds +0).
 template <typename IN, int VEC, bool ACC_F32>
 struct LaneAcc {
-  static constexpr int PAIRS = VEC / 2;
+  static constexpr int PAIRS = (VEC + 1) / 2;
   typedef typename Pick<ACC_F32, float, __half>::type Weight;
-  float f[ACC_F32 ? VEC : 1];
+  float f[ACC_F32 ? 2 * PAIRS : 1];
   __half2 h[ACC_F32 ? 1 : PAIRS];
 
   static __device__ __forceinline__ Weight weight(__half d) {
@@ -85,7 +98,7 @@ struct LaneAcc {
   __device__ __forceinline__ void zero() {
     if constexpr (ACC_F32) {
 #pragma unroll
-      for (int k = 0; k < VEC; k++) f[k] = 0.f;
+      for (int k = 0; k < 2 * PAIRS; k++) f[k] = 0.f;
     } else {
 #pragma unroll
       for (int k = 0; k < PAIRS; k++) h[k] = __float2half2_rn(0.f);
@@ -117,7 +130,8 @@ struct LaneAcc {
 #pragma unroll
       for (int k = 0; k < PAIRS; k++) {
         const float2 v = __half22float2(h[k]);
-        r[2 * k] = v.x; r[2 * k + 1] = v.y;
+        r[2 * k] = v.x;
+        if (2 * k + 1 < VEC) r[2 * k + 1] = v.y;
       }
     }
   }
@@ -128,14 +142,14 @@ template <typename IN, int VEC>
 __device__ __forceinline__ void write_tile(typename Io<IN>::Out* p, const float (&r)[VEC], float scale, bool streaming) {
   typedef typename Io<IN>::Out OUT;
   constexpr int OUT_BYTES = VEC * (int)sizeof(OUT);
-  unsigned int w[OUT_BYTES / 4];
+  unsigned int w[tile_words(OUT_BYTES)];
   if constexpr (sizeof(OUT) == 4) {
 #pragma unroll
     for (int k = 0; k < VEC; k++) w[k] = __float_as_uint(r[k] * scale);
   } else {
 #pragma unroll
-    for (int k = 0; k < VEC / 2; k++) {
-      const __half2 h = __floats2half2_rn(r[2 * k] * scale, r[2 * k + 1] * scale);
+    for (int k = 0; k < (VEC + 1) / 2; k++) {  // odd VEC: the last pair's upper half is not stored
+      const __half2 h = __floats2half2_rn(r[2 * k] * scale, 2 * k + 1 < VEC ? r[2 * k + 1] * scale : 0.f);
       w[k] = *reinterpret_cast<const unsigned int*>(&h);
     }
   }
@@ -145,8 +159,8 @@ __device__ __forceinline__ void write_tile(typename Io<IN>::Out* p, const float 
 template <typename IN, int VEC>
 __device__ __forceinline__ void write_zeros(typename Io<IN>::Out* p, bool streaming) {
   constexpr int OUT_BYTES = VEC * (int)sizeof(typename Io<IN>::Out);
-  unsigned int z[OUT_BYTES / 4];
+  unsigned int z[tile_words(OUT_BYTES)];
 #pragma unroll
-  for (int i = 0; i < OUT_BYTES / 4; i++) z[i] = 0u;
+  for (int i = 0; i < tile_words(OUT_BYTES); i++) z[i] = 0u;
   store_words<OUT_BYTES>(p, z, streaming);
 }

@@ -150,7 +150,7 @@ def random_rig_map(rng):
     step = float(rng.choice([0.2, 0.4, 0.5, 0.8, 1.0, 1.6]))
     n_cam = int(rng.integers(1, len(rig.cameras) + 1))
     cams = tuple(rng.permutation(np.array(rig.cameras, dtype=object))[:n_cam])
-    rig = replace(rig, name="fuzz", cameras=cams, channels=int(rng.choice([8, 16, 40, 64, 80, 96, 128, 160])),
+    rig = replace(rig, name="fuzz", cameras=cams, channels=int(rng.choice([1, 3, 6, 8, 16, 17, 30, 40, 64, 80, 96, 100, 128, 160])),
                   depth_step=float(rng.choice([0.5, 1.0, 2.0])),
                   x=Axis("x", -half, half, step), y=Axis("y", -half * rng.uniform(0.5, 1), half, step))
     return build_scatter_map(rig)
@@ -168,7 +168,7 @@ def random_skewed_map(rng):
     n_depth, rows = int(rng.integers(1, 5000)), int(rng.integers(1, 3000))
     return scatter_map_from_ranks(rng.integers(0, n_depth, points)[order], rng.integers(0, rows, points)[order],
                                   bev[order], depth_shape=(1, 1, 1, max(n_depth, rows)), grid_shape=cells,
-                                  channels=int(rng.choice([4, 8, 12, 16, 20, 32, 80, 128, 256])))
+                                  channels=int(rng.choice([1, 2, 3, 4, 8, 12, 16, 18, 20, 32, 80, 128, 256])))
 
 
 PAIR_KERNELS = ("bevpool_v3_fp16_l2_pf_dp", "bevpool_v3_fp8_v8_pf_dp", "bevpool_v3_fp8_c80_pf_dp")

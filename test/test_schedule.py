@@ -89,11 +89,14 @@ def test_split_evenly(length, parts):
     assert s.sum() == length and s.size == parts and s.max() - s.min() <= 1
 
 
-def test_empty_map_schedule():
+@pytest.mark.parametrize("depth_pairs", [False, True])
+def test_empty_map_schedule(depth_pairs):
+    # depth pairs too: autotuning tries the _dp kernels on a rig that sees nothing (H200 run, round 3)
     smap = scatter_map_from_ranks([], [], [], depth_shape=(1, 1, 2, 2), grid_shape=(1, 2, 2), channels=8)
-    sched = build_v3_schedule(smap)
+    sched = build_v3_schedule(smap, depth_pairs=depth_pairs)
     check_schedule(smap, sched)
-    assert sched.empty_cells.size == 4 and sched.num_slots == sched.block
+    assert sched.empty_cells.size == 4 and sched.num_slots == sched.block and sched.pidx.shape == (0, 2)
+    np.testing.assert_array_equal(v3_kernel_twin(smap, sched, np.zeros(4), np.zeros((4, 8))), np.zeros((1, 2, 2, 8)))
 
 
 def test_v2do_intervals(canonical_map):
@@ -113,6 +116,10 @@ def test_v2do_intervals(canonical_map):
     (256, "fp8", "DRAM-bound", "bevpool_v3_fp8_c256"),
     (96, "fp8", "L2-resident", "bevpool_v3_fp8_v8"),
     (12, "fp8", "L2-resident", "bevpool_v3_fp8_v4"),
+    # channel counts no 4-wide tile fits: 2 channels (one 32-bit / 16-bit load) or 1 per lane
+    (30, "fp16", "L2-resident", "bevpool_v3_fp16_v2"), (30, "fp8", "DRAM-bound", "bevpool_v3_fp8_v2"),
+    (17, "fp16", "DRAM-bound", "bevpool_v3_fp16_v1"), (3, "fp8", "L2-resident", "bevpool_v3_fp8_v1"),
+    (1, "fp16", "L2-resident", "bevpool_v3_fp16_v1"), (1, "fp8", "L2-resident", "bevpool_v3_fp8_v1"),
 ])
 def test_kernel_choice(c, prec, regime, name):
     info = L.choose_v3_kernel(c, prec, regime)
@@ -121,8 +128,11 @@ def test_kernel_choice(c, prec, regime, name):
 
 def test_kernel_choice_half2_acc_and_unsupported():
     assert L.choose_v3_kernel(80, "fp16", "DRAM-bound", acc="half2").name == "bevpool_v3_fp16_dram_h2acc"
-    with pytest.raises(L.UnsupportedShape):
-        L.choose_v3_kernel(30, "fp16", "L2-resident")
+    for c in range(1, 513):  # every channel count has a kernel in both precisions
+        for prec in ("fp16", "fp8"):
+            info = L.choose_v3_kernel(c, prec, "L2-resident")
+            g = L.v3_geometry(c, info)
+            assert g.G * info.vec * g.chunks == c, (c, prec, info.name)
     with pytest.raises(ValueError):
         L.choose_v3_kernel(80, "fp32", "L2-resident")
 
@@ -131,6 +141,8 @@ def test_kernel_choice_half2_acc_and_unsupported():
     (80, "bevpool_v3_fp16_l2", 10, 1), (80, "bevpool_v3_fp16_dram", 5, 1), (128, "bevpool_v3_fp16_l2", 16, 1),
     (256, "bevpool_v3_fp16_l2", 32, 1), (512, "bevpool_v3_fp16_l2", 32, 2), (80, "bevpool_v3_fp8_c80", 5, 1),
     (256, "bevpool_v3_fp8_c256", 8, 1), (1024, "bevpool_v3_fp8_v8", 32, 4), (12, "bevpool_v3_fp16_v4", 3, 1),
+    (30, "bevpool_v3_fp16_v2", 15, 1), (6, "bevpool_v3_fp8_v2", 3, 1), (3, "bevpool_v3_fp16_v1", 3, 1),
+    (17, "bevpool_v3_fp8_v1", 1, 17), (1, "bevpool_v3_fp16_v1", 1, 1),
 ])
 def test_v3_geometry(c, name, G, chunks):
     info = L.V3_KERNELS[name]
@@ -139,8 +151,9 @@ def test_v3_geometry(c, name, G, chunks):
     assert g.G * info.vec * g.chunks == c  # every channel covered exactly once
     assert g.groups_per_warp == 32 // G and g.groups_per_block == (g.threads // 32) * g.groups_per_warp
     assert g.shared_bytes == (g.threads // 32) * G * info.vec * 4 <= L.SMEM_LIMIT
-    with pytest.raises(L.UnsupportedShape):
-        L.v3_geometry(c + 2, info)
+    if info.vec > 1:  # a C the tile does not divide is refused (vec 1 divides every C)
+        with pytest.raises(L.UnsupportedShape):
+            L.v3_geometry(c + (2 if info.vec > 2 else 1), info)
 
 
 def test_v3_plan_covers_slots_and_empty_cells(canonical_map):

@@ -36,6 +36,20 @@ def test_plan_is_the_launch_description(precision, regime):
     assert cfg.output_dtype == ("float32" if precision == "fp16" else "float16")
 
 
+@pytest.mark.parametrize("channels", [1, 3, 6, 17, 30, 100])
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_channel_counts_without_a_4_wide_tile(channels, precision):
+    """The plugin shares the cuda backend's kernel choice: odd C gets the vec-1/vec-2 rows."""
+    smap = tiny_map(channels=channels)
+    cfg, sched = config_for_v3(smap, precision, "L2-resident")
+    info = L.choose_v3_kernel(channels, precision, "L2-resident")
+    assert cfg.plan.kernel == info.name and channels % info.vec == 0
+    assert PluginConfig.from_fields(cfg.to_fields()) == cfg.validate()
+    arrays = map_inputs(cfg, smap, sched)
+    bound = bind_plan(cfg, [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())])
+    assert bound == L.plan_v3(smap, sched, info, L.v3_geometry(channels, info))
+
+
 def test_fields_round_trip_exactly():
     smap = tiny_map()
     cfg, _ = config_for_v3(smap, "fp8", "L2-resident", out_scale=0.25)

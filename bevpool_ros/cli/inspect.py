@@ -31,8 +31,10 @@ def load_target(target: str):
     return build_scatter_map(rig), rig, f"rig {rig.name} from {path}"
 
 
-def report(smap: ScatterMap, description: str, build_s: float) -> dict:
+def report(smap: ScatterMap, description: str, build_s: float, rig=None) -> dict:
     stats = smap.stats()
+    names = [c.name for c in rig.cameras] if rig else [f"camera {n}" for n in range(smap.depth_shape[0])]
+    stats["cameras"] = dict(zip(names, stats["points_per_camera"]))
     stats["description"] = description
     stats["build_ms"] = round(build_s * 1e3, 2)
     stats["working_set_parts"] = {dt: working_set_parts(smap, dt) for dt in DTYPES}
@@ -48,6 +50,8 @@ def print_text(s: dict) -> None:
     print(f"{s['description']}")
     print(f"  points          {s['points']:>12,}  of {s['frustum_points']:,} frustum points "
           f"({100 * s['kept_fraction']:.1f}% inside the grid)")
+    print("  points per camera  " + "  ".join(f"{name} {n:,}" + (" (sees none of the grid)" if not n else "")
+                                          for name, n in s["cameras"].items()))
     print(f"  intervals       {s['intervals']:>12,}  ({100 * s['occupied_cells_fraction']:.1f}% of cells)")
     if il:
         print(f"  interval length mean {il['mean']:.1f}  p50 {il['p50']:.0f}  p90 {il['p90']:.0f}  "
@@ -99,7 +103,7 @@ def main(argv=None) -> int:
     except (RigError, ScatterMapError, FileNotFoundError) as e:
         print(f"bevpool-inspect: {e}", file=sys.stderr)
         return 2
-    stats = report(smap, description, build_s)
+    stats = report(smap, description, build_s, rig)
     if args.save_map:
         stats["saved_map"] = str(smap.save(args.save_map))
     if args.png:

@@ -135,7 +135,8 @@ class BevPoolNode(Node):
         # the backend writes each grid straight into the outgoing payload, in the published dtype
         self.worker = PoolingWorker(self.backend, self.calibration, self._publish_result, self._drop,
                                     self.cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
-                                    out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self._bev_payload)
+                                    out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self._bev_payload,
+                                    on_prepare_error=self._backend_cannot_prepare)
         self.worker.start()
         self.handoff = self._make_handoff()  # after start(): the backend has prepared its buffers
         self._make_subscriptions()
@@ -242,6 +243,21 @@ class BevPoolNode(Node):
             self.get_logger().warning(f"backend {requested!r} unavailable here, running {backend.name!r} "
                                       f"(precision {backend.precision}) instead: {why}")
         return backend, requested
+
+    def _backend_cannot_prepare(self, backend, error: Exception, rig):
+        """A GPU backend that cannot run ``rig`` hands over to the cpu backend with one warning that
+        names the rig's sizes; with backend_fallback off (or on the cpu backend) the error stands."""
+        what = (f"rig {rig.name} (C = {rig.channels}, depth {list(rig.depth_shape)}, grid "
+                f"{list(rig.grid_shape)}): {type(error).__name__}: {error}")
+        if backend.name == "cpu" or not self.cfg["backend_fallback"]:
+            raise StartupError(f"backend {backend.name!r} cannot run {what}") from None
+        self.get_logger().warning(f"backend {backend.name!r} cannot run {what}; falling back to 'cpu'")
+        try:
+            backend.close()
+        except Exception as e:  # a half-prepared backend: whatever it holds goes with the process
+            self.get_logger().warning(f"closing backend {backend.name!r}: {type(e).__name__}: {e}")
+        self.backend = create_backend("cpu", self.cfg["precision"], check_finite=self.cfg["input.check_finite"])
+        return self.backend
 
     def _sync_args(self):
         c = self.cfg

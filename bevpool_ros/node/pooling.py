@@ -51,7 +51,7 @@ class ArrayBuffer:
 
 class PoolingWorker:
     def __init__(self, backend, calibration: LiveCalibration, on_result, on_drop, queue_size: int = 2,
-                 on_rebuild=None, out_dtype="float32", out_buffer=None):
+                 on_rebuild=None, out_dtype="float32", out_buffer=None, on_prepare_error=None):
         """``out_dtype``: the published dtype (or a callable returning it, read per set);
         ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from."""
         self.backend = backend
@@ -61,6 +61,9 @@ class PoolingWorker:
         self.on_result = on_result
         self.on_drop = on_drop
         self.on_rebuild = on_rebuild or (lambda rig: None)
+        # (backend, error, rig) -> the backend to use instead, or raises: a backend that cannot
+        # run a rig (its map, its channel count) must not leave the node without one
+        self.on_prepare_error = on_prepare_error
         self.queue_size = queue_size
         self._queue: deque[CameraSet] = deque()
         self._cv = threading.Condition()
@@ -90,7 +93,14 @@ class PoolingWorker:
         if version == self._prepared_version:
             return False
         rig = self.calibration.rig
-        self.backend.prepare(scatter_map_for(rig))
+        smap = scatter_map_for(rig)
+        try:
+            self.backend.prepare(smap)
+        except Exception as e:
+            if self.on_prepare_error is None:
+                raise
+            self.backend = self.on_prepare_error(self.backend, e, rig)
+            self.backend.prepare(smap)
         self._prepared_version = version
         self._rig = rig
         self.rebuilds += 1

@@ -63,12 +63,14 @@ V3_KERNELS = {k.name: k for k in (
     _v3("fp16", "l2", 8), _v3("fp16", "l2", 8, h2=True), _v3("fp16", "l2", 8, pf=True),
     _v3("fp16", "l2", 8, pf=True, dp=True),
     _v3("fp16", "v4", 4),  # generic narrow (C % 4 == 0)
+    # any other C: one 4-byte (C even) or 2-byte (C odd) load per lane; slow, but no C is refused
+    _v3("fp16", "v2", 2), _v3("fp16", "v1", 1),
     # FP8 (E4M3 in, FP16 out) per channel count: C=80: 16 channels (one LDG.128) x 5 lanes;
     # C=128: 16 x 8; C=256: 32 channels (two LDG.128) x 8. Generic: 8 (LDG.64) or 4.
     *(_v3("fp8", f, v, g, c) for f, v, g, c in _FP8_FAMILIES),
     *(_v3("fp8", f, v, g, c, pf=True) for f, v, g, c in _FP8_FAMILIES),
     _v3("fp8", "c80", 16, 5, 80, pf=True, dp=True), _v3("fp8", "v8", 8, pf=True, dp=True),
-    _v3("fp8", "v4", 4),
+    _v3("fp8", "v4", 4), _v3("fp8", "v2", 2), _v3("fp8", "v1", 1),
 )}
 # extern "C" kernels written by hand in plugin/*.cuh (not generated from V3_KERNELS)
 # the frame path's conversions and checks (plugin/bevpool_convert.cuh, used by backends/gpu_frame.py)
@@ -151,13 +153,15 @@ class LaunchPlan:
 
 
 def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "f32") -> KernelInfo:
-    """Kernel family by precision and memory regime, then the widest vector that divides C."""
+    """Kernel family by precision and memory regime, then the widest vector that divides C
+    (the vec-1 rows run every C, so only an unknown precision raises)."""
     if precision == "fp8":
-        names = (f"bevpool_v3_fp8_c{channels}", "bevpool_v3_fp8_v8", "bevpool_v3_fp8_v4")
+        names = (f"bevpool_v3_fp8_c{channels}", "bevpool_v3_fp8_v8", "bevpool_v3_fp8_v4", "bevpool_v3_fp8_v2",
+                 "bevpool_v3_fp8_v1")
     elif precision == "fp16":
         suffix = "" if acc == "f32" else "_h2acc"
         names = (("bevpool_v3_fp16_dram" + suffix,) if regime == "DRAM-bound" else ()) + (
-            "bevpool_v3_fp16_l2" + suffix, "bevpool_v3_fp16_v4")
+            "bevpool_v3_fp16_l2" + suffix, "bevpool_v3_fp16_v4", "bevpool_v3_fp16_v2", "bevpool_v3_fp16_v1")
     else:
         raise ValueError(f"precision: expected fp16 or fp8, got {precision!r}")
     for k in names:
@@ -169,7 +173,7 @@ def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "f32
             return info
         except UnsupportedShape:
             continue
-    raise UnsupportedShape(f"V3 {precision} needs C % 4 == 0, got C = {channels}")
+    raise UnsupportedShape(f"no V3 {precision} kernel runs C = {channels}")
 
 
 def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, geom: V3Geometry,

@@ -50,22 +50,18 @@ class MapOnDevice:
         self.rt, self.smap = rt, smap
         self.k_min, self.threads = k_min, threads
         self._scheds = {}
-        self.sched = self.schedule(L.choose_v3_kernel(smap.channels, "fp16", "L2-resident")
-                                   if smap.channels % 4 == 0 else None)
+        self.sched = self.schedule(L.choose_v3_kernel(smap.channels, "fp16", "L2-resident"))
         arrays = {k: getattr(smap, k) for k in ("ranks_depth", "ranks_feat", "ranks_bev",
                                                  "interval_starts", "interval_lengths")}
         arrays.update(intervals3=v2do_intervals(smap), pidx=self.sched.pidx, empty_cells=self.sched.empty_cells)
         self.arrays = DeviceArrays.upload(arrays, rt.stream)
 
-    def schedule(self, info: L.KernelInfo | None, threads: int | None = None, k_min: int | None = None):
+    def schedule(self, info: L.KernelInfo, threads: int | None = None, k_min: int | None = None):
         """The V3 schedule for a kernel's geometry and entry kind (built once; slots and
         depth-pair entries uploaded lazily)."""
-        k_min = k_min or self.k_min
-        pairs = bool(info is not None and info.depth_pairs)
-        if info is None:
-            return self._schedule_for(self.smap, 32, 32, k_min, pairs)
         g = L.v3_geometry(self.smap.channels, info, threads or self.threads)
-        return self._schedule_for(self.smap, g.groups_per_block, g.groups_per_warp, k_min, pairs)
+        return self._schedule_for(self.smap, g.groups_per_block, g.groups_per_warp, k_min or self.k_min,
+                                  info.depth_pairs)
 
     def sched_for(self, kernel: str, threads: int | None = None, k_min: int | None = None):
         return self.schedule(L.V3_KERNELS[kernel], threads, k_min)

@@ -111,11 +111,11 @@ def build_entries(smap: ScatterMap, depth_pairs: bool) -> tuple[np.ndarray, np.n
         raise ValueError(f"feature offsets reach 2^31 ({smap.num_feat_rows} rows x {C} channels)")
     rd = smap.ranks_depth.astype(np.int64)
     rf = smap.ranks_feat.astype(np.int64)
-    if not depth_pairs:
+    stride = depth_pair_stride(smap) if depth_pairs else 0
+    if not depth_pairs or not rd.size:  # no points (a rig that sees none of its grid): nothing to pair
         pidx = np.stack([rd, rf * C], axis=1).astype(np.int32)
         return (np.ascontiguousarray(pidx), smap.interval_starts.astype(np.int64),
-                smap.interval_lengths.astype(np.int64), 0)
-    stride = depth_pair_stride(smap)
+                smap.interval_lengths.astype(np.int64), stride)
     iv = np.repeat(np.arange(smap.num_intervals), smap.interval_lengths)
     order = np.lexsort((rd, rf, iv))  # inside each interval: by feature row, then depth index
     rd, rf, iv = rd[order], rf[order], iv[order]
