@@ -39,9 +39,10 @@ cat "$OUT/env.txt"
 if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
   # every gpu-marked test that needs no rclpy (the node tests run on the CPU machines)
-  BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q --no-header -p no:cacheprovider \
-      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py test/test_backend_fallback.py \
-      test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
+  BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 300 $PY -m pytest -q --no-header -p no:cacheprovider \
+      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py \
+      test/test_rig_variants_gpu.py test/test_backend_fallback.py test/test_tensorrt_backend.py \
+      test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
 # the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
