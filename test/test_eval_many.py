@@ -15,6 +15,7 @@ import pytest
 from bevpool_ros.bag.io import BagError
 from bevpool_ros.bag.many import drops_by_reason, find_bags
 from bevpool_ros.bag.record import record_synthetic
+from ray_cluster_harness import free_port, make_cluster, remove
 
 FRAMES = 5
 
@@ -130,8 +131,6 @@ def test_usage_errors_exit_2_before_anything_starts(tmp_path, bags, report_dir):
 # --- joining a real cluster (`ray start`, token authentication on) -------------------------------
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from ray_cluster_harness import make_cluster, remove
-
     cluster = make_cluster()
     try:
         cluster.start(cpus_per_node=(1, 1))  # head + a second node, one CPU each
@@ -191,8 +190,6 @@ def test_eval_many_address_auto_finds_the_cluster_started_here(ray_cluster, two_
 
 
 def test_eval_many_refuses_a_cluster_it_cannot_use(ray_cluster, two_bags, tmp_path):
-    from ray_cluster_harness import free_port
-
     out = tmp_path / "out"
     r = _eval_many_on(ray_cluster, two_bags, "--address", f"127.0.0.1:{free_port()}", "--out", out, timeout_s=60)
     _one_line_error(r, "nothing answers at 127.0.0.1:")
