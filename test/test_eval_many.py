@@ -205,11 +205,19 @@ def test_eval_many_refuses_a_cluster_it_cannot_use(ray_cluster, two_bags, tmp_pa
     assert not out.exists()  # nothing written when the cluster cannot be used
 
 
-def test_eval_many_ray_client_address_needs_grpcio(two_bags, tmp_path):
-    try:
-        import grpc  # noqa: F401
-        pytest.skip("grpcio is installed here: Ray Client is not refused")
-    except ImportError:
-        pass
-    r = _eval_many(two_bags, "--address", "ray://127.0.0.1:10001", "--out", tmp_path / "out")
+@pytest.mark.ros
+def test_eval_many_through_ray_client(ray_cluster, two_bags, tmp_path):
+    r = _eval_many_on(ray_cluster, two_bags / "run_1", "--address", ray_cluster.client_address, "--out", tmp_path / "out")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["bags"]
+    assert row["ok"] and row["node_rc"] == 0 and row["ray_node_id"] in ray_cluster.node_ids(), row
+
+
+def test_eval_many_refuses_ray_client_without_grpcio(two_bags, tmp_path):
+    hide = tmp_path / "no_grpc" / "grpc"  # an installation without the ray[client] extra
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text("raise ImportError('grpcio is not installed')\n")
+    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval-many", str(two_bags), "--address",
+                        "ray://127.0.0.1:10001", "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(hide.parent)})
     _one_line_error(r, "Ray Client needs grpcio")

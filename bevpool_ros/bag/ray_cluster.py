@@ -93,7 +93,9 @@ def start_ray(address: str | None, num_cpus: int | None):
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError) as e:
         hint = ""
-        if _refused_token(e):
+        if address.startswith("ray://"):
+            hint = "; Ray Client also times out like this on a wrong or missing token"
+        elif _refused_token(e):
             hint = (": token refused (the cluster's token goes in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or "
                     f"RAY_AUTH_TOKEN; RAY_AUTH_MODE is {os.environ.get(AUTH_MODE, 'unset')})")
         raise ClusterError(f"cannot join the Ray cluster at {address}: {_first_line(e)}{hint}") from e
