@@ -2,7 +2,8 @@
 """Per-frame cost of the node's pooling stage without ROS: the GPU half of the latency budget.
 
     python bench/frame_latency.py --backend cuda --precision fp16 fp8 \\
-        --wire-dtype float16 float32 --out-dtype float16 float32 [--frames 300] [--prefix h200_]
+        --wire-dtype float16 float32 --out-dtype float16 float32 [--depth-input distribution image] \\
+        [--frames 300] [--prefix h200_]
 
 Drives bevpool_node's own pooling stage (``PoolingWorker.process``: the set's cameras in rig
 order, then ``backend.pool_cameras`` = each payload copied once into its pinned slot, one graph
@@ -10,12 +11,17 @@ replay (H2D, conversion and value checks on the device, kernel, epilogue, D2H), 
 flag read) with synthetic nuScenes-rig frames, writing the grid into a message payload buffer
 (``ReusableBuffer``) as the node does. One row per precision x wire dtype x published dtype:
 p50/p99 of the stage, the cuda backend's split into host staging and replay + sync, and the
-kernel alone (graph replay of the same launch). Writes <out>/<prefix>frame_latency_<backend>.json.
+kernel alone (graph replay of the same launch). ``--depth-input image``: every camera sends a
+640 x 480 16UC1 depth image instead of a distribution; the row adds ``convert_ms`` (the node's
+input callbacks: decode + nearest resize of six images, on the host) and ``host_expand_ms`` (what
+expanding them into distributions on the host would add; the backend expands them on its device).
+Writes <out>/<prefix>frame_latency_<backend>.json.
 The ROS half (DDS, message build, publish) is measured by bench/latency.py.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import sys
@@ -29,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bevpool_ros.backends import create_backend  # noqa: E402
+from bevpool_ros.depth_image import metres_at_grid, resize_nearest  # noqa: E402
+from bevpool_ros.metric_depth import DepthBins, DepthSpec, MetricDepth  # noqa: E402
 from bevpool_ros.node.calibration import LiveCalibration  # noqa: E402
 from bevpool_ros.node.pooling import PoolingWorker  # noqa: E402
 from bevpool_ros.node.sync import CameraSet  # noqa: E402
@@ -78,6 +86,22 @@ def cuda_split(backend, cameras, out, frames: int) -> dict:
     return {"staging_ms": pct(stage), "replay_sync_ms": pct(replay)}
 
 
+IMAGE_SIZE = (480, 640)
+
+
+def depth_images(rig, depth: np.ndarray) -> list[np.ndarray]:
+    """The scene's depth as 640 x 480 16UC1 (mm) images, one per camera, as a depth camera sends them."""
+    bins = DepthBins.of_rig(rig)
+    metric = (bins.start + bins.step * depth.argmax(axis=1)) * (depth.max(axis=1) > 0)
+    return [np.rint(resize_nearest(m, *IMAGE_SIZE) * 1000).astype(np.uint16) for m in metric]
+
+
+def metric_cameras(rig, images, spec) -> list[MetricDepth]:
+    """What the node's depth-image callbacks hand the pooling stage."""
+    _, _, H, W = rig.depth_shape
+    return [MetricDepth(metres_at_grid(img, "16UC1", H, W), spec) for img in images]
+
+
 def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int) -> dict:
     payload = ReusableBuffer()
     # keep only the latest result, as the node does once it has published
@@ -86,9 +110,19 @@ def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int) -> dict:
                            lambda reason, detail: drops.append((reason, detail)),
                            out_dtype=out_dtype, out_buffer=payload)
     worker.prepare()
-    total, pool = [], []
+    total, pool, convert, expand = [], [], [], []
+    spec = DepthSpec(DepthBins.of_rig(rig))
     for i in range(warmup + n):
         depth, feat = frames[i % len(frames)]
+        if isinstance(depth, list):  # depth images
+            t0 = time.perf_counter()
+            depth = metric_cameras(rig, depth, spec)
+            t1 = time.perf_counter()
+            for m in depth:
+                m.distribution()
+            if i >= warmup:
+                convert.append(t1 - t0)
+                expand.append(time.perf_counter() - t1)
         t0 = time.perf_counter()
         r = worker.process(camera_set(rig, depth, feat, i * 50_000_000))
         t1 = time.perf_counter()
@@ -98,9 +132,13 @@ def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int) -> dict:
             total.append(t1 - t0)
             pool.append(r.pool_s)
     row = {"process_ms": pct(total), "pool_ms": pct(pool), "lands_in_payload": bool(payload.holds(r.bev))}
+    if convert:
+        row.update(convert_ms=pct(convert), host_expand_ms=pct(expand))
     if backend.name == "cuda":
         depth, feat = frames[0]
-        cameras = [(depth[k], feat[k]) for k in range(depth.shape[0])]
+        if isinstance(depth, list):
+            depth = metric_cameras(rig, depth, spec)
+        cameras = [(depth[k], feat[k]) for k in range(len(depth))]
         row["split"] = cuda_split(backend, cameras, payload.view(r.bev.shape, out_dtype), n)
     return row
 
@@ -114,6 +152,8 @@ def main() -> int:
                         "[-1, 1) data), on backends that take them")
     p.add_argument("--out-dtype", nargs="+", default=["float16"], choices=("float16", "float32"))
     p.add_argument("--host-memory", default="auto", choices=("auto", "copy", "mapped"))
+    p.add_argument("--depth-input", nargs="+", default=["distribution"], choices=("distribution", "image"),
+                   help="image: 640 x 480 16UC1 depth images (input.depth_mode: image), expanded by the backend")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--prefix", default="")
@@ -129,11 +169,14 @@ def main() -> int:
         for wire in args.wire_dtype:
             if wire == "float8_e4m3" and np.dtype(np.uint8) not in backend.wire_dtypes:
                 continue
-            frames = [wire_frame(f, wire) for f in raw]
             if wire == "float8_e4m3":
                 backend.fp8_scales = (E4M3_SCALE, E4M3_SCALE)
-            for out_dtype in args.out_dtype:
+            for depth_input, out_dtype in itertools.product(args.depth_input, args.out_dtype):
+                frames = [wire_frame(f, wire) for f in raw]
+                if depth_input == "image":
+                    frames = [(depth_images(rig, f[0]), w[1]) for f, w in zip(raw, frames)]
                 row = {"backend": backend.name, "precision": None, "wire_dtype": wire, "output_dtype": out_dtype,
+                       "depth_input": depth_input if depth_input == "distribution" else "image 16UC1 640x480",
                        "frames": args.frames, **measure(backend, rig, frames, out_dtype, args.frames, args.warmup)}
                 desc = backend.describe()
                 timer = getattr(backend, "kernel_time_us", None)

@@ -149,3 +149,58 @@ extern "C" __global__ void bevconv_check_out_f32(const float* x, long long n, un
   for (long long i = bevconv::grid_start(); i < n; i += bevconv::grid_step()) bad |= !isfinite(__ldg(x + i));
   if (bad) atomicOr(flags, BEVPOOL_FLAG_OUTPUT_NONFINITE);
 }
+
+// ---- depth images: metric depth at the feature grid -> distribution over the depth bins ---------
+// The device half of bevpool_ros/metric_depth.py (depth_distribution is its float32 twin: same
+// operations in the same order, no contraction). metres: [N][hw] float32, slots first .. first +
+// count - 1 hold depth-image cameras; out: [N][D][hw] in the depth stream's wire dtype. One thread
+// per pixel writes its whole column, so each bin's store is coalesced across pixels. Depth outside
+// [lo, hi), non-finite or <= 0 -> a zero column. sigma == 0: one-hot in the nearest bin; else a
+// Gaussian of width sigma normalised over the bins. E4M3 output carries the depth stream's scale 2^k
+// (*k_depth; nullptr: 2^0), like raw E4M3 inputs do.
+namespace bevconv {
+__device__ __forceinline__ void store(float* p, float v, int) { *p = v; }
+__device__ __forceinline__ void store(__half* p, float v, int) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store(fp8_e4m3* p, float v, int k) {
+  *p = (fp8_e4m3)__nv_cvt_float_to_fp8(ldexpf(v, k), __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ float gaussian(float start, float step, int b, float d, float sigma) {
+  const float q = __fdiv_rn(__fsub_rn(__fadd_rn(start, __fmul_rn(step, (float)b)), d), sigma);
+  return expf(__fmul_rn(__fmul_rn(-0.5f, q), q));
+}
+}  // namespace bevconv
+
+template <typename OUT>
+__device__ __forceinline__ void bevconv_expand_depth(const float* metres, OUT* out, int first, int count, int D,
+                                                     int hw, float start, float step, float sigma, float lo,
+                                                     float hi, const int* k_depth) {
+  const int k = k_depth == nullptr ? 0 : *k_depth;
+  const long long total = (long long)count * hw;
+  for (long long t = bevconv::grid_start(); t < total; t += bevconv::grid_step()) {
+    const long long cam = first + t / hw;
+    const long long p = t % hw;
+    const float d = __ldg(metres + cam * hw + p);
+    const bool valid = isfinite(d) && d > 0.f && d >= lo && d < hi;
+    OUT* col = out + cam * D * hw + p;
+    if (!valid) {
+      for (int b = 0; b < D; ++b) bevconv::store(col + (long long)b * hw, 0.f, k);
+    } else if (sigma == 0.f) {
+      const int nearest = min(max((int)rintf(__fdiv_rn(__fsub_rn(d, start), step)), 0), D - 1);
+      for (int b = 0; b < D; ++b) bevconv::store(col + (long long)b * hw, b == nearest ? 1.f : 0.f, k);
+    } else {
+      float sum = 0.f;
+      for (int b = 0; b < D; ++b) sum = __fadd_rn(sum, bevconv::gaussian(start, step, b, d, sigma));
+      const float norm = fmaxf(sum, 1e-30f);
+      for (int b = 0; b < D; ++b)
+        bevconv::store(col + (long long)b * hw, __fdiv_rn(bevconv::gaussian(start, step, b, d, sigma), norm), k);
+    }
+  }
+}
+#define BEVCONV_EXPAND_DEPTH(NAME, OUT)                                                                         \
+  extern "C" __global__ void NAME(const float* metres, OUT* out, int first, int count, int D, int hw,          \
+                                  float start, float step, float sigma, float lo, float hi, const int* k) { \
+    bevconv_expand_depth<OUT>(metres, out, first, count, D, hw, start, step, sigma, lo, hi, k);             \
+  }
+BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_f32, float)
+BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_f16, __half)
+BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_e4m3, fp8_e4m3)

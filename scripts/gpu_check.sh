@@ -4,7 +4,7 @@
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
 # pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
-# h200_node_latency.json (one row per configuration), ros_latency.md, ros_install.log.
+# h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -40,7 +40,7 @@ if [ "$RUN_TESTS" = 1 ]; then
   rm -f "$OUT/gpu_report.jsonl"
   # every gpu-marked test that needs no rclpy (the node tests run on the CPU machines)
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 200 $PY -m pytest -q --no-header -p no:cacheprovider \
-      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_backend_fallback.py \
+      -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py test/test_backend_fallback.py \
       test/test_tensorrt_backend.py test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
@@ -48,6 +48,10 @@ fi
 if [ "$RUN_FRAME" = 1 ]; then
   timeout 120 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 float32 float8_e4m3 \
       --out-dtype float16 float32 --prefix h200_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" | tail -9 || status=1
+  # depth cameras (input.depth_mode: image): 640x480 16UC1 images, expanded into distributions on the device
+  timeout 60 $PY bench/frame_latency.py --backend cuda --precision fp16 fp8 --wire-dtype float16 --out-dtype float16 \
+      --depth-input distribution image --prefix h200_depth_image_ --out "$OUT" 2>&1 | tee -a "$OUT/frame_latency.log" \
+      | tail -5 || status=1
 fi
 
 if [ "$RUN_BENCH" = 1 ]; then
@@ -90,19 +94,22 @@ if [ "$RUN_ROS" = 1 ]; then
       RPY=$PY
       # shellcheck disable=SC2086
       # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda)
-      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
+      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
             --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
         timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
       } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
       rm -f "$OUT/h200_node_latency.json" "$OUT/ros_latency.md"
-      for cfg in "fp16 float16 dds" "fp16 float32 dds" "fp8 float16 dds" "fp8 float32 dds" "fp16 float16 handoff"; do
+      # ROS_LATENCY="precision bev_dtype transport;..." (empty: skip the latency runs)
+      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds;fp16 float32 dds;fp8 float16 dds;fp8 float32 dds;fp16 float16 handoff}"
+      for cfg in "${cfgs[@]}"; do
+        # shellcheck disable=SC2086
         set -- $cfg
         timeout $(( ${ROS_FRAMES:-1000} / 30 + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda --precision "$1" \
             --bev-dtype "$2" --transport "$3" --frames "${ROS_FRAMES:-1000}" --rate 30 \
             --out "/tmp/bevpool_latency_$1_$2_$3" --rows "$OUT/h200_node_latency.json" \
             >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
       done
-      grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
+      [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
       # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
       # setting on an idle 16-core host (docs/dds.md); the CPU machines are too loaded for clean numbers
       if [ "${ROS_DDS_HOP:-0}" = 1 ]; then

@@ -14,12 +14,11 @@ import time
 import numpy as np
 
 from bevpool_ros.demo.session import PipelineSession, isolate
+from bevpool_ros.tolerance import TOLERANCE, error_ratio
 
 DISCOVERY_TIMEOUT = 20.0
 # The node runs the best backend of the machine: a grid is checked at the tolerance of the
-# precision it says it ran (BevFeature.precision), as (rtol, atol per unit of max |reference|).
-# fp16/fp8 as the GPU kernel tests (test_cuda_backend_gpu.py, precision_select.FP8_*).
-TOLERANCE = {"fp32": (1e-4, 1e-5), "fp16": (1e-2, 1e-2), "fp8": (0.15, 2e-2)}
+# precision it says it ran (BevFeature.precision), bevpool_ros/tolerance.py.
 BACKEND_PRECISIONS = {"cpu": ("fp32",), "cuda": ("fp16", "fp8"), "tensorrt": ("fp16", "fp8")}
 
 
@@ -29,6 +28,7 @@ def assert_bev_matches(bev, ref, msg) -> None:
     assert msg.precision in BACKEND_PRECISIONS.get(msg.backend, ()), (msg.backend, msg.precision)
     rtol, atol = TOLERANCE[msg.precision]
     np.testing.assert_allclose(bev, ref, rtol=rtol, atol=atol * max(1.0, float(np.abs(ref).max())))
+    assert error_ratio(bev, ref, msg.precision) <= 1.0  # the rule bevpool-bag eval applies
 
 
 def camera_tensor_cdr(stamp_ns: int = 0, frame_id: str = "", name: str = "", layout: str = "",

@@ -137,3 +137,43 @@ def test_parameters_through_the_parameter_service(graph):
     fut = client.get_parameters(["sync.slop_s"])
     assert graph.spin_until(fut.done, 10) and fut.result().values[0].double_value == pytest.approx(0.03)
     assert graph.publish_and_wait(0) is not None  # still publishing after the rejections
+
+
+def test_precision_auto_publishes_at_the_precision_it_chose():
+    """precision: auto decides when the map is prepared (on a GPU: fp16 or fp8 by measuring whole
+    frames); the grids must match the reference at the chosen precision's tolerance."""
+    g = RosGraph({"precision": "auto", "diagnostics.period_s": 0.2})
+    try:
+        smap = build_scatter_map(g.rig)
+        for i in range(2):
+            got = g.publish_and_wait(i, timeout=60.0)  # a GPU's first set includes the measurement
+            assert got is not None, g.node.output()[-3000:]
+            assert_matches_reference(got, *g.pub.arrays(i), smap)
+        d = g.diagnostics_where(lambda d: int(d.get("sets_published", 0)) > 0)
+        assert d is not None and d["precision"] in BACKEND_PRECISIONS[d["backend"]]
+    finally:
+        assert g.close() == 0
+
+
+def test_no_subscriber_no_pooling(graph, smap):
+    """Nobody on bev/features: sets are skipped (counted, diagnostics OK and idle), not pooled;
+    a new subscriber gets grids again."""
+    from bevpool_msgs.msg import BevFeature
+
+    from bevpool_ros.node.qos import make_qos
+
+    con = graph.con
+    con.destroy_subscription(con.bev_sub)
+    try:
+        def idle():
+            graph.pub.publish_frame(1, graph.next_stamp())
+            d = con.latest_diagnostics()
+            return d is not None and int(d.get("skipped_no_subscribers", 0)) >= 3 and d["message"].startswith("idle")
+        assert graph.spin_until(idle, 20.0), graph.node.output()[-2000:]
+        assert con.latest_diagnostics()["level"] == 0  # idle is not a fault
+    finally:
+        con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, make_qos("reliable", 10))
+    assert graph.spin_until(lambda: con.bev_sub.get_publisher_count() > 0, 20.0)
+    assert graph.warm_up(index=2) is not None  # pooling again
+    got = graph.con.by_stamp()[max(graph.con.by_stamp())]
+    assert_matches_reference(got, *graph.pub.arrays(2), smap)

@@ -5,6 +5,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ..metric_depth import MetricDepth
 from ..scatter_map import ScatterMap
 
 PRECISIONS = ("fp32", "fp16", "fp8", "auto")
@@ -96,16 +97,18 @@ class Backend(ABC):
         NonFiniteOutput on a non-finite grid."""
 
     def pool_cameras(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
-        """Per-camera (depth [D,H,W] | None, feat [H,W,C] | None) -> BEV: each payload copied once
-        into its slot of the staging buffer (staging.CameraStaging), then pooled."""
+        """Per-camera (depth [D,H,W] | MetricDepth | None, feat [H,W,C] | None) -> BEV: each payload
+        copied once into its slot of the staging buffer (staging.CameraStaging), then pooled. Here,
+        with no device, a MetricDepth (a depth camera's image) is expanded on the host."""
         from .staging import CameraStaging
 
         smap = self._require_map()
         if self._host_staging is None:
             self._host_staging = CameraStaging(smap.depth_shape, smap.feat_shape, allowed=self.wire_dtypes)
         st = self._host_staging
-        d, f = st.stage(cameras)
-        return self.pool(st.slots("depth", d), st.slots("feat", f), out=out)
+        cameras = [(d.distribution() if isinstance(d, MetricDepth) else d, f) for d, f in cameras]
+        staged = st.stage(cameras)
+        return self.pool(st.slots("depth", staged.depth), st.slots("feat", staged.feat), out=out)
 
     def describe(self) -> dict:
         return {"backend": self.name, "precision": self.precision, "device": "cpu", "regime": "n/a"}

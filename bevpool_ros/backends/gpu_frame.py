@@ -5,6 +5,8 @@ of a pinned staging buffer (staging.CameraStaging); replay one CUDA graph; wait 
 flag word. The graph holds everything else:
 
     H2D depth, feat (wire dtype)            [no copy on an integrated GPU: mapped memory]
+    depth images -> distributions           (metres at the feature grid, 1/D of the bytes, expanded
+                                             into their depth slots: metric_depth.py)
     convert -> kernel input on the device   (float32 -> float16; float -> E4M3 with the power-of-two
                                              scale computed on the device from the frame's amax)
     value checks (NaN/Inf, FP16 range)      -> flag bits (input.check_finite)
@@ -14,8 +16,8 @@ flag word. The graph holds everything else:
     D2H of the BEV into the caller's array  (the message payload: registered once, no host copy)
     D2H of the flag word
 
-One graph is captured per (depth wire dtype, feat wire dtype, output array): in a deployment that
-is one graph, captured on the first frame, in whatever thread calls (driver.bind).
+One graph is captured per (staged layout: wire dtypes and depth-image slots, output array): in a
+deployment that is one graph, captured on the first frame, in whatever thread calls (driver.bind).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from .base import NonFiniteInput, NonFiniteOutput, check_out
 from .cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
 from .cuda.launch import CONVERT_KERNELS
 from .planning import FP8_KERNEL_OUT_SCALE
-from .staging import ALL_WIRE, CameraStaging
+from .staging import ALL_WIRE, CameraStaging, Staged
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,19 @@ def pow2_exponent(scale: float) -> int:
     if m != 0.5:
         raise ValueError(f"fp8 scale {scale} is not a power of two")
     return e - 1
+
+
+def slot_runs(count: int, skip=(), keep=None) -> list[tuple[int, int]]:
+    """(first, length) runs of consecutive slots in range(count): those in ``keep`` (when given),
+    else those not in ``skip``; one copy or launch per run instead of one per slot."""
+    chosen = [n for n in range(count) if (n in keep if keep is not None else n not in skip)]
+    runs: list[list[int]] = []
+    for n in chosen:
+        if runs and runs[-1][0] + runs[-1][1] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return [tuple(r) for r in runs]
 
 
 @dataclass(frozen=True)
@@ -109,14 +124,18 @@ class GpuFrame:
             self._pinned.append(buf)
             return buf.array
 
-        self.staging = CameraStaging(smap.depth_shape, smap.feat_shape, alloc, allowed=ALL_WIRE)
-        self._region_buf = dict(zip(("depth", "feat"), self._pinned))
+        # depth images expand into float16 slots (exact for one-hot; FP8 quantises them with the
+        # device amax like any float16 stream) unless distribution cameras set the stream's dtype
+        self.staging = CameraStaging(smap.depth_shape, smap.feat_shape, alloc, allowed=ALL_WIRE,
+                                     metric_dtype=np.float16)
+        self._region_buf = dict(zip(self.staging.regions, self._pinned))
         self.kin = KERNEL_INPUT[precision]
         self.kout = KERNEL_OUTPUT[precision]
         n_in = {"depth": smap.num_depth, "feat": smap.num_feat_rows * smap.channels}
         self.n = {**n_in, "out": smap.num_cells * smap.channels}
         self._kin = {s: DeviceBuffer(n * self.kin.itemsize) for s, n in n_in.items()}
         self._raw: dict[str, DeviceBuffer] = {}       # wire-dtype copies awaiting conversion
+        self._metric: DeviceBuffer | None = None       # depth images' metres (not on mapped memory)
         self._kout = DeviceBuffer(self.n["out"] * self.kout.itemsize)
         self._bev: dict[np.dtype, DeviceBuffer] = {}  # published dtype != kernel output dtype
         # device scratch: flags (u32) | amax depth, feat (u32 bits) | k depth, feat (i32)
@@ -156,9 +175,9 @@ class GpuFrame:
         """Stage, replay, sync, check the flags; the BEV lands in ``out`` (or a fresh array)."""
         if out is not None:
             check_out(self.smap, out)
-        wire = self.staging.stage(cameras)  # header checks: refused before any device work
+        staged = self.staging.stage(cameras)  # header checks: refused before any device work
         target = out if out is not None else self._own_output(self.kout).array
-        graph, dev_out = self._graph(wire, target)
+        graph, dev_out = self._graph(staged, target)
         graph.replay()
         self.last_output = dev_out
         for hook in self.after_frame:
@@ -172,17 +191,17 @@ class GpuFrame:
         return out if out is not None else target.copy()
 
     # --- graphs ----------------------------------------------------------------------------------
-    def _graph(self, wire, target: np.ndarray):
-        key = (*wire, target.dtype, target.ctypes.data, target.nbytes)
+    def _graph(self, staged: Staged, target: np.ndarray):
+        key = (staged, target.dtype, target.ctypes.data, target.nbytes)
         hit = self._graphs.get(key)
         if hit is None:
             host = self._host_target(target)
-            self._allocate(wire, target.dtype)  # nothing may allocate while a stream is captured
+            self._allocate(staged, target.dtype)  # nothing may allocate while a stream is captured
             recorded = {}
-            graph = Graph(self.rt.stream, lambda s: recorded.update(out=self._record(s, wire, target.dtype, host)))
+            graph = Graph(self.rt.stream, lambda s: recorded.update(out=self._record(s, staged, target.dtype, host)))
             hit = self._graphs[key] = (graph, recorded["out"])
-            log.debug("frame graph captured: wire %s/%s -> %s (%s memory)", wire[0], wire[1], target.dtype,
-                      self.host_memory)
+            log.debug("frame graph captured: wire %s/%s, depth images in slots %s -> %s (%s memory)", staged.depth,
+                      staged.feat, list(staged.image_cameras), target.dtype, self.host_memory)
         return hit
 
     def _host_target(self, target: np.ndarray):
@@ -205,18 +224,18 @@ class GpuFrame:
             self._own_out[dtype] = PinnedBuffer(self.smap.bev_shape, dtype, mapped=self.host_memory == "mapped")
         return self._own_out[dtype]
 
-    def _record(self, s, wire, out_dtype: np.dtype, host) -> DeviceOutput:
+    def _record(self, s, staged: Staged, out_dtype: np.dtype, host) -> DeviceOutput:
         mapped = self.host_memory == "mapped"
         scratch = self._scratch.ptr
         flags = _Ptr(scratch) if self.check_finite else None
         out_flags = _Ptr(scratch)
         s.memset32(self._scratch, 0, 3)  # flags, amax depth, amax feat
-        fp8_raw = self.precision == "fp8" and np.dtype(np.uint8) in wire
+        fp8_raw = self.precision == "fp8" and np.dtype(np.uint8) in (staged.depth, staged.feat)
         if fp8_raw:  # exponents of the raw inputs' scales (a quantised stream overwrites its own)
             s.h2d(self._scratch.view(12, 8), self._small.ptr, 8)
         kin = {}
         for i, stream in enumerate(("depth", "feat")):
-            kin[stream] = self._record_input(s, stream, np.dtype(wire[i]), i, flags, mapped)
+            kin[stream] = self._record_input(s, stream, staged, i, flags, mapped)
         bindings = {"depth": kin["depth"], "feat": kin["feat"], "out": self._kout}
         direct = out_dtype == self.kout and self.precision == "fp16"  # float32 out: check only
         if direct and mapped:
@@ -250,26 +269,27 @@ class GpuFrame:
         return DeviceOutput(buf.ptr, buf.nbytes, f32, tuple(self.smap.bev_shape), self.rt.stream.handle,
                             self.rt.device)
 
-    def _record_input(self, s, stream: str, wire: np.dtype, i: int, flags, mapped: bool):
-        """H2D (unless mapped), then convert/check; returns what the pooling step reads."""
+    def _record_input(self, s, stream: str, staged: Staged, i: int, flags, mapped: bool):
+        """H2D (unless mapped), depth images expanded, then convert/check; returns what the pooling
+        step reads."""
         n = self.n[stream]
-        nbytes = self.staging.nbytes(stream, wire)
+        wire = np.dtype(staged[i])
+        images = staged.image_cameras if stream == "depth" else ()
         region = self._region_buf[stream]
+        if mapped:
+            src = _Ptr(region.device_ptr)
+        else:
+            src = self._kin[stream] if wire == self.kin else self._raw[stream]
+            slot = self.staging.nbytes(stream, wire) // self.staging.cameras
+            for first, count in slot_runs(self.staging.cameras, skip=images):  # depth-image slots: filled below
+                s.h2d(_Ptr(src.ptr + first * slot), region.ptr + first * slot, count * slot)
+        if images:
+            self._record_expand(s, staged, src, mapped)
         if wire == self.kin:  # already the kernel's dtype: check only
-            if mapped:
-                src = _Ptr(region.device_ptr)
-            else:
-                src = self._kin[stream]
-                s.h2d(src, region.ptr, nbytes)
             if flags is not None:
                 self._elementwise(s, f"bevconv_check_{_SUFFIX[wire]}", n, ("ptr", src.ptr), ("i64", n),
                                   ("ptr", flags.ptr))
             return src
-        if mapped:
-            src = _Ptr(region.device_ptr)
-        else:
-            src = self._raw[stream]
-            s.h2d(src, region.ptr, nbytes)
         dst = self._kin[stream]
         fl = ("ptr", flags.ptr if flags is not None else 0)
         if self.precision == "fp16":
@@ -282,18 +302,40 @@ class GpuFrame:
                               ("i64", n), ("ptr", amax), ("ptr", self._scratch.ptr + 12 + 4 * i))
         return dst
 
+    def _record_expand(self, s, staged: Staged, depth, mapped: bool) -> None:
+        """Depth images' metres (host region, copied unless mapped) -> distributions in their depth
+        slots of ``depth``, in the stream's wire dtype (E4M3: with the depth scale's exponent)."""
+        _, D, H, W = self.smap.depth_shape
+        row = H * W * 4
+        region = self._region_buf["metric"]
+        metres = _Ptr(region.device_ptr) if mapped else self._metric
+        spec = staged.spec
+        lo, hi = spec.bins.valid_range()
+        sigma = 0.0 if spec.mode == "one_hot" else spec.sigma
+        wire = np.dtype(staged.depth)
+        k = self._scratch.ptr + 12 if wire == np.dtype(np.uint8) and self.precision == "fp8" else 0
+        for first, count in slot_runs(self.staging.cameras, keep=staged.image_cameras):
+            if not mapped:
+                s.h2d(_Ptr(metres.ptr + first * row), region.ptr + first * row, count * row)
+            self._elementwise(s, f"bevconv_expand_depth_{_SUFFIX[wire]}", count * H * W, ("ptr", metres.ptr),
+                              ("ptr", depth.ptr), ("i32", first), ("i32", count), ("i32", D), ("i32", H * W),
+                              ("f32", spec.bins.start), ("f32", spec.bins.step), ("f32", sigma), ("f32", lo),
+                              ("f32", hi), ("ptr", k))
+
     def _elementwise(self, s, kernel: str, n: int, *args) -> None:
         blocks = max(1, min(-(-n // _THREADS), self.rt.device.sm_count * 8))
         launch_args(self.rt.module, kernel, (blocks, 1, 1), (_THREADS, 1, 1), args, s)
 
-    def _allocate(self, wire, out_dtype: np.dtype) -> None:
-        """Device buffers a graph for (wire, out_dtype) needs beyond the kernel's own, and every
+    def _allocate(self, staged: Staged, out_dtype: np.dtype) -> None:
+        """Device buffers a graph for (staged, out_dtype) needs beyond the kernel's own, and every
         function handle it launches: resolved before capture."""
         for kernel in CONVERT_KERNELS:
             self.rt.module.function(kernel)
         if self.host_memory == "mapped":
             return
-        for stream, dtype in zip(("depth", "feat"), wire):
+        if staged.image_cameras and self._metric is None:
+            self._metric = DeviceBuffer(self.staging.regions["metric"].nbytes)
+        for stream, dtype in zip(("depth", "feat"), staged[:2]):
             if np.dtype(dtype) != self.kin and stream not in self._raw:
                 self._raw[stream] = DeviceBuffer(self.staging.nbytes(stream, np.float32))
         direct = out_dtype == self.kout and self.precision == "fp16"
@@ -322,7 +364,7 @@ class GpuFrame:
     def _forget_output(self, out: np.ndarray) -> None:
         reg = self._registered.pop(out.ctypes.data, None)
         if reg is not None:
-            self._drop_graphs(lambda k: k[3] == reg.ptr)
+            self._drop_graphs(lambda k: k[2] == reg.ptr)
             reg.release()
 
     def close(self) -> None:
@@ -330,8 +372,10 @@ class GpuFrame:
         for reg in self._registered.values():
             reg.release()
         self._registered.clear()
-        for buf in (*self._kin.values(), *self._raw.values(), self._kout, *self._bev.values(), self._scratch):
+        for buf in (*self._kin.values(), *self._raw.values(), self._kout, *self._bev.values(), self._scratch,
+                    *([self._metric] if self._metric is not None else [])):
             buf.free()
+        self._metric = None
         for buf in (*self._pinned, self._small, *self._own_out.values()):
             buf.free()
         self._pinned, self._own_out, self._kin, self._raw, self._bev = [], {}, {}, {}, {}

@@ -6,16 +6,22 @@ frame every camera's array, in its wire dtype (float32, float16, or E4M3 codes a
 copied once into its slot of a view of that dtype: no stacked intermediate, no cast, no new
 allocation. A missing camera's slot is zeroed (zero weights add nothing to the grid).
 
+A depth camera's slot may instead hold a ``MetricDepth`` (metres at the feature grid: an
+[H, W] float32, 1/D of the bytes): it goes to a third region, ``metric``, and the GPU frame
+expands it into the depth slot on the device (``metric_dtype`` says the slot's dtype when no
+distribution camera in the set decides it). Staging without ``metric_dtype`` refuses them.
+
 Everything checked here is a header check (type, dtype, shape), so bad input is refused before
 any device work; value checks (NaN/Inf, FP16 range) run on the device (gpu_frame.py) or in the
 cpu backend.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from ..metric_depth import DepthSpec, MetricDepth
 from .base import InputError, all_finite, check_inputs
 
 FLOAT_WIRE = (np.dtype(np.float32), np.dtype(np.float16))
@@ -23,7 +29,16 @@ E4M3_WIRE = np.dtype(np.uint8)  # raw E4M3 codes
 ALL_WIRE = (*FLOAT_WIRE, E4M3_WIRE)
 STREAMS = ("depth", "feat")
 
-Camera = tuple[np.ndarray | None, np.ndarray | None]  # (depth [D,H,W], feat [H,W,C]); None = missing
+Camera = tuple[np.ndarray | MetricDepth | None, np.ndarray | None]  # (depth [D,H,W], feat [H,W,C]); None = missing
+
+
+class Staged(NamedTuple):
+    """What one staged set holds: the streams' dtypes, and which depth slots await expansion."""
+
+    depth: np.dtype
+    feat: np.dtype
+    image_cameras: tuple[int, ...] = ()   # slots whose depth is in the metric region
+    spec: DepthSpec | None = None         # their (shared) distribution rule
 
 
 def frame_dtype(arrays: Sequence[np.ndarray], allowed=ALL_WIRE, stream: str = "") -> np.dtype:
@@ -44,13 +59,19 @@ def frame_dtype(arrays: Sequence[np.ndarray], allowed=ALL_WIRE, stream: str = ""
 
 class CameraStaging:
     def __init__(self, depth_shape, feat_shape, alloc: Callable[[int], np.ndarray] | None = None,
-                 allowed=ALL_WIRE):
-        """``alloc(nbytes)`` returns a writable uint8 array (default: numpy); called once per stream."""
+                 allowed=ALL_WIRE, metric_dtype=None):
+        """``alloc(nbytes)`` returns a writable uint8 array (default: numpy); called once per region,
+        in the order of ``regions`` (depth, feat, then metric when ``metric_dtype`` is given)."""
         alloc = alloc or (lambda n: np.empty(n, np.uint8))
         self.shapes = {"depth": tuple(depth_shape), "feat": tuple(feat_shape)}
         self.allowed = tuple(np.dtype(d) for d in allowed)
         widest = max(d.itemsize for d in self.allowed)
         self.regions = {s: alloc(int(np.prod(shape)) * widest) for s, shape in self.shapes.items()}
+        self.metric_dtype = None if metric_dtype is None else np.dtype(metric_dtype)
+        if self.metric_dtype is not None:
+            n, _, h, w = self.shapes["depth"]
+            self.shapes["metric"] = (n, h, w)
+            self.regions["metric"] = alloc(n * h * w * 4)
         self._views: dict = {}
 
     @property
@@ -70,27 +91,51 @@ class CameraStaging:
     def nbytes(self, stream: str, dtype) -> int:
         return int(np.prod(self.shapes[stream])) * np.dtype(dtype).itemsize
 
-    def stage(self, cameras: Sequence[Camera]) -> tuple[np.dtype, np.dtype]:
-        """Check every header, then copy each payload into its slot; returns (depth, feat) dtypes."""
+    def stage(self, cameras: Sequence[Camera]) -> Staged:
+        """Check every header, then copy each payload into its slot."""
         if len(cameras) != self.cameras:
             raise InputError(f"{len(cameras)} cameras in the set, the map has {self.cameras}")
+        image = tuple(n for n, c in enumerate(cameras) if isinstance(c[0], MetricDepth))
+        spec = self._check_metric([cameras[n][0] for n in image])
         dtypes = []
         for i, stream in enumerate(STREAMS):
-            present = [c[i] for c in cameras if c[i] is not None]
+            present = [c[i] for n, c in enumerate(cameras) if c[i] is not None and not (i == 0 and n in image)]
             for a in present:
                 if not isinstance(a, np.ndarray):
                     raise InputError(f"{stream}: expected a numpy array, got {type(a).__name__}")
                 if a.shape != self.shapes[stream][1:]:
                     raise InputError(f"{stream}: shape {tuple(a.shape)} != expected {self.shapes[stream][1:]}")
-            dtypes.append(frame_dtype(present, self.allowed, stream))
+            # depth images alone: their slots take metric_dtype; with distributions, the distributions' dtype
+            images_decide = i == 0 and image and not present
+            dtypes.append(self.metric_dtype if images_decide else frame_dtype(present, self.allowed, stream))
         for i, stream in enumerate(STREAMS):
             slots = self.slots(stream, dtypes[i])
             for n, cam in enumerate(cameras):
-                if cam[i] is None:
+                if i == 0 and n in image:
+                    np.copyto(self.slots("metric", np.float32)[n], cam[0].metres, casting="same_kind")
+                elif cam[i] is None:
                     slots[n].fill(0)
                 else:
                     np.copyto(slots[n], cam[i], casting="same_kind")
-        return dtypes[0], dtypes[1]
+        return Staged(dtypes[0], dtypes[1], image, spec)
+
+    def _check_metric(self, metric: list) -> DepthSpec | None:
+        """The one spec of a set's depth images (header checks only)."""
+        if not metric:
+            return None
+        if self.metric_dtype is None:
+            raise InputError("depth images (MetricDepth) need a staging that expands them on the device")
+        hw = self.shapes["metric"][1:]
+        for m in metric:
+            if not isinstance(m.metres, np.ndarray) or m.metres.shape != hw or m.metres.dtype.kind != "f":
+                raise InputError(f"depth image: expected float metres of shape {hw}, got "
+                                 f"{getattr(m.metres, 'shape', None)} {getattr(m.metres, 'dtype', None)}")
+            if m.spec.bins.count != self.shapes["depth"][1]:
+                raise InputError(f"depth image: {m.spec.bins.count} depth bins, the map has {self.shapes['depth'][1]}")
+        specs = {m.spec for m in metric}
+        if len(specs) > 1:
+            raise InputError("depth images with different distribution rules in one set")
+        return specs.pop()
 
 
 def split_cameras(depth: np.ndarray, feat: np.ndarray) -> list[Camera]:

@@ -5,9 +5,12 @@
 3. every BevFeature the node publishes is written to the output bag with its arrival time;
 4. each published grid is recomputed from the exact input messages it names
    (``BevFeature.cameras`` / ``camera_stamps``) with the FP64 reference, on the calibration the
-   node had (the rig file, intrinsics from the bag's CameraInfo), and compared.
-The report counts sets in the bag, grids published, grids matching the reference within
-``atol``, and latency from the last input of a set being played to its grid arriving.
+   node had (the rig file, intrinsics from the bag's CameraInfo), and compared; a depth camera's
+   Image becomes its distribution by the node's rule (``input.depth_image_*`` as the node got them).
+The report counts sets in the bag, grids published, grids matching the reference within the
+tolerance of the precision each grid says it was computed at (bevpool_ros/tolerance.py; a fixed
+``atol`` instead when given), and latency from the last input of a set being played to its grid
+arriving.
 """
 from __future__ import annotations
 
@@ -17,12 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ..depth_image import DepthImageConverter
 from ..node.calibration import LiveCalibration
 from ..node.outputs import stamp_to_ns
 from ..node.tensor_codec import decode_any
 from ..reference import pool_reference
 from ..rig import Rig
 from ..scatter_map import scatter_map_for
+from ..tolerance import error_ratio
 from .io import BagWriter, camera_stream, read_bag
 
 
@@ -34,16 +39,17 @@ class EvalReport:
     within_tolerance: int = 0
     max_abs_err: float = 0.0
     frame_errors: list[float] = field(default_factory=list)  # max |error| per compared grid, in bag order
+    frame_error_ratios: list[float] = field(default_factory=list)  # max |error| / allowed: <= 1 passes
     e2e_ms: list[float] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
-    atol: float = 1e-3
+    atol: float | None = None              # None: the tolerance of each grid's precision
 
     def to_dict(self) -> dict:
         pct = (lambda q: float(np.percentile(self.e2e_ms, q))) if self.e2e_ms else (lambda q: None)
         return {"bag_sets": self.bag_sets, "published": self.published, "compared": self.compared,
                 "within_tolerance": self.within_tolerance, "max_abs_err": self.max_abs_err,
-                "atol": self.atol, "e2e_ms": {"p50": pct(50), "p99": pct(99)},
+                "atol": self.atol, "tolerance": tolerance_text(self.atol), "e2e_ms": {"p50": pct(50), "p99": pct(99)},
                 "diagnostics": self.diagnostics, "node_rc": self.node_rc}
 
     @property
@@ -78,8 +84,34 @@ def play_and_record(bag: Path, out_bag: Path, session, rate: float, drain_s: flo
     return played, arrivals, session.con.latest_diagnostics() or {}
 
 
-def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport) -> None:
-    """Recompute each published grid from the inputs it names; stream the input bag once."""
+def tolerance_text(atol: float | None) -> str:
+    return f"|error| <= {atol:g}" if atol is not None else "by each grid's precision (bevpool_ros/tolerance.py)"
+
+
+def node_parameter(name: str, node_params: dict | None, params_file: str | None):
+    """``name`` as the node sees it: -p override, else the params file (any node's
+    ros__parameters, nested keys joined by dots), else the declared default."""
+    import yaml
+
+    from ..node.params import BY_NAME
+
+    if node_params and name in node_params:
+        return node_params[name]
+    if params_file:
+        for section in (yaml.safe_load(Path(params_file).read_text()) or {}).values():
+            value = (section or {}).get("ros__parameters", {})
+            for part in name.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if value is not None:
+                return value
+    return BY_NAME[name].default
+
+
+def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: DepthImageConverter | None = None
+          ) -> None:
+    """Recompute each published grid from the inputs it names; stream the input bag once.
+    ``depth_image``: how depth Images become distributions (default: the node's defaults)."""
+    depth_image = depth_image or DepthImageConverter(rig)
     wanted: dict[tuple[str, int], list[int]] = {}
     outputs = []
     for m in read_bag(out_bag):
@@ -108,7 +140,10 @@ def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport) -> None:
             seen_sets.add(st)
         if (cam, st) not in wanted:
             continue
-        arr = decode_any(msg)
+        if m.msgtype == "sensor_msgs/msg/Image":  # a depth camera (input.depth_mode: image)
+            arr = depth_image(msg).distribution()
+        else:
+            arr = decode_any(msg)
         if stream == "feat" and msg.layout == "CHW":
             arr = arr.transpose(1, 2, 0)
         inputs.setdefault((cam, st), {})[stream] = arr
@@ -135,14 +170,16 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
     ref = pool_reference(depth, feat, scatter_map_for(rig))
     got = decode_any(msg.tensor).reshape(ref.shape).astype(np.float64)
     err = float(np.abs(got - ref).max())
+    ratio = error_ratio(got, ref, msg.precision, report.atol)
     report.compared += 1
     report.frame_errors.append(err)
+    report.frame_error_ratios.append(ratio)
     report.max_abs_err = max(report.max_abs_err, err)
-    report.within_tolerance += err <= report.atol
+    report.within_tolerance += ratio <= 1.0
 
 
 def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_params: dict | None = None,
-                 params_file: str | None = None, rate: float = 1.0, atol: float = 1e-3,
+                 params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                  drain_s: float = 2.0) -> EvalReport:
     from ..demo.session import PipelineSession
     from ..rig import load_rig
@@ -155,7 +192,9 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
         played, arrivals, report.diagnostics = play_and_record(bag, out_bag, session, rate, drain_s)
     finally:
         report.node_rc, _ = session.close()
-    score(bag, out_bag, load_rig(rig_path), report)
+    rig = load_rig(rig_path)
+    rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file) for k in ("distribution", "sigma_m")}
+    score(bag, out_bag, rig, report, DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"])))
     report.e2e_ms = [(arrivals[s] - t) * 1e3 for s, t in _last_played_per_set(played, out_bag).items()
                      if s in arrivals]
     return report

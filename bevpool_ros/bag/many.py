@@ -50,7 +50,7 @@ def find_bags(paths) -> list[Path]:
 
 
 def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, params_file: str | None,
-                 rate: float, atol: float, domain: int) -> dict:
+                 rate: float, atol: float | None, domain: int) -> dict:
     """One bag on DDS domain ``domain`` -> the report dict + what the HTML report plots."""
     _default_sigint()
     os.environ["ROS_DOMAIN_ID"] = str(domain)
@@ -66,7 +66,8 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
         return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "domain": domain}
     out = report.to_dict()
     out.update(bag=bag, out_bag=out_bag, ok=report.ok, domain=domain, wall_s=time.monotonic() - t0,
-               frame_errors=report.frame_errors, e2e_ms_all=report.e2e_ms,
+               frame_errors=report.frame_errors, frame_error_ratios=report.frame_error_ratios,
+               e2e_ms_all=report.e2e_ms,
                drops=drops_by_reason(report.diagnostics), bev_energy=last_bev_energy(out_bag))
     return out
 
@@ -114,7 +115,7 @@ def last_bev_energy(out_bag: str) -> dict | None:
 
 
 def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None = None,
-                  params_file: str | None = None, rate: float = 1.0, atol: float = 1e-3,
+                  params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                   address: str | None = None, resources: TaskResources = TaskResources(),
                   num_cpus: int | None = None, show_progress: bool = True) -> list[dict]:
     """Evaluate every bag as its own Ray task; results in the order of ``bags``.

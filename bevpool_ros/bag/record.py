@@ -2,7 +2,10 @@
 
 Per camera and frame: depth and feature Tensors plus CameraInfo, stamped like a camera driver
 would (one stamp per set, optional per-camera jitter), topics as the node subscribes by default.
-``skip`` leaves cameras out of chosen frames, so a bag can carry the faults a replay must survive.
+``depth_images`` names cameras that record a depth camera's 16UC1 Image (millimetres, a quarter of
+the camera's resolution) instead of a distribution: the node takes them with
+``input.depth_mode: image``. ``skip`` leaves cameras out of chosen frames, so a bag can carry the
+faults a replay must survive.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..metric_depth import DepthBins, resize_nearest
 from ..node.outputs import ns_to_time
 from ..demo.synthetic_publisher import camera_info_msg
 from ..node.tensor_codec import make_camera_tensor
@@ -23,8 +27,12 @@ START_NS = 1_700_000_000_000_000_000  # a fixed epoch: bags are reproducible byt
 
 def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: float = 20.0,
                      dtype: str = "float16", layout: str = "HWC", seed: int = 0,
-                     jitter_ms: float = 0.0, skip: dict[int, set[str]] | None = None) -> dict:
+                     jitter_ms: float = 0.0, skip: dict[int, set[str]] | None = None,
+                     depth_images=()) -> dict:
     """Write the bag; returns {frame index: stamp_ns} of the sets it holds."""
+    unknown = set(depth_images) - {c.name for c in rig.cameras}
+    if unknown:
+        raise ValueError(f"depth_images: {sorted(unknown)} not cameras of rig {rig.name}")
     scene = SyntheticScene(rig, seed=seed)
     rng = np.random.default_rng(seed)
     period = int(1e9 / rate_hz)
@@ -42,8 +50,9 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
                 st = ns_to_time(stamp + offset)
                 frame_id = f"{cam.name.lower()}_optical"
                 f = feat[n] if layout == "HWC" else feat[n].transpose(2, 0, 1)
-                msgs = (("camera_info", camera_info_msg(rig, n, st, frame_id)),
-                        ("depth", make_camera_tensor(depth[n], "depth", "DHW", dtype)),
+                d = (depth_image_msg(rig, n, depth[n]) if cam.name in depth_images
+                     else make_camera_tensor(depth[n], "depth", "DHW", dtype))
+                msgs = (("camera_info", camera_info_msg(rig, n, st, frame_id)), ("depth", d),
                         ("feat", make_camera_tensor(f, "feat", layout, dtype)))
                 for k, (stream, msg) in enumerate(msgs):
                     msg.header.stamp = st
@@ -51,3 +60,14 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
                     bag.write(TOPIC.format(camera=cam.name, stream=stream), msg,
                               stamp + offset + 2_000_000 + 1000 * (n * 3 + k))
     return stamps
+
+
+def depth_image_msg(rig: Rig, n: int, distribution: np.ndarray):
+    """Camera ``n``'s depth as a depth camera would send it: the scene's most likely bin as metres,
+    0 (no return) where the scene has nothing, 16UC1 millimetres at a quarter of its resolution."""
+    from ..image_codec import array_to_image
+
+    bins = DepthBins.of_rig(rig)
+    metres = (bins.start + bins.step * distribution.argmax(axis=0)) * (distribution.max(axis=0) > 0)
+    w, h = rig.cameras[n].width // 4, rig.cameras[n].height // 4
+    return array_to_image(np.rint(resize_nearest(metres, h, w) * 1000).astype(np.uint16), "16UC1")

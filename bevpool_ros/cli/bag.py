@@ -1,6 +1,7 @@
 """bevpool-bag: rosbag2 camera bags for replay evaluation, without rosbag2.
 
   bevpool-bag record-synthetic OUT_BAG [--frames 40] [--rate 20] [--dtype float16] [--skip 5:CAM_BACK]
+                               [--depth-image CAM_FRONT ...]
   bevpool-bag info BAG
   bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
   bevpool-bag eval BAG --out OUT_BAG [--params-file config/cpu.yaml] [-p backend:=cpu] [--report r.json]
@@ -57,6 +58,9 @@ def main(argv=None) -> int:
     rec.add_argument("--jitter-ms", type=float, default=0.0, help="per-camera stamp jitter")
     rec.add_argument("--skip", type=_skip_arg, action="append", default=[], metavar="FRAME:CAMERA",
                      help="leave CAMERA out of FRAME (repeatable)")
+    rec.add_argument("--depth-image", action="append", default=[], metavar="CAMERA",
+                     help="CAMERA records a 16UC1 depth Image instead of a distribution (repeatable; "
+                          "evaluate with -p input.depth_mode:=... naming it 'image')")
     info = sub.add_parser("info", help="topics, types, counts, duration")
     info.add_argument("bag")
     play = sub.add_parser("play", help="publish a bag at its recorded pace")
@@ -95,8 +99,12 @@ def _run(args) -> int:
         skip = {}
         for frame, cam in args.skip:
             skip.setdefault(frame, set()).add(cam)
-        stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
-                                  args.layout, jitter_ms=args.jitter_ms, skip=skip)
+        try:
+            stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
+                                      args.layout, jitter_ms=args.jitter_ms, skip=skip, depth_images=args.depth_image)
+        except ValueError as e:
+            print(f"bevpool-bag: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {args.out}: {len(stamps)} sets")
         return 0
     if args.cmd == "info":
@@ -127,10 +135,13 @@ def _eval_options(parser, default_rig: str) -> None:
     parser.add_argument("--params-file")
     parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
     parser.add_argument("--rate", type=float, default=1.0)
-    parser.add_argument("--atol", type=float, default=1e-3)
+    parser.add_argument("--atol", type=float, default=None,
+                        help="fixed absolute tolerance; default: the tolerance of the precision each grid "
+                             "was computed at (bevpool_ros/tolerance.py)")
 
 
 def _eval_many(args) -> int:
+    from ..bag.evaluate import tolerance_text
     from ..bag.io import BagError, bag_summary
     from ..bag.many import TaskResources, evaluate_many, find_bags
     from ..bag.report import write_report
@@ -145,7 +156,7 @@ def _eval_many(args) -> int:
                             args.atol, args.address, TaskResources(args.num_cpus, args.num_gpus),
                             args.local_cpus, show_progress=not args.no_progress)
     settings = {"rig": args.rig, "params": dict(args.param), "params_file": args.params_file, "rate": args.rate,
-                "atol": args.atol, "ray_address": args.address or "local",
+                "atol": args.atol, "tolerance": tolerance_text(args.atol), "ray_address": args.address or "local",
                 "per_task": {"num_cpus": args.num_cpus, "num_gpus": args.num_gpus}}
     report = write_report(Path(args.out), results, settings)
     print(json.dumps(report["summary"], indent=1))

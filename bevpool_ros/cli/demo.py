@@ -27,6 +27,7 @@ def main(argv=None) -> int:
     from ..demo.session import PipelineSession
     from ..reference import pool_reference
     from ..scatter_map import build_scatter_map
+    from ..tolerance import error_ratio
     from ..visualize import bev_to_rgb, save_png
 
     session = PipelineSession(args.rig, {"backend": args.backend, "precision": args.precision,
@@ -63,10 +64,13 @@ def main(argv=None) -> int:
     depth, feat = session.pub.arrays(result.last_index)
     ref = pool_reference(depth, feat, build_scatter_map(rig))
     err = float(np.abs(r.bev.astype(np.float64) - ref).max())
+    precision = r.msg.precision
+    ratio = error_ratio(r.bev, ref, precision)
     print(f"[demo] BEV image (x forward = up, ego = green cross): {png.resolve()}")
-    print(f"[demo] last grid vs FP64 reference: max |error| {err:.2e} (max |value| {np.abs(ref).max():.2f})")
+    print(f"[demo] last grid vs FP64 reference: max |error| {err:.2e} (max |value| {np.abs(ref).max():.2f}), "
+          f"{ratio:.2g} of the {precision} tolerance: {'ok' if ratio <= 1 else 'OUT OF TOLERANCE'}")
     print(f"[demo] bevpool_node exited with code {rc}")
-    return 0 if rc == 0 else 1
+    return 0 if rc == 0 and ratio <= 1 else 1
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ DEPTH_MAX = 1.01                      # a distribution's values lie in [0, 1]; 1
 FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 # counters that are events, not dropped data
-NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed")
+NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
+             "skipped_no_subscribers")
 
 
 def check_depth_range(arr: np.ndarray) -> None:
@@ -385,7 +386,7 @@ class BevPoolNode(Node):
         with self._sync_lock:
             sets = self.sync.add(camera, stream, stamp_ns, arr, now)
         for s in sets:
-            self.worker.submit(s)
+            self._submit(s)
 
     def _on_message_filters_set(self, *msgs) -> None:
         """All 2N tensors of one ApproximateTime set, in subscription order (camera, depth/feat)."""
@@ -402,7 +403,7 @@ class BevPoolNode(Node):
                 self._drop(e.reason, f"{cam}/{stream}: {e.detail}")
                 return
             frames.setdefault(cam, {})[stream] = (stamp_to_ns(msg.header.stamp), arr)
-        self.worker.submit(CameraSet(frames, self.cameras, (), now, now, True))
+        self._submit(CameraSet(frames, self.cameras, (), now, now, True))
 
     def _on_camera_info(self, msg, camera: str) -> None:
         self._camera_frames[camera] = msg.header.frame_id
@@ -444,7 +445,19 @@ class BevPoolNode(Node):
         with self._sync_lock:
             sets = self.sync.poll(time.perf_counter())
         for s in sets:
-            self.worker.submit(s)
+            self._submit(s)
+
+    def _submit(self, camera_set) -> None:
+        """To the pooling thread, unless no one would receive the grid (the image_pipeline rule)."""
+        if self.cfg["processing.skip_without_subscribers"] and not self._anyone_listening():
+            self._count("skipped_no_subscribers")
+            return
+        self.worker.submit(camera_set)
+
+    def _anyone_listening(self) -> bool:
+        if self.bev_pub.get_subscription_count() > 0:
+            return True
+        return self.handoff is not None and self.handoff.pub.get_subscription_count() > 0
 
     def _poll_period(self) -> float:
         return min(0.05, max(0.002, self.cfg["sync.camera_timeout_s"] / 4))
@@ -560,6 +573,8 @@ class BevPoolNode(Node):
             level, text = "ERROR", f"no usable calibration for {sorted(self.calibration.invalid)}"
         elif level == "OK" and self.backend_requested not in ("best", self.backend.name):
             level, text = "WARN", f"running {self.backend.name}, {self.backend_requested} unavailable"
+        elif level == "OK" and self.cfg["processing.skip_without_subscribers"] and not self._anyone_listening():
+            text = f"idle: no subscriber to the BEV ({values.get('skipped_no_subscribers', 0)} sets skipped)"
         elif level == "OK":
             text = f"{values['sets_published']} sets published"
         self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(),
