@@ -1,8 +1,9 @@
 """Many bags at once: each evaluation (bevpool_node + replay + scoring) is one Ray task.
 
-Local Ray by default, or an existing cluster with ``address`` (see ``ray_cluster``). Each task runs in a fresh worker
-process (``max_calls=1``: rclpy and DDS state never leak between bags) on its own DDS domain, so
-evaluations sharing a machine never see each other's topics. Results come back as plain dicts.
+Local Ray by default, or an existing cluster with ``address`` (see ``ray_cluster``). Each task
+runs in a fresh worker process (``max_calls=1``: rclpy and DDS state never leak between bags) on
+its own DDS domain, so evaluations sharing a machine never see each other's topics. Results come
+back as plain dicts, each naming the node that ran it.
 """
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
     the bags, the rig and ``out_dir`` must be on a file system every node mounts at the same path).
     """
     ray = start_ray(address, num_cpus)
-    check_fits(ray, resources.num_cpus, resources.num_gpus, f"the Ray cluster at {address}" if address else "local Ray")
+    check_fits(ray, resources.num_cpus, resources.num_gpus,
+               f"the Ray cluster at {address}" if address else "local Ray")
     env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV_PREFIXES)}
     task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1,
                       runtime_env={"env_vars": env} if env else None)(_evaluate_task)
