@@ -62,6 +62,11 @@ class RayCluster:
     def session(self) -> Path:
         return self.root / "ray" / "session_latest"
 
+    def log_tails(self, pattern: str, chars: int = 1500) -> str:
+        """The end of each session log matching ``pattern`` (for a failing test's message)."""
+        return "".join(f"\n== {f.name}\n{f.read_text(errors='replace')[-chars:]}"
+                       for f in sorted((self.session / "logs").glob(pattern)))
+
     def node_ids(self) -> set[str]:
         """Every node writes its agent's port into the session folder, named by its node id."""
         return {f.name.rsplit("_", 1)[1] for f in self.session.glob("dashboard_agent_listen_port_*")}

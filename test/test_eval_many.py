@@ -209,7 +209,7 @@ def test_eval_many_refuses_a_cluster_it_cannot_use(ray_cluster, two_bags, tmp_pa
 def test_eval_many_through_ray_client(ray_cluster, two_bags, tmp_path):
     r = _eval_many_on(ray_cluster, two_bags / "run_1", "--address", ray_cluster.client_address,
                       "--out", tmp_path / "out")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-2000:] + ray_cluster.log_tails("ray_client_server*.err")
     (row,) = json.loads((tmp_path / "out" / "report.json").read_text())["bags"]
     assert row["ok"] and row["node_rc"] == 0 and row["ray_node_id"] in ray_cluster.node_ids(), row
 
