@@ -106,7 +106,8 @@ def test_report_html_renders_its_plots_in_a_headless_browser(report_dir, tmp_pat
     rgb = image.imread(shot)[..., :3]
     colourful = (rgb.max(axis=-1) - rgb.min(axis=-1)) > 0.3  # plot lines, bars, colour maps; text is grey
     top, bottom = colourful[:1100].mean(), colourful[1400:].mean()
-    assert top > 0.004, f"latency/error/drop plots not visible ({top:.4f} coloured)"
+    # coloured share of the top with the plots ~0.004 (data-dependent lines and bars), without them 0
+    assert top > 0.001, f"latency/error/drop plots not visible ({top:.4f} coloured)"
     assert bottom > 0.05, f"BEV pictures not visible ({bottom:.4f} coloured)"
 
 
