@@ -47,16 +47,11 @@ class RayCluster:
     root: Path
     env: dict                       # HOME with the token, RAY_TMPDIR; RAY_AUTH_MODE left unset
     head_port: int = 0
-    client_port: int = 0            # the head's Ray Client server (needs grpcio)
     groups: list[int] = field(default_factory=list)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.head_port}"
-
-    @property
-    def client_address(self) -> str:
-        return f"ray://127.0.0.1:{self.client_port}"
 
     @property
     def session(self) -> Path:
@@ -88,12 +83,11 @@ class RayCluster:
 
     def start(self, cpus_per_node=(1, 1)) -> None:
         self.ray("get-auth-token", "--generate")
-        self.head_port, self.client_port = free_port(), free_port()
+        self.head_port = free_port()
         common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats",
                   *(f"{flag}={free_port()}" for flag in NODE_PORT_FLAGS)]
         self.ray("start", "--head", f"--port={self.head_port}", f"--num-cpus={cpus_per_node[0]}",
-                 "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                 f"--ray-client-server-port={self.client_port}", *common)
+                 "--include-dashboard=false", f"--dashboard-port={free_port()}", *common)
         for cpus in cpus_per_node[1:]:
             common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats",
                       *(f"{flag}={free_port()}" for flag in NODE_PORT_FLAGS)]

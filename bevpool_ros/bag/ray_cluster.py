@@ -68,8 +68,9 @@ def check_client_extra(address: str) -> None:
     try:
         import grpc  # noqa: F401  (Ray Client's transport; not a dependency of ray itself)
     except ImportError:
-        raise ClusterError(f"--address {address}: Ray Client needs grpcio (pip install 'ray[client]==2.60.0'); "
-                           "or run eval-many on a node of the cluster with --address HOST:PORT or auto") from None
+        raise ClusterError(f"--address {address}: Ray Client needs grpcio, which this install leaves out "
+                           "(docs/eval_many.md); run eval-many on a node of the cluster with --address "
+                           "HEAD:PORT or auto") from None
 
 
 def start_ray(address: str | None, num_cpus: int | None):

@@ -75,8 +75,8 @@ def main(argv=None) -> int:
     many.add_argument("bags", nargs="+", metavar="BAG_OR_DIR", help="rosbag2 directories or folders of them")
     many.add_argument("--out", required=True, help="report folder (report.json, report.html, bags/)")
     _eval_options(many, default_rig)
-    many.add_argument("--address", help="an existing Ray cluster: HEAD:PORT, 'auto' or ray://HEAD:10001 "
-                                         "(docs/eval_many.md); default: local Ray")
+    many.add_argument("--address", help="an existing Ray cluster: HEAD:PORT or 'auto' (docs/eval_many.md); "
+                                         "default: local Ray")
     many.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per bag task")
     many.add_argument("--num-gpus", type=float, default=0.0, help="GPUs reserved per bag task (e.g. 0.25)")
     many.add_argument("--local-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
