@@ -1,9 +1,9 @@
 """Many bags at once: each evaluation (bevpool_node + replay + scoring) is one Ray task.
 
-Local Ray by default (started here, token authentication off because nothing outside this
-machine can reach it), or an existing cluster with ``address``. Each task runs in a fresh worker
-process (``max_calls=1``: rclpy and DDS state never leak between bags) on its own DDS domain, so
-evaluations sharing a machine never see each other's topics. Results come back as plain dicts.
+Local Ray by default, or an existing cluster with ``address`` (see ``ray_cluster``). Each task
+runs in a fresh worker process (``max_calls=1``: rclpy and DDS state never leak between bags) on
+its own DDS domain, so evaluations sharing a machine never see each other's topics. Results come
+back as plain dicts, each naming the node that ran it.
 """
 from __future__ import annotations
 
@@ -17,7 +17,11 @@ import numpy as np
 
 from ..progress import progress_bar
 from .io import BagError
+from .ray_cluster import check_fits, start_ray, where_am_i
 
+# the driver's settings that shape an evaluation; a cluster's workers inherit their raylet's
+# environment, not the driver's, so these travel with each task
+PASSED_ENV_PREFIXES = ("BEVPOOL_", "RMW_", "FASTDDS_", "FASTRTPS_")
 # the ROS 2 domain ids whose Fast DDS ports stay below Linux's ephemeral range (see ros_harness)
 DOMAINS = range(1, 102)
 
@@ -111,39 +115,31 @@ def last_bev_energy(out_bag: str) -> dict | None:
             "x_step": msg.resolution_x, "y_step": msg.resolution_y}
 
 
-def start_ray(address: str | None, num_cpus: int | None):
-    """Join ``address`` (a cluster: 'auto', 'ray://host:10001', ...) or start a local instance."""
-    if address is None:
-        # Ray 2.60 turns token authentication on by default; a local instance bound to this
-        # machine has no one to authenticate, and a fresh token file would be left behind
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    import ray
-
-    if ray.is_initialized():
-        return ray
-    if address is None:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 object_store_memory=200 * 1024 * 1024, configure_logging=False)
-    else:
-        ray.init(address=address, log_to_driver=False)
-    return ray
-
-
 def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None = None,
                   params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                   address: str | None = None, resources: TaskResources = TaskResources(),
                   num_cpus: int | None = None, show_progress: bool = True) -> list[dict]:
-    """Evaluate every bag as its own Ray task; results in the order of ``bags``."""
+    """Evaluate every bag as its own Ray task; results in the order of ``bags``.
+
+    Paths are made absolute: a cluster's workers do not run in this folder (on several machines
+    the bags, the rig and ``out_dir`` must be on a file system every node mounts at the same path).
+    """
     ray = start_ray(address, num_cpus)
-    task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1)(evaluate_one)
-    out_dir = Path(out_dir)
+    check_fits(ray, resources.num_cpus, resources.num_gpus,
+               f"the Ray cluster at {address}" if address else "local Ray")
+    env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV_PREFIXES)}
+    task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1,
+                      runtime_env={"env_vars": env} if env else None)(_evaluate_task)
+    out_dir = Path(out_dir).resolve()
     (out_dir / "bags").mkdir(parents=True, exist_ok=True)
+    rig_path = str(Path(rig_path).resolve())
+    params_file = str(Path(params_file).resolve()) if params_file else None
     base = (os.getpid() * 7919 + time.time_ns() // 1000) % len(DOMAINS)
     refs = {}
     for i, bag in enumerate(bags):
         domain = DOMAINS[(base + i) % len(DOMAINS)]
         out_bag = out_dir / "bags" / Path(bag).name
-        refs[task.remote(str(bag), str(out_bag), rig_path, dict(node_params or {}), params_file,
+        refs[task.remote(str(Path(bag).resolve()), str(out_bag), rig_path, dict(node_params or {}), params_file,
                          rate, atol, domain)] = i
     results: list[dict | None] = [None] * len(bags)
     pending = list(refs)
@@ -151,6 +147,19 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             for ref in ready:
-                results[refs[ref]] = ray.get(ref)
+                i = refs[ref]
+                try:
+                    results[i] = ray.get(ref)
+                except ray.exceptions.RayError as e:  # the worker died or could not import us: a failed row
+                    results[i] = {"bag": str(bags[i]), "ok": False, "error": f"{type(e).__name__}: {_last_line(e)}"}
                 bar.update(1)
     return results
+
+
+def _evaluate_task(*args) -> dict:
+    return {**evaluate_one(*args), **where_am_i()}
+
+
+def _last_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__

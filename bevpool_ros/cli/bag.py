@@ -13,8 +13,9 @@ scores every grid against the FP64 reference recomputed from the exact inputs it
 cluster at --address), each on its own DDS domain, and writes DIR/report.json, DIR/report.html
 (plots) and DIR/bags/<bag> (the node's output per bag).
 Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage
-(including a bag that cannot be read, e.g. truncated or with broken metadata, or an output that
-already exists): one line on stderr, no traceback.
+(including a bag that cannot be read, e.g. truncated or with broken metadata, an output that
+already exists, a Ray cluster that cannot be joined or has no node big enough for one task):
+one line on stderr, no traceback.
 """
 from __future__ import annotations
 
@@ -74,17 +75,19 @@ def main(argv=None) -> int:
     many.add_argument("bags", nargs="+", metavar="BAG_OR_DIR", help="rosbag2 directories or folders of them")
     many.add_argument("--out", required=True, help="report folder (report.json, report.html, bags/)")
     _eval_options(many, default_rig)
-    many.add_argument("--address", help="an existing Ray cluster ('auto', 'ray://head:10001'); default: local Ray")
+    many.add_argument("--address", help="an existing Ray cluster: HEAD:PORT or 'auto' (docs/eval_many.md); "
+                                         "default: local Ray")
     many.add_argument("--num-cpus", type=float, default=1.0, help="CPUs reserved per bag task")
     many.add_argument("--num-gpus", type=float, default=0.0, help="GPUs reserved per bag task (e.g. 0.25)")
     many.add_argument("--local-cpus", type=int, help="CPUs of the local Ray instance (default: all)")
     many.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     from ..bag.io import BagError
+    from ..bag.ray_cluster import ClusterError
 
     try:
         return _run(args)
-    except BagError as e:
+    except (BagError, ClusterError) as e:
         print(f"bevpool-bag {args.cmd}: {e}", file=sys.stderr)
         return 2
 
