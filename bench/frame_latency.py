@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bevpool_ros.backends import create_backend  # noqa: E402
-from bevpool_ros.depth_image import metres_at_grid, resize_nearest  # noqa: E402
-from bevpool_ros.metric_depth import DepthBins, DepthSpec, MetricDepth  # noqa: E402
+from bevpool_ros.depth_image import metres_at_grid  # noqa: E402
+from bevpool_ros.metric_depth import (DepthBins, DepthSpec, MetricDepth, millimetre_image,  # noqa: E402
+                                      most_likely_depth)
 from bevpool_ros.node.calibration import LiveCalibration  # noqa: E402
 from bevpool_ros.node.pooling import PoolingWorker  # noqa: E402
 from bevpool_ros.node.sync import CameraSet  # noqa: E402
@@ -91,9 +92,7 @@ IMAGE_SIZE = (480, 640)
 
 def depth_images(rig, depth: np.ndarray) -> list[np.ndarray]:
     """The scene's depth as 640 x 480 16UC1 (mm) images, one per camera, as a depth camera sends them."""
-    bins = DepthBins.of_rig(rig)
-    metric = (bins.start + bins.step * depth.argmax(axis=1)) * (depth.max(axis=1) > 0)
-    return [np.rint(resize_nearest(m, *IMAGE_SIZE) * 1000).astype(np.uint16) for m in metric]
+    return [millimetre_image(m, *IMAGE_SIZE) for m in most_likely_depth(depth, DepthBins.of_rig(rig))]
 
 
 def metric_cameras(rig, images, spec) -> list[MetricDepth]:

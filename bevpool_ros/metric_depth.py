@@ -82,6 +82,18 @@ def _centres(size_in: int, size_out: int) -> np.ndarray:
     return index
 
 
+def most_likely_depth(distribution: np.ndarray, bins: DepthBins) -> np.ndarray:
+    """[..., D, H, W] weights -> [..., H, W] float32 metres of the heaviest bin, 0 (REP 118's "no
+    return") where every weight is 0: what a depth camera would report for a synthetic scene."""
+    heaviest = bins.start + bins.step * distribution.argmax(axis=-3)
+    return (heaviest * (distribution.max(axis=-3) > 0)).astype(np.float32)
+
+
+def millimetre_image(metres: np.ndarray, height: int, width: int) -> np.ndarray:
+    """[h, w] metres -> a [height, width] 16UC1 depth image (millimetres), nearest sampled."""
+    return np.rint(resize_nearest(metres, height, width) * 1000).astype(np.uint16)
+
+
 def resize_nearest(depth, height: int, width: int, xp=np):
     """[h, w] -> [height, width], each output pixel the input pixel under its centre."""
     h, w = depth.shape

@@ -272,13 +272,12 @@ class DepthImageGraph:
     def frame(self, index):
         """(metric depth image per image-mode camera, depth Tensor arrays, features) of a scene frame."""
         depth, feat = self.scene.frame(index)
-        bins = self.rig.depth_values
-        metric = depth.argmax(axis=1).astype(np.float32)  # the scene's depth as a bin index
-        metric = bins[metric.astype(int)].astype(np.float32) * (depth.max(axis=1) > 0)
+        from bevpool_ros.metric_depth import millimetre_image, most_likely_depth
+
+        metric = most_likely_depth(depth, DepthBins.of_rig(self.rig))
         images = {}
-        for n, (enc, h, w) in SIZES.items():
-            up = resize_nearest(metric[n], h, w)  # the camera sees finer than the feature grid
-            images[n] = (np.rint(up * 1000).astype(np.uint16) if enc in MM else up, enc)
+        for n, (enc, h, w) in SIZES.items():  # the camera sees finer than the feature grid
+            images[n] = (millimetre_image(metric[n], h, w) if enc in MM else resize_nearest(metric[n], h, w), enc)
         return images, depth, feat
 
     def publish(self, index, edit_image=None):

@@ -18,7 +18,7 @@ from bevpool_ros.scatter_map import scatter_map_for
 from bevpool_ros.workloads import base_rig
 
 from test_depth_image import metric_frame
-from test_gpu_frame_gpu import assert_matches, backend
+from test_gpu_frame_gpu import assert_matches, backend, pool_through_worker
 
 pytestmark = pytest.mark.gpu
 
@@ -101,40 +101,13 @@ def test_device_expansion_is_the_twin(precision, wire, mode, host_memory):
 def test_pooling_worker_with_depth_images_and_a_calibration_change():
     """The node's pooling thread: MetricDepth and distribution cameras in one set, a CameraInfo
     change mid-stream (the worker re-prepares in its thread), grids against the FP64 reference."""
-    import time
-
-    from bevpool_ros.node.calibration import LiveCalibration
-    from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
-    from bevpool_ros.node.tensor_codec import ReusableBuffer
-
     rig = base_rig()
-    cal = LiveCalibration(rig)
     spec = DepthSpec(DepthBins.of_rig(rig), "gaussian", 0.7)
-    done, drops = [], []
     be = backend("fp16")
-    worker = PoolingWorker(be, cal, done.append, lambda r, d: drops.append((r, d)), out_dtype="float32",
-                           out_buffer=ReusableBuffer())
-    worker.start()
-    try:
-        for i in range(4):
-            if i == 2:
-                cam = rig.cameras[0]
-                k = np.array(cam.K, dtype=float).reshape(-1)
-                k[0] *= 1.05
-                assert cal.update_intrinsics(cam.name, list(k), cam.width, cam.height)
-            cameras, dense, feat = metric_frame(rig, 10 + i, IMAGES, spec)
-            frames = {c.name: {"depth": (i, cameras[n][0]), "feat": (i, cameras[n][1])}
-                      for n, c in enumerate(rig.cameras)}
-            worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
-            deadline = time.monotonic() + 120
-            while len(done) + len(drops) <= i and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert not drops, drops
-            assert len(done) == i + 1
-            assert_matches(done[-1].bev, be.smap, "fp16", dense.astype(np.float16), feat.astype(np.float16),
-                           f"frame {i}")
-        assert worker.rebuilds == 2
-    finally:
-        worker.stop()
-        be.close()
+    frames = [metric_frame(rig, 10 + i, IMAGES, spec) for i in range(4)]
+
+    def check(i, r):
+        _, dense, feat = frames[i]
+        assert_matches(r.bev, be.smap, "fp16", dense.astype(np.float16), feat.astype(np.float16), f"frame {i}")
+
+    pool_through_worker(be, rig, "float32", lambda i: frames[i][0], check)

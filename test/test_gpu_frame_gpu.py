@@ -212,48 +212,63 @@ def test_backend_from_other_threads_prepare_recalibrate_rescale_pool():
         in_thread(be.close)
 
 
-def test_pooling_worker_thread_with_a_calibration_change():
-    """PoolingWorker exactly as the node runs it: its own thread, a CameraInfo change re-prepares there."""
+def pool_through_worker(be, rig, out_dtype: str, cameras_of, check, sets: int = 4, change_at: int = 2) -> None:
+    """Drive ``be`` through the node's PoolingWorker (its own thread) with ``sets`` camera sets,
+    ``cameras_of(i)`` -> [(depth, feat)] in rig order; before set ``change_at`` camera 0 gets new
+    intrinsics (a CameraInfo change: the worker re-prepares in its thread). ``check(i, result)``
+    judges each grid; no set may be dropped. Closes ``be``."""
     import time
 
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.node.tensor_codec import ReusableBuffer
-    from bevpool_ros.workloads import base_rig
 
-    rig = base_rig()
     cal = LiveCalibration(rig)
     done, drops = [], []
-    be = backend("fp8")
-    worker = PoolingWorker(be, cal, done.append, lambda r, d: drops.append((r, d)), out_dtype="float16",
+    worker = PoolingWorker(be, cal, done.append, lambda r, d: drops.append((r, d)), out_dtype=out_dtype,
                            out_buffer=ReusableBuffer())
     worker.start()
     try:
-        N, D, H, W = rig.depth_shape
-        rng = np.random.default_rng(3)
-        for i in range(4):
-            if i == 2:  # new intrinsics for one camera: the worker re-prepares in its own thread
+        for i in range(sets):
+            if i == change_at:
                 cam = rig.cameras[0]
                 k = np.array(cam.K, dtype=float).reshape(-1)
                 k[0] *= 1.05
                 assert cal.update_intrinsics(cam.name, list(k), cam.width, cam.height)
-            frames = {c.name: {"depth": (i, rng.random((D, H, W), dtype=np.float32)),
-                               "feat": (i, rng.uniform(-1, 1, (H, W, rig.channels)).astype(np.float32))}
-                      for c in rig.cameras}
+            frames = {c.name: {"depth": (i, d), "feat": (i, f)} for c, (d, f) in zip(rig.cameras, cameras_of(i))}
             worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
             deadline = time.monotonic() + 120
             while len(done) + len(drops) <= i and time.monotonic() < deadline:
                 time.sleep(0.01)
-        assert not drops, drops
-        assert len(done) == 4 and worker.rebuilds == 2
-        r = done[-1]
-        depth = np.stack([r.camera_set.frames[c.name]["depth"][1] for c in rig.cameras])
-        feat = np.stack([r.camera_set.frames[c.name]["feat"][1] for c in rig.cameras])
-        assert_matches(r.bev, be.smap, "fp8", depth.astype(np.float64), feat.astype(np.float64), "worker")
+            assert not drops, drops
+            assert len(done) == i + 1, f"set {i}: no result within 120 s"
+            check(i, done[-1])
+        assert worker.rebuilds == 2
     finally:
         worker.stop()
         be.close()
+
+
+def test_pooling_worker_thread_with_a_calibration_change():
+    """PoolingWorker exactly as the node runs it: its own thread, a CameraInfo change re-prepares there."""
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    N, D, H, W = rig.depth_shape
+    rng = np.random.default_rng(3)
+    be = backend("fp8")
+
+    def cameras_of(i):
+        return [(rng.random((D, H, W), dtype=np.float32), rng.uniform(-1, 1, (H, W, rig.channels)).astype(np.float32))
+                for _ in range(N)]
+
+    def check(i, r):
+        depth = np.stack([r.camera_set.frames[c.name]["depth"][1] for c in rig.cameras])
+        feat = np.stack([r.camera_set.frames[c.name]["feat"][1] for c in rig.cameras])
+        assert_matches(r.bev, be.smap, "fp8", depth.astype(np.float64), feat.astype(np.float64), f"worker set {i}")
+
+    pool_through_worker(be, rig, "float16", cameras_of, check)
 
 
 def test_device_output_and_frame_hook_for_zero_copy_consumers():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metric_depth import DepthBins, resize_nearest
+from ..metric_depth import DepthBins, millimetre_image, most_likely_depth
 from ..node.outputs import ns_to_time
 from ..demo.synthetic_publisher import camera_info_msg
 from ..node.tensor_codec import make_camera_tensor
@@ -67,7 +67,5 @@ def depth_image_msg(rig: Rig, n: int, distribution: np.ndarray):
     0 (no return) where the scene has nothing, 16UC1 millimetres at a quarter of its resolution."""
     from ..image_codec import array_to_image
 
-    bins = DepthBins.of_rig(rig)
-    metres = (bins.start + bins.step * distribution.argmax(axis=0)) * (distribution.max(axis=0) > 0)
-    w, h = rig.cameras[n].width // 4, rig.cameras[n].height // 4
-    return array_to_image(np.rint(resize_nearest(metres, h, w) * 1000).astype(np.uint16), "16UC1")
+    metres = most_likely_depth(distribution, DepthBins.of_rig(rig))
+    return array_to_image(millimetre_image(metres, rig.cameras[n].height // 4, rig.cameras[n].width // 4), "16UC1")
