@@ -139,16 +139,37 @@ def test_parameters_through_the_parameter_service(graph):
     assert graph.publish_and_wait(0) is not None  # still publishing after the rejections
 
 
-def test_precision_auto_publishes_at_the_precision_it_chose():
-    """precision: auto decides when the map is prepared (on a GPU: fp16 or fp8 by measuring whole
-    frames); the grids must match the reference at the chosen precision's tolerance."""
-    g = RosGraph({"precision": "auto", "diagnostics.period_s": 0.2})
+@pytest.mark.parametrize("precision", ["fp8", "auto"])
+def test_fp8_and_auto_with_a_calibration_change_mid_stream(precision):
+    """fp8, and auto (decided when the map is prepared: on a GPU fp16 or fp8 by measuring whole
+    frames), through the node: grids match the reference at the precision the node reports, also
+    after a CameraInfo change re-prepares the backend in the pooling thread."""
+    from dataclasses import replace as dc_replace
+
+    from bevpool_ros.demo.synthetic_publisher import camera_info_msg
+
+    g = RosGraph({"precision": precision, "diagnostics.period_s": 0.2})
     try:
         smap = build_scatter_map(g.rig)
-        for i in range(2):
-            got = g.publish_and_wait(i, timeout=60.0)  # a GPU's first set includes the measurement
-            assert got is not None, g.node.output()[-3000:]
-            assert_matches_reference(got, *g.pub.arrays(i), smap)
+        got = g.publish_and_wait(1, timeout=60.0)  # a GPU's first set may include auto's measurement
+        assert got is not None, g.node.output()[-3000:]
+        assert_matches_reference(got, *g.pub.arrays(1), smap)
+        if got.msg.backend != "cpu" and precision == "fp8":
+            assert got.msg.precision == "fp8"
+        cam = g.rig.cameras[0]
+        K = np.array(cam.K)
+        K[0, 0] *= 1.15
+        K[1, 1] *= 1.15
+        new_rig = g.rig.with_cameras([dc_replace(c, K=K) if c.name == cam.name else c for c in g.rig.cameras])
+        g.pub.pubs[(cam.name, "camera_info")].publish(camera_info_msg(new_rig, 0, g.pub.get_clock().now().to_msg(), "x"))
+        assert g.diagnostics_where(lambda d: int(d.get("calibration_changes", 0)) > 0) is not None
+        stamp = g.pub.publish_frame(2, g.next_stamp(), camera_info=False)
+        assert g.spin_until(lambda: stamp in g.con.by_stamp(), 60.0), g.node.output()[-3000:]
+        after = g.con.by_stamp()[stamp]
+        depth, feat = g.pub.arrays(2)
+        assert_matches_reference(after, depth, feat, build_scatter_map(new_rig))
+        new, old = pool_reference(depth, feat, build_scatter_map(new_rig)), pool_reference(depth, feat, smap)
+        assert np.abs(after.bev - new).max() < np.abs(after.bev - old).max()  # the node pooled on the new map
         d = g.diagnostics_where(lambda d: int(d.get("sets_published", 0)) > 0)
         assert d is not None and d["precision"] in BACKEND_PRECISIONS[d["backend"]]
     finally:
