@@ -86,7 +86,7 @@ def probe_message(kind: str, nbytes: int, seq: int):
         data.frombytes(values.view(np.uint8))
         m.data = data
         return m
-    from bevpool_ros.node.tensor_codec import make_tensor
+    from bevpool_ros.io.tensor_codec import make_tensor
 
     return make_tensor(values, "probe", "", "float32")
 

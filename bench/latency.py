@@ -82,9 +82,9 @@ def role_subscriber(args) -> int:
     from rclpy.node import Node
 
     from bevpool_ros.node.diagnostics import status_values
-    from bevpool_ros.node.outputs import stamp_to_ns
+    from bevpool_ros.io.bev_message import stamp_to_ns
     from bevpool_ros.node.qos import make_qos
-    from bevpool_ros.node.tensor_codec import decode_any
+    from bevpool_ros.io.tensor_codec import decode_any
 
     rclpy.init(args=[sys.argv[0]])
     node = Node("bevpool_latency_subscriber")

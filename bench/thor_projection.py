@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bevpool_ros.backends.cuda.launch import choose_v3_kernel  # noqa: E402
+from bevpool_ros.kernels.table import choose_v3_kernel  # noqa: E402
 from bevpool_ros.regime import classify  # noqa: E402
 
 MiB = 1 << 20

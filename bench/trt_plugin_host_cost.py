@@ -33,11 +33,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bevpool_ros.backends.cuda import fp8  # noqa: E402
-from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance  # noqa: E402
+from bevpool_ros.kernels import fp8  # noqa: E402
+from bevpool_ros.kernels.precision import fp8_within_tolerance  # noqa: E402
 from bevpool_ros.backends.cuda.runtime import get_runtime  # noqa: E402
 from bevpool_ros.backends.cuda.timing import time_graph  # noqa: E402
-from bevpool_ros.backends.planning import FP8_KERNEL_OUT_SCALE  # noqa: E402
+from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE  # noqa: E402
 from bevpool_ros.backends.tensorrt import standin  # noqa: E402
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for  # noqa: E402
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs  # noqa: E402
@@ -109,7 +109,7 @@ def host_cost(h: standin.ExecutionContext, frames: int) -> dict:
 
 def gpu_frame_path(rt, smap, precision: str, h: standin.ExecutionContext, frames: int) -> dict:
     """The plugin as GpuFrame's pooling step (what TensorRTBackend records through the engine)."""
-    from bevpool_ros.backends.gpu_frame import GpuFrame
+    from bevpool_ros.backends.gpu.frame import GpuFrame
     from bevpool_ros.backends.staging import split_cameras
 
     def step(stream, b):  # TensorRT's part: its pointers for depth/feat/out, the bound map inputs

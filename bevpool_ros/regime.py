@@ -66,22 +66,3 @@ def regime_table(smap: "ScatterMap", dtypes=("float16", "float8_e4m3")) -> list[
             row[dt] = classify(working_set_bytes(smap, dt), gpu.l2_bytes)
         rows.append(row)
     return rows
-
-
-def live_l2_bytes(device: int = 0) -> int | None:
-    """L2 size of the local GPU via the CUDA driver, or None without one."""
-    try:
-        from cuda.bindings import driver as cu
-    except ImportError:
-        return None
-    try:
-        (err,) = cu.cuInit(0)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            return None
-        err, dev = cu.cuDeviceGet(device)
-        if err != cu.CUresult.CUDA_SUCCESS:
-            return None
-        err, l2 = cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev)
-        return int(l2) if err == cu.CUresult.CUDA_SUCCESS else None
-    except Exception:  # driver library missing or broken: treat as no GPU
-        return None

@@ -1,5 +1,5 @@
 // Per-frame conversions and value checks that run on the GPU inside the frame's CUDA graph
-// (bevpool_ros/backends/gpu_frame.py), so the host never touches a payload element by element.
+// (bevpool_ros/backends/gpu/frame.py), so the host never touches a payload element by element.
 //
 //   input:    wire dtype (float32 | float16 | E4M3 codes) -> kernel input (float16 | E4M3)
 //   fp8:      amax -> power-of-two scale 2^k with amax * 2^k in (8, 16] (docs/kernels.md), read

@@ -5,7 +5,7 @@
 // A short interval is one slot; a long one is split over a TEAM of consecutive groups of one
 // block whose partial sums are reduced (shuffles within a warp, shared memory across warps) and
 // written once by the team's first group (the owner). The split is computed once per
-// calibration (bevpool_ros/backends/cuda/schedule.py).
+// calibration (bevpool_ros/kernels/schedule.py).
 //
 // A GROUP of G lanes executes a slot, each lane owning VEC consecutive channels: the G lanes
 // load the same index pair and depth value (one broadcast request) and neighbouring feature

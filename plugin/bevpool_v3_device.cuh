@@ -1,7 +1,7 @@
 // Device blocks of the V3 kernels: vector loads/stores of a lane's channel tile, the element
 // types (FP16 in / FP32 out, E4M3 in / FP16 out), a lane's accumulator and the owner's write.
 // Constants that Python also uses (BEVPOOL_TEAM_FLAG_SHIFT, BEVPOOL_V3_MAX_THREADS) arrive as -D
-// options generated from bevpool_ros/backends/cuda/launch.py, so they are defined once.
+// options generated from bevpool_ros/kernels/table.py, so they are defined once.
 #pragma once
 #include "bevpool_common.cuh"
 

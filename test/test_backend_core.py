@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bevpool_ros.backends import CpuBackend, InputError, NonFiniteOutput
-from bevpool_ros.backends.choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
-from bevpool_ros.backends.gpu_frame import choose_host_memory, pow2_exponent
+from bevpool_ros.backends.gpu.choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
+from bevpool_ros.backends.gpu.frame import choose_host_memory, pow2_exponent
 from bevpool_ros.backends.staging import CameraStaging, frame_dtype, split_cameras
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.workloads import get_workload
@@ -160,7 +160,7 @@ def test_choice_key_names_every_input():
 
 
 def test_plan_for_is_what_the_tensorrt_config_uses():
-    from bevpool_ros.backends.planning import plan_for
+    from bevpool_ros.kernels.planning import plan_for
     from bevpool_ros.backends.tensorrt.plugin_config import bind_plan, config_for_v3, map_inputs
 
     smap = get_workload("small")
@@ -215,7 +215,7 @@ def test_worker_pools_into_the_message_payload_memory():
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.node.sync import CameraSet
-    from bevpool_ros.node.tensor_codec import ReusableBuffer, fill_msg
+    from bevpool_ros.io.tensor_codec import ReusableBuffer, fill_msg
     from bevpool_ros.workloads import base_rig
 
     Tensor = pytest.importorskip("bevpool_msgs.msg").Tensor

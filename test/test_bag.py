@@ -10,7 +10,7 @@ import pytest
 
 from bevpool_ros.bag.io import bag_summary, camera_stream, read_bag
 from bevpool_ros.bag.record import record_synthetic
-from bevpool_ros.node.tensor_codec import decode_any
+from bevpool_ros.io.tensor_codec import decode_any
 from bevpool_ros.synthetic import SyntheticScene
 
 
@@ -151,7 +151,7 @@ def test_bags_recorded_with_tensor_inputs_play_as_camera_tensors(tmp_path):
 
     from bevpool_ros.bag.io import BagWriter
     from bevpool_ros.bag.play import played_type
-    from bevpool_ros.node.tensor_codec import make_tensor
+    from bevpool_ros.io.tensor_codec import make_tensor
 
     feat = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
     old = make_tensor(feat, "feat", "HWC")

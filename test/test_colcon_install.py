@@ -139,7 +139,7 @@ def test_node_and_occupancy_start_from_the_install_space(install):
 
 
 def test_cuda_start_without_a_gpu_fails_for_the_gpu_not_a_file(install):
-    from bevpool_ros.regime import live_l2_bytes
+    from bevpool_ros.backends.cuda.driver import live_l2_bytes
 
     if live_l2_bytes() is not None:
         pytest.skip("this machine has a GPU: the cuda backend starts")

@@ -48,7 +48,7 @@ class Prepared:
     """One map on the device plus fresh random inputs and their references."""
 
     def __init__(self, rt, smap, seed):
-        from bevpool_ros.backends.cuda import fp8
+        from bevpool_ros.kernels import fp8
         from bevpool_ros.backends.cuda.runtime import MapOnDevice
 
         self.smap, self.seed = smap, seed
@@ -68,8 +68,8 @@ class Prepared:
         self.abs8 = pool_reference(np.abs(dd), np.abs(fd), smap) * self.scale8
 
     def check(self, variant, precision, acc, label, kernel=None, k_min=None, threads=None):
-        from bevpool_ros.backends.cuda.launch import UnsupportedShape
-        from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+        from bevpool_ros.kernels.table import UnsupportedShape
+        from bevpool_ros.kernels.precision import fp8_within_tolerance
 
         try:
             plan = self.md.plan(variant, precision, acc=acc, out_scale=self.scale8 if precision == "fp8" else 1.0,
@@ -122,7 +122,7 @@ def test_variant_matches_fp64_reference(rt, workload, variant, precision, acc):
 
 
 def _v3_kernels():
-    from bevpool_ros.backends.cuda.launch import V3_KERNELS
+    from bevpool_ros.kernels.table import V3_KERNELS
 
     return sorted(V3_KERNELS)
 
@@ -131,7 +131,7 @@ def _v3_kernels():
 @pytest.mark.parametrize("workload", ["canonical", "wide_c256"])
 def test_every_v3_kernel_and_launch_shape(rt, workload, kernel):
     """Every V3 entry point (prefetch twins, depth-pair twins, generic tiles) at several schedules."""
-    from bevpool_ros.backends.cuda.launch import V3_KERNELS
+    from bevpool_ros.kernels.table import V3_KERNELS
 
     info = V3_KERNELS[kernel]
     p = prepared(rt, workload)
@@ -211,7 +211,7 @@ def test_random_rig_fuzz(rt, i):
 
 # ---- the backend ----------------------------------------------------------------------------
 def test_backend_fp16_frames(rt):
-    from bevpool_ros.backends.cuda import CudaBackend
+    from bevpool_ros.backends.gpu import CudaBackend
 
     smap = get_workload("canonical")
     be = CudaBackend("fp16")
@@ -230,7 +230,7 @@ def test_backend_fp16_frames(rt):
 
 
 def test_backend_rejects_bad_inputs_before_launch(rt):
-    from bevpool_ros.backends.cuda import CudaBackend
+    from bevpool_ros.backends.gpu import CudaBackend
     from bevpool_ros.scatter_map import ScatterMapError
 
     smap = get_workload("small")
@@ -254,8 +254,9 @@ def test_backend_rejects_bad_inputs_before_launch(rt):
 
 
 def test_backend_fp8_float_and_raw_inputs(rt):
-    from bevpool_ros.backends.cuda import CudaBackend, fp8
-    from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.kernels import fp8
+    from bevpool_ros.kernels.precision import fp8_within_tolerance
 
     smap = get_workload("canonical")
     be = CudaBackend("fp8")
@@ -281,7 +282,7 @@ def test_backend_auto_precision_is_cached(rt, tmp_path, monkeypatch):
     answer as a typed record; a second backend reads it instead of measuring."""
     from dataclasses import asdict
 
-    from bevpool_ros.backends.cuda import CudaBackend
+    from bevpool_ros.backends.gpu import CudaBackend
 
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))
     smap = get_workload("canonical")

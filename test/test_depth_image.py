@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.depth_image import (DepthBins, DepthImageConverter, converters_for, depth_distribution,
+from bevpool_ros.io.depth_image import (DepthBins, DepthImageConverter, converters_for, depth_distribution,
                                      resize_nearest)
-from bevpool_ros.image_codec import ENCODINGS, ImageError, array_to_image, check_image, image_to_array
+from bevpool_ros.io.image_codec import ENCODINGS, ImageError, array_to_image, check_image, image_to_array
 
 
 def _array_for(encoding, h=5, w=7, seed=0):
@@ -212,7 +212,7 @@ def test_staging_keeps_depth_images_in_their_own_region(nuscenes_rig):
 
 
 def test_slot_runs():
-    from bevpool_ros.backends.gpu_frame import slot_runs
+    from bevpool_ros.backends.gpu.frame import slot_runs
 
     assert slot_runs(6, skip=(0, 2, 4)) == [(1, 1), (3, 1), (5, 1)]
     assert slot_runs(6, keep=(0, 1, 2, 4)) == [(0, 3), (4, 1)]
@@ -282,8 +282,8 @@ class DepthImageGraph:
 
     def publish(self, index, edit_image=None):
         from bevpool_ros.demo.synthetic_publisher import camera_info_msg
-        from bevpool_ros.node.outputs import ns_to_time
-        from bevpool_ros.node.tensor_codec import make_camera_tensor
+        from bevpool_ros.io.bev_message import ns_to_time
+        from bevpool_ros.io.tensor_codec import make_camera_tensor
 
         self.stamp += 100_000_000
         st = ns_to_time(self.stamp)
@@ -425,7 +425,7 @@ def test_cv_bridge_is_used_when_installed(monkeypatch):
     import sys
     import types
 
-    import bevpool_ros.image_codec as codec
+    import bevpool_ros.io.image_codec as codec
 
     calls = []
 

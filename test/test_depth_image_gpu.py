@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda import fp8 as fp8_codec
+from bevpool_ros.kernels import fp8 as fp8_codec
 from bevpool_ros.metric_depth import DepthBins, DepthSpec
 from bevpool_ros.scatter_map import scatter_map_for
 from bevpool_ros.workloads import base_rig

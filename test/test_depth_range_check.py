@@ -4,7 +4,7 @@ import pytest
 
 from bevpool_ros import fp8
 from bevpool_ros.node.node import check_depth_range
-from bevpool_ros.node.tensor_codec import TensorError
+from bevpool_ros.io.tensor_codec import TensorError
 
 
 def test_raw_e4m3_codes_are_checked_as_values_not_as_codes():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bevpool_ros import fp8
-from bevpool_ros.backends.cuda import fp8 as kernel_fp8
+from bevpool_ros.kernels import fp8 as kernel_fp8
 
 ALL_HALF = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
 

@@ -1,4 +1,4 @@
-"""The GPU frame path (backends/gpu_frame.py through CudaBackend) on a real GPU.
+"""The GPU frame path (backends/gpu/frame.py through CudaBackend) on a real GPU.
 
 Every path, fp16/fp8 x wire float32/float16/E4M3 x published float32/float16 x copied/mapped
 host memory, against the FP64 reference with the output poisoned (NaN) before each frame; the
@@ -24,7 +24,7 @@ FP16_ATOL = 1e-2
 
 
 def backend(precision, **kw):
-    from bevpool_ros.backends.cuda import CudaBackend
+    from bevpool_ros.backends.gpu import CudaBackend
 
     return CudaBackend(precision, autotune=False, **kw)
 
@@ -55,7 +55,7 @@ def inputs(smap, seed, scale_d=1.0, scale_f=1.0):
 def assert_matches(out, smap, precision, d, f, what=""):
     """``out`` against the FP64 reference at the precision's tolerance (d, f: what the kernel saw
     before its own rounding: float16 values for fp16, the original values for fp8)."""
-    from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+    from bevpool_ros.kernels.precision import fp8_within_tolerance
 
     assert np.isfinite(out).all(), f"{what}: unwritten (poisoned) or non-finite cells"
     if precision == "fp16":  # FP32 accumulation of FP16 products; FP16 output rounds once more
@@ -75,7 +75,7 @@ def assert_matches(out, smap, precision, d, f, what=""):
 @pytest.mark.parametrize("wire", [np.float32, np.float16, "e4m3"])
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 def test_every_frame_path_matches_the_reference(precision, wire, out_dtype, host_memory):
-    from bevpool_ros.backends.cuda import fp8
+    from bevpool_ros.kernels import fp8
 
     smap = get_workload("canonical" if host_memory == "copy" else "small")
     be = backend(precision, host_memory=host_memory)
@@ -103,7 +103,7 @@ def test_every_frame_path_matches_the_reference(precision, wire, out_dtype, host
 
 @pytest.mark.parametrize("wire", [np.float32, np.float16])
 def test_device_quantisation_is_the_host_codec(wire):
-    from bevpool_ros.backends.cuda import fp8
+    from bevpool_ros.kernels import fp8
 
     smap = get_workload("canonical")
     be = backend("fp8")
@@ -186,7 +186,7 @@ def test_bad_headers_are_refused_before_any_device_work():
 def test_backend_from_other_threads_prepare_recalibrate_rescale_pool():
     """The node's pattern: built in one thread, prepared and pooled in its pooling thread, re-prepared
     there on a calibration change; FP8 scales change from frame to frame (raw and float inputs)."""
-    from bevpool_ros.backends.cuda import fp8
+    from bevpool_ros.kernels import fp8
 
     maps = get_workload("canonical"), get_workload("small")
     for precision in ("fp16", "fp8"):
@@ -222,7 +222,7 @@ def pool_through_worker(be, rig, out_dtype: str, cameras_of, check, sets: int = 
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.node.sync import CameraSet
-    from bevpool_ros.node.tensor_codec import ReusableBuffer
+    from bevpool_ros.io.tensor_codec import ReusableBuffer
 
     cal = LiveCalibration(rig)
     done, drops = [], []

@@ -180,7 +180,7 @@ def test_node_refuses_the_handoff_on_the_cpu_backend_and_keeps_publishing():
 def test_device_output_comes_from_the_backend_or_the_handoff_is_refused():
     from types import SimpleNamespace
 
-    from bevpool_ros.backends.gpu_frame import DeviceOutput
+    from bevpool_ros.backends.gpu.frame import DeviceOutput
     from bevpool_ros.handoff.vmm import HandoffUnsupported
     from bevpool_ros.node.handoff_output import device_output, grid_bytes
 
@@ -213,7 +213,7 @@ def test_a_reader_refuses_a_mismatched_ring_and_closes_every_descriptor(descript
 def test_a_failing_ring_copy_never_breaks_the_frame_and_surfaces_at_publish():
     from types import SimpleNamespace
 
-    from bevpool_ros.backends.gpu_frame import DeviceOutput
+    from bevpool_ros.backends.gpu.frame import DeviceOutput
     from bevpool_ros.node.handoff_output import HandoffOutput
 
     class BrokenRing:

@@ -51,8 +51,8 @@ READER = textwrap.dedent("""
 
 
 def test_second_process_reads_the_ring_against_the_reference(tmp_path):
-    from bevpool_ros.backends.cuda import CudaBackend
-    from bevpool_ros.backends.cuda.driver import _cu, check
+    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda.driver import api, check
     from bevpool_ros.handoff.producer import HandoffRing
     from bevpool_ros.handoff.vmm import device_attributes
     from bevpool_ros.node.handoff_output import device_output, grid_bytes
@@ -69,7 +69,7 @@ def test_second_process_reads_the_ring_against_the_reference(tmp_path):
     be.add_frame_hook(lambda out: written.append((ring.write(out.ptr, grid_bytes(out), out.stream), out)))
     try:
         for b in ring.buffers:  # poison: a slot the copy missed reads as NaN
-            check(_cu().cuMemsetD8(b.ptr, 0xFF, b.size), "cuMemsetD8")
+            check(api().cuMemsetD8(b.ptr, 0xFF, b.size), "cuMemsetD8")
         rng = np.random.default_rng(11)
         refs, msgs = {}, []
         for _ in range(4):  # 4 grids into 3 slots: grid 1's slot is reused by grid 4

@@ -11,7 +11,7 @@ import cuda.bindings.nvrtc  # noqa: E402,F401  (pinned in requirements.txt: miss
 
 from bevpool_ros.backends.cuda import nvrtc_build  # noqa: E402
 
-from bevpool_ros.backends.cuda.launch import ALL_KERNELS  # noqa: E402
+from bevpool_ros.kernels.table import ALL_KERNELS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,9 @@ import bevpool_msgs.msg as msgs  # noqa: E402  (built by scripts/build_msgs.sh; 
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 
 from bevpool_ros import fp8  # noqa: E402
-from bevpool_ros.node.outputs import bev_feature_msg, stamp_to_ns  # noqa: E402
+from bevpool_ros.io.bev_message import bev_feature_msg, stamp_to_ns  # noqa: E402
 from bevpool_ros.demo.consumer import cell_center  # noqa: E402
-from bevpool_ros.node.tensor_codec import (DTYPE_CODES, TensorError, decode_any, fill_msg, from_msg,  # noqa: E402
+from bevpool_ros.io.tensor_codec import (DTYPE_CODES, TensorError, decode_any, fill_msg, from_msg,  # noqa: E402
                                            inspect_header, make_tensor)
 
 
@@ -146,7 +146,7 @@ def test_fill_msg_refuses_unsupported_encodings():
 
 
 def test_reusable_buffer_casts_in_place_and_keeps_its_memory():
-    from bevpool_ros.node.tensor_codec import ReusableBuffer
+    from bevpool_ros.io.tensor_codec import ReusableBuffer
 
     reuse = ReusableBuffer()
     a = np.random.default_rng(4).standard_normal((2, 3, 4)).astype(np.float32)

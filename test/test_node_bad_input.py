@@ -13,7 +13,7 @@ import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; mis
 from ros_harness import RosGraph, assert_bev_matches  # noqa: E402
 
 from bevpool_ros.demo.synthetic_publisher import camera_info_msg  # noqa: E402
-from bevpool_ros.node.tensor_codec import make_camera_tensor  # noqa: E402
+from bevpool_ros.io.tensor_codec import make_camera_tensor  # noqa: E402
 from bevpool_ros.reference import pool_reference  # noqa: E402
 from bevpool_ros.scatter_map import build_scatter_map  # noqa: E402
 

@@ -20,7 +20,7 @@ import rig_variants as V
 from ros_harness import DISCOVERY_TIMEOUT, assert_bev_matches, isolate_ros_env, spin_until
 
 from bevpool_ros.backends import CpuBackend
-from bevpool_ros.backends.cuda.launch import UnsupportedShape
+from bevpool_ros.kernels.table import UnsupportedShape
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 

@@ -57,7 +57,7 @@ def test_message_filters_path_when_installed_and_asked(ros_context, monkeypatch,
     from rclpy.executors import SingleThreadedExecutor
 
     from bevpool_ros.demo.consumer import BevConsumer
-    from bevpool_ros.node.tensor_codec import make_camera_tensor
+    from bevpool_ros.io.tensor_codec import make_camera_tensor
     from bevpool_ros.reference import pool_reference
     from bevpool_ros.scatter_map import build_scatter_map
     from bevpool_ros.synthetic import SyntheticScene

@@ -135,7 +135,7 @@ def occupancy_graph(nuscenes_rig):
 
 
 def _bev_msg(rig, bev, sec, dtype="float32", cameras=None, **edit):
-    from bevpool_ros.node.outputs import bev_feature_msg
+    from bevpool_ros.io.bev_message import bev_feature_msg
 
     names = [c.name for c in rig.cameras]
     cameras = names if cameras is None else cameras

@@ -17,7 +17,7 @@ def test_chain_from_bevpool_node_to_the_grid(nuscenes_rig):
 
     from bevpool_ros.demo.session import NodeProcess
 
-    from bevpool_ros.node.outputs import stamp_to_ns
+    from bevpool_ros.io.bev_message import stamp_to_ns
     from bevpool_ros.node.qos import make_qos
 
     g = RosGraph({"backend": "cpu", "output.bev_dtype": "float16"})

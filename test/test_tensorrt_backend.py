@@ -14,22 +14,22 @@ import numpy as np
 import pytest
 
 from bevpool_ros.backends import BackendUnavailable, create_backend
-from bevpool_ros.backends.planning import FP8_KERNEL_OUT_SCALE
+from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.regime import MiB
 
 from tensorrt_helpers import tiny_map, trt_rtx_or_skip
 
-import bevpool_ros.backends.cuda.backend as CB
+import bevpool_ros.backends.gpu.cuda_backend as CB
 import bevpool_ros.backends.tensorrt.backend as B
 import bevpool_ros.backends.tensorrt.runner as R
-from bevpool_ros.backends.choices import ChoiceStore, LaunchChoice
+from bevpool_ros.backends.gpu.choices import ChoiceStore, LaunchChoice
 from bevpool_ros.backends.tensorrt import TensorRTBackend
 from bevpool_ros.backends.tensorrt.trt_import import TensorRTMissing
 
 
 def _no_gpu() -> bool:
-    from bevpool_ros.regime import live_l2_bytes
+    from bevpool_ros.backends.cuda.driver import live_l2_bytes
 
     return live_l2_bytes() is None
 
@@ -255,7 +255,7 @@ def test_gpu_pool_matches_reference(precision, tmp_path, canonical_map):
     if precision == "fp16":
         np.testing.assert_allclose(out, ref, atol=2e-2, rtol=2e-2)
     else:
-        from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+        from bevpool_ros.kernels.precision import fp8_within_tolerance
 
         assert fp8_within_tolerance(out, ref, pool_reference(np.abs(depth), np.abs(feat), canonical_map))[0]
 

@@ -118,7 +118,7 @@ def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     """enqueue without a GPU: the launch is intercepted; checks binding, stream, and no allocation."""
     import bevpool_ros.backends.cuda.driver as drv
 
-    from bevpool_ros.backends.cuda import launch as L
+    from bevpool_ros.kernels import table as L
 
     smap = tiny_map()
     cfg, sched = plugin_config_for(smap, "fp16", known_target("sm_89"))
@@ -163,7 +163,7 @@ def test_engine_does_not_deserialize_without_gpu(lib):
     built, _ = build_for(lib, tiny_map(), "fp16", known_target("sm_89"))
     register_plugin(trt)
     rt = trt.Runtime(trt.Logger(trt.Logger.INTERNAL_ERROR))
-    from bevpool_ros.regime import live_l2_bytes
+    from bevpool_ros.backends.cuda.driver import live_l2_bytes
 
     if live_l2_bytes() is not None:
         pytest.skip("a GPU is present")

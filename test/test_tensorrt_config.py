@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda import launch as L
-from bevpool_ros.backends.cuda.schedule import build_v3_schedule
+from bevpool_ros.kernels import table as L
+from bevpool_ros.kernels.schedule import build_v3_schedule
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for
 from bevpool_ros.backends.tensorrt.plugin_config import (FIELDS, PluginConfig, PluginConfigError, bind_plan,
                                                          config_for_plan, config_for_v3, map_bounds, map_inputs)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda import fp8
-from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+from bevpool_ros.kernels import fp8
+from bevpool_ros.kernels.precision import fp8_within_tolerance
 from bevpool_ros.backends.tensorrt import standin
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs

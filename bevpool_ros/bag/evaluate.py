@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..depth_image import DepthImageConverter
+from ..io.depth_image import DepthImageConverter
 from ..node.calibration import LiveCalibration
-from ..node.outputs import stamp_to_ns
-from ..node.tensor_codec import decode_any
+from ..io.bev_message import stamp_to_ns
+from ..io.tensor_codec import decode_any
 from ..reference import pool_reference
 from ..rig import Rig
 from ..scatter_map import scatter_map_for

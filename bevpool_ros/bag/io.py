@@ -15,7 +15,7 @@ from typing import Iterator
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore, get_types_from_msg
 
-from ..node.logtext import clip
+from ..logtext import clip
 
 OUR_TYPES = ("bevpool_msgs/msg/Tensor", "bevpool_msgs/msg/BevFeature", "bevpool_msgs/msg/BoundedHeader",
              "bevpool_msgs/msg/CameraTensor")

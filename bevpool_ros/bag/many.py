@@ -100,7 +100,7 @@ def drops_by_reason(diagnostics: dict) -> dict[str, int]:
 
 def last_bev_energy(out_bag: str) -> dict | None:
     """Per-cell feature norm of the last grid in the output bag, with its geometry (for a picture)."""
-    from ..node.tensor_codec import decode_any
+    from ..io.tensor_codec import decode_any
     from ..visualize import bev_energy_map
     from .io import read_bag
 

@@ -25,7 +25,7 @@ class BagPlayer(Node):
     def __init__(self, bag: str | Path, topics=None, reliability: str = "reliable", depth: int = 10,
                  node_name: str = "bevpool_bag_player", **kw):
         super().__init__(node_name, **kw)
-        from ..node.outputs import stamp_to_ns
+        from ..io.bev_message import stamp_to_ns
 
         self.messages = list(read_bag(bag, topics))
         # (camera, header stamp) of each tensor message, decoded once here, not while playing

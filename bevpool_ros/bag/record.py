@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from ..metric_depth import DepthBins, millimetre_image, most_likely_depth
-from ..node.outputs import ns_to_time
+from ..io.bev_message import ns_to_time
 from ..demo.synthetic_publisher import camera_info_msg
-from ..node.tensor_codec import make_camera_tensor
+from ..io.tensor_codec import make_camera_tensor
 from ..rig import Rig
 from ..synthetic import SyntheticScene
 from .io import BagWriter
@@ -65,7 +65,7 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
 def depth_image_msg(rig: Rig, n: int, distribution: np.ndarray):
     """Camera ``n``'s depth as a depth camera would send it: the scene's most likely bin as metres,
     0 (no return) where the scene has nothing, 16UC1 millimetres at a quarter of its resolution."""
-    from ..image_codec import array_to_image
+    from ..io.image_codec import array_to_image
 
     metres = most_likely_depth(distribution, DepthBins.of_rig(rig))
     return array_to_image(millimetre_image(metres, rig.cameras[n].height // 4, rig.cameras[n].width // 4), "16UC1")

@@ -32,7 +32,7 @@ LABEL = {("v2", "fp16"): "V2 FP16", ("v2do", "fp16"): "V2+DO FP16", ("v3", "fp16
 
 def make_inputs(smap, seed: int):
     """Fresh random inputs: float64 originals, FP16 copies, FP8 codes + the scaling rule's scales."""
-    from ..backends.cuda import fp8
+    from ..kernels import fp8
 
     rng = np.random.default_rng(seed)
     depth = rng.random(smap.depth_shape)
@@ -68,7 +68,7 @@ def check_plan(md, plan, inputs: dict, precision: str, refs: dict) -> dict:
         out = {"max_abs_err": float(err.max()) if finite else float("nan"),
                "max_abs_err_vs_dequantised": float(np.abs(a.astype(np.float64) - refs["fp8_deq"]).max())
                if finite else float("nan")}
-        from ..backends.cuda.precision_select import fp8_within_tolerance
+        from ..kernels.precision import fp8_within_tolerance
 
         out["fp8_within_tolerance"] = fp8_within_tolerance(a, refs["fp64"], refs["abs64"])[0]
     out["repeat_identical"] = bool(np.array_equal(a.view(np.uint8), b.view(np.uint8)))
@@ -91,7 +91,7 @@ def v3_touched_bytes(smap, sched, precision: str) -> int:
 
 
 def references(smap, inputs: dict) -> dict:
-    from ..backends.cuda import fp8
+    from ..kernels import fp8
     from ..reference import pool_reference
 
     s = inputs["fp8_out_scale"]
@@ -121,7 +121,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
         k_min = threads = None
         try:
             if variant == "v3" and args.autotune:
-                from ..backends.cuda.autotune import tune_v3
+                from ..kernels.autotune import tune_v3
 
                 choice, table = tune_v3(md, precision, seed=args.seed + 7, exclude=tuple(args.exclude_kernels))
                 k_min, threads = choice.k_min, choice.threads
@@ -178,7 +178,7 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     (recorded in the meta file; the autotuner makes the per-map choice)."""
     import itertools
 
-    from ..backends.cuda import launch as L
+    from ..kernels import table as L
     from ..backends.cuda.runtime import MapOnDevice
 
     inputs = make_inputs(smap, seed=args.seed + 1)
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
                 md.run(plan, d, f)
         return 0
 
-    from ..backends.cuda.launch import plan_empty
+    from ..kernels.table import plan_empty
     from ..backends.cuda.driver import launch as launch_kernel
     from ..backends.cuda.timing import d2d_bandwidth, time_graph
 

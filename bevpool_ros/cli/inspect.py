@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..regime import MiB, classify, live_l2_bytes, regime_table, working_set_parts
+from ..backends.cuda.driver import live_l2_bytes
+from ..regime import MiB, classify, regime_table, working_set_parts
 from ..rig import RigError, load_rig
 from ..scatter_map import ScatterMap, ScatterMapError, build_scatter_map
 from ..workloads import RIG_WORKLOADS, WORKLOADS, describe, get_workload, workload_rig

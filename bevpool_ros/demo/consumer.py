@@ -13,10 +13,10 @@ import numpy as np
 from rclpy.node import Node
 
 from ..node.diagnostics import status_values
-from ..node.outputs import image_to_rgb, stamp_to_ns
+from ..io.bev_message import image_to_rgb, stamp_to_ns
 from ..node.qos import make_qos
 from .waiting import poll_until
-from ..node.tensor_codec import decode_any
+from ..io.tensor_codec import decode_any
 
 
 @dataclass

@@ -15,10 +15,10 @@ import numpy as np
 from rclpy.node import Node
 
 from ..rig import Rig
-from ..node.outputs import ns_to_time
+from ..io.bev_message import ns_to_time
 from ..node.qos import make_qos
 from .waiting import poll_until
-from ..node.tensor_codec import make_camera_tensor
+from ..io.tensor_codec import make_camera_tensor
 
 
 def camera_info_msg(rig: Rig, index: int, stamp, frame_id: str):

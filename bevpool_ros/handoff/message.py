@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..node.outputs import set_grid_geometry
-from ..node.tensor_codec import DTYPE_CODES
+from ..io.bev_message import set_grid_geometry
+from ..io.tensor_codec import DTYPE_CODES
 
 
 def handoff_msg(header, rig, ring, written, shape, dtype, backend: str, precision: str):

@@ -5,7 +5,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from ..backends.cuda.driver import _cu, check
+from ..backends.cuda.driver import api, check
 from .fdpass import FdServer
 from .ring import RingCursor, SharedControlBlock
 from .vmm import HandoffUnsupported, IpcEvent, SharedDeviceMemory, device_attributes, device_uuid, unsupported_reason
@@ -67,7 +67,7 @@ class HandoffRing:
             raise ValueError(f"{nbytes} bytes do not fit a {self.slot_bytes}-byte hand-off slot")
         slot, seq = self.cursor.next()
         self.control.block.claim(slot, seq)
-        check(_cu().cuMemcpyDtoDAsync(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle),
+        check(api().cuMemcpyDtoDAsync(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle),
               "cuMemcpyDtoDAsync(hand-off)")
         self.events[slot].record(stream_handle)
         self.control.block.publish(seq)

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from ..backends.cuda.driver import Device, _cu, check
+from ..backends.cuda.driver import Device, api, check
 from . import dlpack
 from .fdpass import fetch
 from .ring import RingError, SharedControlBlock
@@ -101,7 +101,7 @@ class HandoffView:
     def copy_to_host(self) -> np.ndarray:
         out = np.empty(self.shape, self.dtype)
         self._reader.device.make_current()
-        check(_cu().cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
+        check(api().cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
         return out
 
     # zero-copy protocols (the view keeps the mapping alive while a consumer holds the array)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..backends.cuda.driver import _cu, check
+from ..backends.cuda.driver import api, check
 
 # device attributes the hand-off needs, and what their absence means
 REQUIRED_ATTRIBUTES = {
@@ -36,7 +36,7 @@ def unsupported_reason(attributes: dict[str, int], device_name: str = "this GPU"
 
 
 def device_attributes(device) -> dict[str, int]:
-    cu = _cu()
+    cu = api()
     out = {}
     for name in (*REQUIRED_ATTRIBUTES, "CU_DEVICE_ATTRIBUTE_INTEGRATED"):
         attr = getattr(cu.CUdevice_attribute, name, None)
@@ -45,11 +45,11 @@ def device_attributes(device) -> dict[str, int]:
 
 
 def device_uuid(device) -> bytes:
-    return bytes(check(_cu().cuDeviceGetUuid(device.dev), "cuDeviceGetUuid").bytes)[:16]
+    return bytes(check(api().cuDeviceGetUuid(device.dev), "cuDeviceGetUuid").bytes)[:16]
 
 
 def _prop(device):
-    cu = _cu()
+    cu = api()
     prop = cu.CUmemAllocationProp()
     prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
     prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -59,7 +59,7 @@ def _prop(device):
 
 
 def granularity(device) -> int:
-    cu = _cu()
+    cu = api()
     return int(check(cu.cuMemGetAllocationGranularity(
         _prop(device), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
         "cuMemGetAllocationGranularity"))
@@ -67,7 +67,7 @@ def granularity(device) -> int:
 
 def _map(device, handle, size: int) -> int:
     """Reserve an address range, map ``handle`` there, give this device read/write access."""
-    cu = _cu()
+    cu = api()
     ptr = check(cu.cuMemAddressReserve(size, 0, 0, 0), "cuMemAddressReserve")
     try:
         check(cu.cuMemMap(ptr, size, 0, handle, 0), "cuMemMap")
@@ -92,7 +92,7 @@ class SharedDeviceMemory:
 
     @classmethod
     def create(cls, device, nbytes: int) -> "SharedDeviceMemory":
-        cu = _cu()
+        cu = api()
         g = granularity(device)
         size = max(g, -(-int(nbytes) // g) * g)
         handle = check(cu.cuMemCreate(size, _prop(device), 0), "cuMemCreate")
@@ -111,7 +111,7 @@ class SharedDeviceMemory:
     @classmethod
     def import_fd(cls, device, fd: int, size: int) -> "SharedDeviceMemory":
         """Consumer side; ``fd`` is closed here (the imported handle keeps the memory alive)."""
-        cu = _cu()
+        cu = api()
         try:
             handle = check(cu.cuMemImportFromShareableHandle(
                 fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
@@ -121,7 +121,7 @@ class SharedDeviceMemory:
         return cls(device, handle, size)
 
     def free(self) -> None:
-        cu = _cu()
+        cu = api()
         if self.ptr:
             cu.cuMemUnmap(self.ptr, self.size)
             cu.cuMemAddressFree(self.ptr, self.size)
@@ -140,30 +140,30 @@ class IpcEvent:
 
     @classmethod
     def create(cls) -> "IpcEvent":
-        cu = _cu()
+        cu = api()
         flags = int(cu.CUevent_flags.CU_EVENT_INTERPROCESS) | int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         return cls(check(cu.cuEventCreate(flags), "cuEventCreate(interprocess)"), True)
 
     @classmethod
     def open(cls, handle: bytes) -> "IpcEvent":
-        cu = _cu()
+        cu = api()
         h = cu.CUipcEventHandle()
         h.reserved = bytes(handle)
         return cls(check(cu.cuIpcOpenEventHandle(h), "cuIpcOpenEventHandle"), False)
 
     def handle(self) -> bytes:
-        return bytes(check(_cu().cuIpcGetEventHandle(self.event), "cuIpcGetEventHandle").reserved)
+        return bytes(check(api().cuIpcGetEventHandle(self.event), "cuIpcGetEventHandle").reserved)
 
     def record(self, stream_handle) -> None:
-        check(_cu().cuEventRecord(self.event, stream_handle), "cuEventRecord")
+        check(api().cuEventRecord(self.event, stream_handle), "cuEventRecord")
 
     def wait_on(self, stream_handle) -> None:
-        check(_cu().cuStreamWaitEvent(stream_handle, self.event, 0), "cuStreamWaitEvent")
+        check(api().cuStreamWaitEvent(stream_handle, self.event, 0), "cuStreamWaitEvent")
 
     def synchronize(self) -> None:
-        check(_cu().cuEventSynchronize(self.event), "cuEventSynchronize")
+        check(api().cuEventSynchronize(self.event), "cuEventSynchronize")
 
     def destroy(self) -> None:
         if self.event is not None:
-            _cu().cuEventDestroy(self.event)
+            api().cuEventDestroy(self.event)
             self.event = None

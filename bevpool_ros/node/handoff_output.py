@@ -10,7 +10,7 @@ from ..handoff.vmm import HandoffUnsupported
 
 
 def device_output(backend):
-    """The backend's ``device_output()`` (backends.gpu_frame.DeviceOutput: where the last grid,
+    """The backend's ``device_output()`` (backends.gpu.frame.DeviceOutput: where the last grid,
     in the published dtype, lives on the GPU); a backend without one cannot hand off."""
     api = getattr(backend, "device_output", None)
     if api is None:

@@ -26,12 +26,12 @@ from . import params as P
 from .calibration import LiveCalibration
 from .diagnostics import RecentCounts, diagnostic_array, health
 from .latency import RollingStats
-from .logtext import clip, shown
-from .outputs import bev_feature_msg, bev_rgb, image_msg, ns_to_time, stamp_to_ns
+from ..logtext import clip, shown
+from ..io.bev_message import bev_feature_msg, bev_rgb, image_msg, ns_to_time, stamp_to_ns
 from .pooling import PoolingWorker, PoolResult
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSetSynchronizer
-from .tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
+from ..io.tensor_codec import ReusableBuffer, TensorError, inspect_header, to_float
 from .throttle import ThrottledLog
 
 _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMETER_INTEGER,
@@ -197,7 +197,7 @@ class BevPoolNode(Node):
 
     def _depth_image_inputs(self) -> dict:
         """input.depth_mode 'image' cameras: their metric depth Image -> distribution (depth_image.py)."""
-        from ..depth_image import converters_for
+        from ..io.depth_image import converters_for
 
         try:
             return converters_for(self.cameras, self.cfg["input.depth_mode"], self.calibration.rig,

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..paths import DEFAULT_RIG
 from .dds_guard import TENSOR_BOUND_BYTES
-from .logtext import shown
+from ..logtext import shown
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ PARAMS: tuple[Param, ...] = (
     Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
           choices=("best_effort", "reliable"), read_only=True),
     Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
-    # depth cameras (bevpool_ros/depth_image.py): a metric depth Image instead of a [D, H, W] Tensor
+    # depth cameras (bevpool_ros/io/depth_image.py): a metric depth Image instead of a [D, H, W] Tensor
     Param("input.depth_mode", "string_array", ["distribution"], "Per camera: 'distribution' (Tensor "
           "[D,H,W]) or 'image' (sensor_msgs/Image 32FC1 m / 16UC1 mm on the depth topic, turned into "
           "a distribution over the rig's bins). One value for all cameras, or one per camera in order.",

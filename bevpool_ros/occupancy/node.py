@@ -15,9 +15,9 @@ import numpy as np
 from rclpy.node import Node
 
 from ..node.diagnostics import diagnostic_array
-from ..node.logtext import shown
+from ..logtext import shown
 from ..node.qos import make_qos
-from ..node.tensor_codec import TensorError, inspect_header, to_float
+from ..io.tensor_codec import TensorError, inspect_header, to_float
 from ..node.throttle import ThrottledLog
 from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values
 

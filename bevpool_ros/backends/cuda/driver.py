@@ -24,7 +24,9 @@ class CudaError(RuntimeError):
     pass
 
 
-def _cu():
+def api():
+    """The cuda.bindings driver module (imported on first use): the raw driver API for callers
+    that need calls this module does not wrap (VMM, IPC events in handoff/)."""
     try:
         from cuda.bindings import driver as cu
     except ImportError as e:  # pragma: no cover - depends on the machine
@@ -34,7 +36,7 @@ def _cu():
 
 def check(result, what: str):
     """Unpack a cuda.bindings result tuple, raising CudaError on a non-success code."""
-    cu = _cu()
+    cu = api()
     err, *rest = result if isinstance(result, tuple) else (result,)
     if err != cu.CUresult.CUDA_SUCCESS:
         _, name = cu.cuGetErrorName(err)
@@ -53,7 +55,7 @@ def bind(ctx=None) -> None:
     ctx = ctx if ctx is not None else _default_ctx
     if ctx is None or getattr(_bound, "ctx", None) is ctx:
         return
-    check(_cu().cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    check(api().cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     _bound.ctx = ctx
 
 
@@ -61,7 +63,7 @@ class Device:
     """Primary context of one GPU, made current on construction (and by ``bind`` in any thread)."""
 
     def __init__(self, ordinal: int = 0):
-        cu = _cu()
+        cu = api()
         try:
             err, = cu.cuInit(0)
         except RuntimeError as e:  # libcuda.so missing: no driver on this machine
@@ -96,7 +98,7 @@ class Device:
 
     def synchronize(self) -> None:
         bind(self.ctx)
-        check(_cu().cuCtxSynchronize(), "cuCtxSynchronize")
+        check(api().cuCtxSynchronize(), "cuCtxSynchronize")
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class DeviceBuffer:
         bind()
         self.nbytes = int(nbytes)
         self._ctx = _default_ctx
-        self.ptr = int(check(_cu().cuMemAlloc(max(self.nbytes, 16)), "cuMemAlloc"))
+        self.ptr = int(check(api().cuMemAlloc(max(self.nbytes, 16)), "cuMemAlloc"))
 
     def view(self, offset: int, nbytes: int) -> DeviceView:
         if offset < 0 or offset + nbytes > max(self.nbytes, 16):
@@ -122,7 +124,7 @@ class DeviceBuffer:
     def free(self) -> None:
         if self.ptr:
             bind(self._ctx)
-            _cu().cuMemFree(self.ptr)
+            api().cuMemFree(self.ptr)
             self.ptr = 0
 
     def __del__(self):  # best effort; the context may already be gone at exit
@@ -141,7 +143,7 @@ class PinnedBuffer:
 
     def __init__(self, shape, dtype, mapped: bool = False):
         bind()
-        cu = _cu()
+        cu = api()
         dtype = np.dtype(dtype)
         self._ctx = _default_ctx
         self.nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -156,7 +158,7 @@ class PinnedBuffer:
         if self.ptr:
             self.array = None
             bind(self._ctx)
-            _cu().cuMemFreeHost(self.ptr)
+            api().cuMemFreeHost(self.ptr)
             self.ptr = 0
 
     def __del__(self):
@@ -173,7 +175,7 @@ class HostRegistration:
 
     def __init__(self, array: np.ndarray, mapped: bool = False):
         bind()
-        cu = _cu()
+        cu = api()
         if not array.flags.c_contiguous or not array.flags.writeable:
             raise ValueError("only a writable C-contiguous array can be registered")
         self.array, self._ctx = array, _default_ctx
@@ -189,7 +191,7 @@ class HostRegistration:
     def release(self) -> None:
         if self.array is not None:
             bind(self._ctx)
-            _cu().cuMemHostUnregister(self.ptr)
+            api().cuMemHostUnregister(self.ptr)
             self.array = None
 
     def __del__(self):
@@ -202,45 +204,45 @@ class HostRegistration:
 class Stream:
     def __init__(self):
         bind()
-        cu = _cu()
+        cu = api()
         self.handle = check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
 
     def synchronize(self) -> None:
         bind()
-        check(_cu().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+        check(api().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
 
     def h2d(self, dst: DeviceBuffer, src_ptr: int, nbytes: int) -> None:
         bind()
-        check(_cu().cuMemcpyHtoDAsync(dst.ptr, src_ptr, nbytes, self.handle), "cuMemcpyHtoDAsync")
+        check(api().cuMemcpyHtoDAsync(dst.ptr, src_ptr, nbytes, self.handle), "cuMemcpyHtoDAsync")
 
     def d2h(self, dst_ptr: int, src: DeviceBuffer, nbytes: int) -> None:
         bind()
-        check(_cu().cuMemcpyDtoHAsync(dst_ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoHAsync")
+        check(api().cuMemcpyDtoHAsync(dst_ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoHAsync")
 
     def d2d(self, dst: DeviceBuffer, src: DeviceBuffer, nbytes: int) -> None:
         bind()
-        check(_cu().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoDAsync")
+        check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoDAsync")
 
     def memset32(self, dst: DeviceBuffer, value: int, count: int) -> None:
         bind()
-        check(_cu().cuMemsetD32Async(dst.ptr, value, count, self.handle), "cuMemsetD32Async")
+        check(api().cuMemsetD32Async(dst.ptr, value, count, self.handle), "cuMemsetD32Async")
 
     def memset8(self, dst: DeviceBuffer, value: int, nbytes: int) -> None:
         bind()
-        check(_cu().cuMemsetD8Async(dst.ptr, value, nbytes, self.handle), "cuMemsetD8Async")
+        check(api().cuMemsetD8Async(dst.ptr, value, nbytes, self.handle), "cuMemsetD8Async")
 
 
 class Module:
     def __init__(self, image: bytes):
         bind()
-        cu = _cu()
+        cu = api()
         self._image = np.frombuffer(image, dtype=np.uint8).copy()  # kept alive while loaded
         self.handle = check(cu.cuModuleLoadData(self._image.ctypes.data), "cuModuleLoadData")
         self._functions = {}
 
     def function(self, name: str):
         if name not in self._functions:
-            self._functions[name] = check(_cu().cuModuleGetFunction(self.handle, name.encode()),
+            self._functions[name] = check(api().cuModuleGetFunction(self.handle, name.encode()),
                                           f"cuModuleGetFunction({name})")
         return self._functions[name]
 
@@ -264,7 +266,7 @@ def launch_args(module: Module, kernel: str, grid, block, args, stream: Stream, 
     holders = [np.array([value], dtype=np.uint64 if kind == "ptr" else _SCALAR[kind]) for kind, value in args]
     params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
     f = module.function(kernel)
-    check(_cu().cuLaunchKernel(f, *grid, *block, shared_bytes, stream.handle,
+    check(api().cuLaunchKernel(f, *grid, *block, shared_bytes, stream.handle,
                                params.ctypes.data if holders else 0, 0), f"cuLaunchKernel({kernel})")
 
 
@@ -273,7 +275,7 @@ class Graph:
 
     def __init__(self, stream: Stream, record):
         bind()
-        cu = _cu()
+        cu = api()
         check(cu.cuStreamBeginCapture(stream.handle, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
               "cuStreamBeginCapture")
         try:
@@ -286,10 +288,10 @@ class Graph:
 
     def replay(self, stream: Stream | None = None) -> None:
         bind()
-        check(_cu().cuGraphLaunch(self.exec, (stream or self.stream).handle), "cuGraphLaunch")
+        check(api().cuGraphLaunch(self.exec, (stream or self.stream).handle), "cuGraphLaunch")
 
     def destroy(self) -> None:
-        cu = _cu()
+        cu = api()
         if self.exec is not None:
             bind()
             cu.cuGraphExecDestroy(self.exec)
@@ -300,21 +302,21 @@ class Graph:
 class EventTimer:
     def __init__(self):
         bind()
-        cu = _cu()
+        cu = api()
         self.start = check(cu.cuEventCreate(0), "cuEventCreate")
         self.end = check(cu.cuEventCreate(0), "cuEventCreate")
 
     def record_start(self, stream: Stream) -> None:
         bind()
-        check(_cu().cuEventRecord(self.start, stream.handle), "cuEventRecord")
+        check(api().cuEventRecord(self.start, stream.handle), "cuEventRecord")
 
     def record_end(self, stream: Stream) -> None:
         bind()
-        check(_cu().cuEventRecord(self.end, stream.handle), "cuEventRecord")
+        check(api().cuEventRecord(self.end, stream.handle), "cuEventRecord")
 
     def elapsed_ms(self) -> float:
         bind()
-        cu = _cu()
+        cu = api()
         check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
         return float(check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime"))
 
@@ -336,3 +338,22 @@ class DeviceArrays:
             stream.synchronize()  # arr may be a temporary: finish before it goes away
             bufs[name] = buf
         return cls(bufs)
+
+
+def live_l2_bytes(device: int = 0) -> int | None:
+    """L2 size of the local GPU, or None without one (no driver, no device): never raises."""
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError:
+        return None
+    try:
+        (err,) = cu.cuInit(0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        err, dev = cu.cuDeviceGet(device)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            return None
+        err, l2 = cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev)
+        return int(l2) if err == cu.CUresult.CUDA_SUCCESS else None
+    except Exception:  # driver library missing or broken: treat as no GPU
+        return None

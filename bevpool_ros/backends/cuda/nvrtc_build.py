@@ -76,13 +76,13 @@ GENERATED_HEADER = "bevpool_entries.cuh"
 
 
 def generated_sources() -> dict[str, bytes]:
-    from .launch import entry_points_source
+    from ...kernels.table import entry_points_source
 
     return {GENERATED_HEADER: entry_points_source().encode()}
 
 
 def generated_options() -> tuple[str, ...]:
-    from .launch import compile_defines
+    from ...kernels.table import compile_defines
 
     return compile_defines()
 

@@ -13,10 +13,10 @@ import numpy as np
 
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
-from . import launch as L
+from ...kernels import table as L
 from .driver import DeviceArrays, DeviceBuffer, Device, Module, Stream, launch as launch_kernel
 from .nvrtc_build import get_kernel_image
-from .schedule import DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
+from ...kernels.schedule import DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class MapOnDevice:
             return L.plan_v2do(self.smap)
         if variant != "v3":
             raise ValueError(f"variant: expected one of {L.VARIANTS}, got {variant!r}")
-        from ..planning import plan_for
+        from ...kernels.planning import plan_for
 
         _, plan = plan_for(self.smap, precision, self.regime(precision), choice=choice, kernel=kernel, acc=acc,
                            k_min=k_min or self.k_min, threads=threads or self.threads, out_scale=out_scale,

@@ -1,8 +1,8 @@
-"""TensorRTBackend: the cuda backend's frame path with a TensorRT engine as the pooling step.
+"""TensorRTBackend: the shared GPU frame path with a TensorRT engine as the pooling step.
 
-Everything around the pooling step is the shared GPU core (backends/gpu_frame.py via
-CudaBackend): per-camera pinned staging, one CUDA graph per frame (H2D, device conversion and
-checks, the pooling step, epilogue, D2H), measured choices as typed records (backends/choices.py),
+Everything around the pooling step is the shared GPU core (backends/gpu/: GpuBackend,
+GpuFrame): per-camera pinned staging, one CUDA graph per frame (H2D, device conversion and
+checks, the pooling step, epilogue, D2H), measured choices as typed records (backends/gpu/choices.py),
 precision ``auto`` decided on whole frames. What this class adds:
 
 * the pooling step is ``EngineRunner.enqueue`` (``execute_async_v3``), captured inside the frame
@@ -27,12 +27,11 @@ import logging
 
 import numpy as np
 
-from ..base import Backend, BackendUnavailable
-from ..choices import LaunchChoice, choice_key
-from ..cuda.backend import CudaBackend
-from ..cuda.launch import PRECISION_INPUT, V3_KERNELS
-from ..gpu_frame import GpuFrame
-from ..planning import FP8_KERNEL_OUT_SCALE
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE
+from ...kernels.table import PRECISION_INPUT, V3_KERNELS
+from ..base import BackendUnavailable
+from ..gpu.base import GpuBackend
+from ..gpu.choices import LaunchChoice, choice_key
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
@@ -40,9 +39,10 @@ from .targets import Target, TargetError, check_runnable, fp8_supported
 from .trt_import import TensorRTMissing, load_tensorrt
 
 log = logging.getLogger(__name__)
+_GPU_OPTIONS = ("check_finite", "host_memory", "fp8_scales", "choice_store")  # GpuBackend's own options
 
 
-class TensorRTBackend(CudaBackend):
+class TensorRTBackend(GpuBackend):
     name = "tensorrt"
 
     def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, accumulate: str | None = None,
@@ -52,8 +52,8 @@ class TensorRTBackend(CudaBackend):
             raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
         # GPU first: without one, importing TensorRT (~0.8 s for the RTX libraries) is wasted start-up
         try:
-            super().__init__(precision, device, accumulate=accumulate or "f32", kernel=kernel,
-                             k_min=k_min or 16, threads=threads or 256, autotune=autotune, **options)
+            super().__init__(precision, device, autotune=autotune and kernel is None,
+                             **{k: options[k] for k in _GPU_OPTIONS if k in options})
         except BackendUnavailable:
             raise
         except (ImportError, OSError, RuntimeError) as e:  # CudaError, CompileError, missing libs
@@ -77,16 +77,10 @@ class TensorRTBackend(CudaBackend):
         self.engine_loads = self.calibration_updates = 0
 
     # --- calibration ------------------------------------------------------------------------
-    def prepare(self, smap: ScatterMap) -> None:
-        Backend.prepare(self, smap)
-        self.rt.device.make_current()
-        self._close_frame()
-        self.auto_record = None
-        if self.requested_precision == "auto" and fp8_supported(self.target.arch):
-            self.precision = self._auto_precision()  # CudaBackend's: whole frames through _frame_for
-        else:
-            self.precision = "fp16" if self.requested_precision == "auto" else self.requested_precision
-            self.frame, self.plan, self.launch_choice = self._frame_for(self.precision)
+    def _fp8_runs(self) -> bool:
+        return fp8_supported(self.target.arch)
+
+    def _prepared(self) -> None:
         for p in [p for p in self.runners if p != self.precision]:  # auto measured both: keep one
             self.runners.pop(p)[1].close()
         log.info("tensorrt backend: %s, kernel %s, engine loads %d, calibration updates %d", self.precision,
@@ -108,9 +102,7 @@ class TensorRTBackend(CudaBackend):
             self.runners[precision] = (key, runner)
         arrays = map_inputs(cfg, self.smap, sched)
         runner.set_map(arrays)
-        frame = GpuFrame(self.rt, self.smap, precision, runner.enqueue, check_finite=self.check_finite,
-                         host_memory=self.host_memory, fp8_scales=self._fp8_scales)
-        frame.after_frame = self._hooks
+        frame = self._new_frame(precision, runner.enqueue)
         plan = bind_plan(cfg, [cfg.depth_shape, cfg.feat_shape, *(a.shape for a in arrays.values())])
         return frame, plan, choice
 
@@ -149,21 +141,15 @@ class TensorRTBackend(CudaBackend):
             self.cache.store(key, data)
             return EngineRunner(self.lib, data, cfg, self.rt)
 
-    def _tuned_launch(self, precision: str) -> LaunchChoice:
-        """The cuda backend's tuner and record, keyed by the shape class instead of the map:
-        a new calibration of the rig reuses the choice, hence the engine."""
+    def _launch_key(self, precision: str) -> str:
+        """Keyed by the rig's shape class instead of the map: a new calibration of the rig reuses
+        the choice, hence the engine."""
         regime = classify(working_set_bytes(self.smap, PRECISION_INPUT[precision]), self.target.l2_bytes)
-        key = choice_key(LaunchChoice, backend=self.name, device=self.rt.device.name,
-                         smap=shape_class(self.smap), precision=precision, extra=(regime,))
-        cached = self.store.load(key, LaunchChoice)
-        if cached:
-            return cached
-        choice = self._measure_launch(precision)
-        self.store.store(key, choice)
-        return choice
+        return choice_key(LaunchChoice, backend=self.name, device=self.rt.device.name,
+                          smap=shape_class(self.smap), precision=precision, extra=(regime,))
 
     def _measure_launch(self, precision: str) -> LaunchChoice:
-        from ..cuda.autotune import tune_v3
+        from ...kernels.autotune import tune_v3
         from ..cuda.runtime import MapOnDevice
 
         md = MapOnDevice(self.rt, self.smap)
@@ -180,10 +166,9 @@ class TensorRTBackend(CudaBackend):
         return self.runners[self.precision][1].time_us(reps)
 
     def describe(self) -> dict:
-        d = {"backend": self.name, "precision": self.precision, "device": self.target.name,
-             "arch": self.target.arch, "l2_bytes": self.target.l2_bytes, "tensorrt": self.lib.tag,
-             "engine_cache": self.cache.stats(), "engine_loads": self.engine_loads,
-             "calibration_updates": self.calibration_updates}
+        d = super().describe()
+        d.update(tensorrt=self.lib.tag, engine_cache=self.cache.stats(), engine_loads=self.engine_loads,
+                 calibration_updates=self.calibration_updates)
         held = self.runners.get(self.precision)
         if self.plan is not None and held is not None:
             cfg = held[1].cfg
@@ -191,20 +176,10 @@ class TensorRTBackend(CudaBackend):
                      launch_choice=list(dataclasses.astuple(self.launch_choice))[:3] if self.launch_choice else None,
                      input_dtype=cfg.input_dtype, output_dtype=cfg.output_dtype,
                      host_memory=getattr(self.frame, "host_memory", None), check_finite=self.check_finite)
-        if self.auto_record:
-            d["auto"] = dict(vars(self.auto_record))
         return d
 
-    def _close_frame(self) -> None:
-        if self.frame is not None:
-            self.frame.close()
-        self.frame = None
-
-    def _release(self) -> None:
-        self._close_frame()
-
     def close(self) -> None:
-        self._close_frame()
+        self._release()
         for _, runner in self.runners.values():
             runner.close()
         self.runners = {}

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
-from ..cuda import launch as L
-from ..cuda.schedule import V3Schedule
+from ...kernels import table as L
+from ...kernels.schedule import V3Schedule
 from .engine_cache import EngineKey
 from .network import add_map_profile, create_network, parse_onnx, populate
 from .plugin_config import PluginConfig, config_for_v3

@@ -146,7 +146,7 @@ def plugin_classes(trt):
                 twin.module = BEVPoolPlugin.kernel_loader()  # NVRTC compile or disk-cache hit
                 if hasattr(twin.module, "function"):
                     twin.module.function(self.cfg.plan.kernel)  # cuModuleGetFunction now, not per frame
-            twin._launch, twin._cu, twin._check = driver.launch, driver._cu, driver.check
+            twin._launch, twin._cu, twin._check = driver.launch, driver.api, driver.check
             return twin
 
         def enqueue(self, input_desc, output_desc, inputs, outputs, workspace, stream):
@@ -155,7 +155,7 @@ def plugin_classes(trt):
             buffers = {name: _DevPtr(ptr) for name, ptr in zip(self.cfg.inputs, inputs)}
             buffers[OUTPUT] = _DevPtr(outputs[0])
             if self.cfg.plan.zero_output_first:  # V2-style plans: a memset is a stream op, graph-safe
-                self._check(self._cu().cuMemsetD8Async(int(outputs[0]), 0, self._out_nbytes, int(stream)),
+                self._check(self.api().cuMemsetD8Async(int(outputs[0]), 0, self._out_nbytes, int(stream)),
                             "cuMemsetD8Async")
             # errors raise (CudaError): the Python enqueue API reports failure by exception, not a code
             self._launch(self.module, self.plan, buffers, _StreamRef(stream))

@@ -1,13 +1,13 @@
 """What the BEVPool TensorRT plugin needs to know, as plain Python (no TensorRT import).
 
 The plugin does not compute any launch geometry itself: the kernel, block and scalar arguments
-come from ``backends.cuda.launch`` (the one launch description) and travel inside the engine as a
+come from ``kernels.table`` (the one launch description) and travel inside the engine as a
 serialized plugin field.
 
 Plugin inputs (decision): ``depth``, ``feat`` and the per-calibration arrays the plan binds, in
 the plan's order; for V3 these are the schedule arrays ``slots [S,4]``, ``pidx [P,2]``,
 ``empty_cells [E+1]`` (derived from the five-array scatter map once per calibration, see
-backends/cuda/schedule.py). They are engine **inputs** with an optimisation profile bounded by the
+kernels/schedule.py). They are engine **inputs** with an optimisation profile bounded by the
 rig's shapes (``map_bounds``), not constants: one engine serves every calibration of a rig, and a
 calibration change uploads new arrays. So the engine stores a calibration-free *template* plan
 (grid.x and the two counts zero); ``bind_plan`` fills them in from the input shapes, once per
@@ -25,8 +25,8 @@ import numpy as np
 
 from ...regime import OUTPUT_DTYPE
 from ...scatter_map import ScatterMap
-from ..cuda import launch as L
-from ..cuda.schedule import V3Schedule, v2do_intervals
+from ...kernels import table as L
+from ...kernels.schedule import V3Schedule, v2do_intervals
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"
@@ -288,7 +288,7 @@ def config_for_v3(smap: ScatterMap, precision: str, regime: str, **launch_option
 
     Kernel, geometry and schedule come from planning.plan_for, the cuda backend's one derivation
     (launch_options: choice, kernel, acc, k_min, threads, out_scale)."""
-    from ..planning import plan_for
+    from ...kernels.planning import plan_for
 
     sched, plan = plan_for(smap, precision, regime, **launch_options)
     return v3_config(smap, precision, plan), sched

@@ -18,7 +18,7 @@ import sys
 
 from ...progress import run_with_progress
 from ..base import BackendUnavailable
-from ..planning import FP8_KERNEL_OUT_SCALE
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from .builder import build_engine, engine_key, plugin_config_for
 from .engine_cache import EngineCache
 from .network import onnx_model_bytes

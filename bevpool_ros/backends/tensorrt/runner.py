@@ -1,4 +1,4 @@
-"""One deserialized engine as the pooling step of the shared GPU frame (backends/gpu_frame.py).
+"""One deserialized engine as the pooling step of the shared GPU frame (backends/gpu/frame.py).
 
 Needs a GPU and a TensorRT runtime that accepts it (TensorRT-RTX refuses compute capability 9.0).
 The map inputs live in buffers allocated at the profile's bounds, so a calibration never moves

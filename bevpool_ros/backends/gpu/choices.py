@@ -14,8 +14,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import private_cache
-from ..scatter_map import ScatterMap
+from ... import private_cache
+from ...scatter_map import ScatterMap
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import fp8
-from . import launch as L
+from . import table as L
 
 log = logging.getLogger(__name__)
 

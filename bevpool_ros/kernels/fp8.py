@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from ...fp8 import DECODE, E4M3_MAX, decode, has_nan_codes  # noqa: F401  (the kernels' codec)
-from ...fp8 import encode as _encode
+from ..fp8 import DECODE, E4M3_MAX, decode, has_nan_codes  # noqa: F401  (the kernels' codec)
+from ..fp8 import encode as _encode
 
 SCALE_TARGET = 16.0
 

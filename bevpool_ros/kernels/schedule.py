@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...scatter_map import ScatterMap
+from ..scatter_map import ScatterMap
 
 WARP = 32
 DEFAULT_K_MIN = 16

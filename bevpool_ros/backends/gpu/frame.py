@@ -28,12 +28,12 @@ from typing import Callable
 
 import numpy as np
 
-from ..scatter_map import ScatterMap
-from .base import NonFiniteInput, NonFiniteOutput, check_out
-from .cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
-from .cuda.launch import CONVERT_KERNELS
-from .planning import FP8_KERNEL_OUT_SCALE
-from .staging import ALL_WIRE, CameraStaging, Staged
+from ...scatter_map import ScatterMap
+from ..base import NonFiniteInput, NonFiniteOutput, check_out
+from ..cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
+from ...kernels.table import CONVERT_KERNELS
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE
+from ..staging import ALL_WIRE, CameraStaging, Staged
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import fp8
-from ..backends.base import all_finite
-from .logtext import shown
+from ..finite import all_finite
+from ..logtext import shown
 
 # Codes as in msg/Tensor.msg (kept here too so this module imports without the messages).
 DTYPE_CODES = {
@@ -144,15 +144,15 @@ def fill_msg(msg, arr: np.ndarray, name: str = "", layout: str = "", dtype: str 
     msg.shape = [int(s) for s in arr.shape]
     msg.dtype = DTYPE_CODES[dtype]
     if reuse is not None:
-        _set_payload(msg, reuse.write(payload, STORAGE[dtype]))
+        set_payload(msg, reuse.write(payload, STORAGE[dtype]))
         return msg
     data = array.array("B")
     data.frombytes(memoryview(np.ascontiguousarray(payload)).cast("B"))  # one copy, no Python loop
-    _set_payload(msg, data)
+    set_payload(msg, data)
     return msg
 
 
-def _set_payload(msg, data: array.array) -> None:
+def set_payload(msg, data: array.array) -> None:
     """msg.data = data without another copy.
 
     The generated setter copies an ``array.array`` unless field checking is on, in which case it

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...scatter_map import ScatterMap
+from ..scatter_map import ScatterMap
 from .schedule import V3Schedule, entry_points, team_end_of
 
 

@@ -55,12 +55,12 @@ def bev_rgb(bev: np.ndarray, rig: Rig) -> np.ndarray:
 
 def image_msg(rgb: np.ndarray, header):
     """sensor_msgs/Image rgb8 from uint8 [rows, cols, 3] (image_codec: cv_bridge when installed)."""
-    from ..image_codec import array_to_image
+    from .image_codec import array_to_image
 
     return array_to_image(rgb, "rgb8", header)
 
 
 def image_to_rgb(img) -> np.ndarray:
-    from ..image_codec import image_to_array
+    from .image_codec import image_to_array
 
     return image_to_array(img)

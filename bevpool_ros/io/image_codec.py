@@ -11,8 +11,8 @@ import array
 
 import numpy as np
 
-from .node.logtext import shown
-from .node.tensor_codec import TensorError, _set_payload
+from ..logtext import shown
+from .tensor_codec import TensorError, set_payload
 
 # encoding -> (numpy dtype, channels); the encodings a depth camera or a visualisation uses
 ENCODINGS = {
@@ -90,7 +90,7 @@ def array_to_image(arr: np.ndarray, encoding: str, header=None):
         img.step = img.width * channels * arr.dtype.itemsize
         data = array.array("B")
         data.frombytes(memoryview(arr).cast("B"))
-        _set_payload(img, data)
+        set_payload(img, data)
     if header is not None:
         img.header = header
     return img

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ..scatter_map import ScatterMap
-from .choices import LaunchChoice
-from .cuda import launch as L
-from .cuda.schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule
+from ..backends.gpu.choices import LaunchChoice
+from . import table as L
+from .schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule
 
 # The FP8 kernels write sum * 2^-8; the frame epilogue multiplies by 2^(8 - k_depth - k_feat) with
 # the scales' exponents read from device memory, so a new FP8 scale needs no new launch.
