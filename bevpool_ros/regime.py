@@ -7,10 +7,6 @@ L2 (the rest is headroom for the other tenants of L2 and set conflicts), else ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .scatter_map import ScatterMap
 
 MiB = 1 << 20
 L2_FRACTION = 0.75
@@ -38,7 +34,9 @@ KNOWN_GPUS = (
 )
 
 
-def working_set_parts(smap: "ScatterMap", dtype: str) -> dict[str, int]:
+def working_set_parts(smap, dtype: str) -> dict[str, int]:
+    """Bytes of each part of a scatter map's working set (``smap``: a ScatterMap, read by its
+    counts only, so this module needs none)."""
     if dtype not in INPUT_BYTES:
         raise ValueError(f"dtype: expected one of {sorted(INPUT_BYTES)}, got {dtype!r}")
     eb = INPUT_BYTES[dtype]
@@ -50,7 +48,7 @@ def working_set_parts(smap: "ScatterMap", dtype: str) -> dict[str, int]:
     }
 
 
-def working_set_bytes(smap: "ScatterMap", dtype: str) -> int:
+def working_set_bytes(smap, dtype: str) -> int:
     return sum(working_set_parts(smap, dtype).values())
 
 
@@ -58,7 +56,7 @@ def classify(working_set: int, l2_bytes: int) -> str:
     return "L2-resident" if working_set <= L2_FRACTION * l2_bytes else "DRAM-bound"
 
 
-def regime_table(smap: "ScatterMap", dtypes=("float16", "float8_e4m3")) -> list[dict]:
+def regime_table(smap, dtypes=("float16", "float8_e4m3")) -> list[dict]:
     rows = []
     for gpu in KNOWN_GPUS:
         row = {"gpu": gpu.name, "arch": gpu.arch, "l2_mib": gpu.l2_bytes / MiB}

@@ -13,11 +13,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from .waiting import poll_until
 
 
 def isolate(domain: int | None = None) -> int:
@@ -146,13 +147,9 @@ class PipelineSession:
                 self.executor.add_node(node)
 
     def spin_until(self, predicate, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            if not self.node.alive():
-                return bool(predicate())
-            self.executor.spin_once(timeout_sec=0.01)
+        """Spin our nodes until ``predicate()`` holds (False at ``timeout`` or once the node died)."""
+        poll_until(lambda: predicate() or not self.node.alive(), timeout,
+                   spin=lambda s: self.executor.spin_once(timeout_sec=s), step=0.01)
         return bool(predicate())
 
     def wait_ready(self, timeout: float = 30.0) -> bool:

@@ -40,8 +40,25 @@ DEFAULT_BLOCK = 256
 PAIR_FLAG = 1 << 31
 
 
+class BlockGrid:
+    """The V3 grid rule, in one place: compute blocks over the slots, then zero blocks over the
+    empty cells. A schedule and a schedule's sizes alone (the TensorRT plugin's) share it."""
+
+    num_slots: int
+    num_empty: int
+    block: int
+
+    @property
+    def compute_blocks(self) -> int:
+        return self.num_slots // self.block
+
+    @property
+    def zero_blocks(self) -> int:
+        return -(-self.num_empty // self.block)
+
+
 @dataclass(frozen=True)
-class V3Schedule:
+class V3Schedule(BlockGrid):
     slots: np.ndarray        # int32 [S, 4], S a multiple of the block size
     pidx: np.ndarray         # int32 [E, 2] entries
     empty_cells: np.ndarray  # int32 [E]
@@ -60,12 +77,8 @@ class V3Schedule:
         return int(self.slots.shape[0])
 
     @property
-    def compute_blocks(self) -> int:
-        return self.num_slots // self.block
-
-    @property
-    def zero_blocks(self) -> int:
-        return -(-int(self.empty_cells.size) // self.block)
+    def num_empty(self) -> int:
+        return int(self.empty_cells.size)
 
     def digest(self) -> str:
         h = hashlib.sha256()

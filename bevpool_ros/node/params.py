@@ -2,7 +2,7 @@
 
 The node declares its parameters from this table (with ParameterDescriptors carrying the
 ranges), validates them at start-up and in the on-set-parameters callback with the same
-:func:`check`, the launch file and docs/ros_interface.md are checked against it by tests.
+:func:`check`, the launch file and docs/parameters.md are checked against it by tests.
 No ROS import here.
 """
 from __future__ import annotations

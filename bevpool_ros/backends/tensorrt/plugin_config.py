@@ -26,7 +26,7 @@ import numpy as np
 from ...regime import OUTPUT_DTYPE
 from ...scatter_map import ScatterMap
 from ...kernels import table as L
-from ...kernels.schedule import V3Schedule, v2do_intervals
+from ...kernels.schedule import BlockGrid, V3Schedule, v2do_intervals
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"
@@ -171,22 +171,14 @@ EMPTY_PAD = -1  # the trailing entry of the empty_cells input; the kernel never 
 
 
 @dataclass(frozen=True)
-class ScheduleShape:
-    """The sizes of a V3 schedule: all that launch.plan_v3 reads from it (never its contents)."""
+class ScheduleShape(BlockGrid):
+    """The sizes of a V3 schedule: all that table.plan_v3 reads from it (never its contents)."""
     block: int
     warp: int
     num_slots: int
     num_empty: int
     depth_pairs: bool = False  # depth-pair entries (their stride depends on the depth shape only)
     pair_stride: int = 0
-
-    @property
-    def compute_blocks(self) -> int:
-        return self.num_slots // self.block
-
-    @property
-    def zero_blocks(self) -> int:
-        return -(-self.num_empty // self.block)
 
     @property
     def empty_cells(self) -> np.ndarray:
