@@ -107,6 +107,15 @@ class RayCluster:
                     pass
             if wait_until(lambda: not self._alive_groups(), grace_s):
                 break
+        # a process Ray spawned into a session of its own (seen on a loaded 2-core machine) is not in
+        # our groups: found by this cluster's RAY_TMPDIR, killed, and only reported if it survives that
+        if not wait_until(lambda: not self.leftovers(), grace_s):
+            for pid in self.leftovers():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            wait_until(lambda: not self.leftovers(), 5 * grace_s)
         return self.leftovers()
 
     def _alive_groups(self) -> list[int]:

@@ -20,7 +20,7 @@ from bevpool_ros.regime import MiB
 
 from tensorrt_helpers import tiny_map, trt_rtx_or_skip
 
-import bevpool_ros.backends.gpu.cuda_backend as CB
+import bevpool_ros.backends.gpu.base as GB  # GpuBackend: the runtime and the frame it builds
 import bevpool_ros.backends.tensorrt.backend as B
 import bevpool_ros.backends.tensorrt.runner as R
 from bevpool_ros.backends.gpu.choices import ChoiceStore, LaunchChoice
@@ -46,7 +46,7 @@ def test_no_tensorrt_raises_backend_unavailable(monkeypatch):
         raise TensorRTMissing("no TensorRT Python module: tensorrt: not installed")
 
     monkeypatch.setattr(B, "load_tensorrt", missing)
-    monkeypatch.setattr(CB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
     with pytest.raises(BackendUnavailable, match="no TensorRT"):
         TensorRTBackend("fp16")
 
@@ -120,11 +120,11 @@ def fake_gpu(monkeypatch, tmp_path):
     lib = trt_rtx_or_skip()
     FakeRunner.instances, FakeRunner.refuse = [], set()
     monkeypatch.setattr(R, "EngineRunner", FakeRunner)
-    monkeypatch.setattr(B, "GpuFrame", FakeFrame)
+    monkeypatch.setattr(GB, "GpuFrame", FakeFrame)
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))  # measured choices
 
     def make(arch="sm_89", precision="fp16", **kw):
-        monkeypatch.setattr(CB, "get_runtime", lambda ordinal: fake_rt(arch))
+        monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt(arch))
         kw.setdefault("autotune", False)  # tuning measures on a GPU; tested with a fake below
         return TensorRTBackend(precision, cache_dir=tmp_path / "engines", **kw)
 
@@ -326,7 +326,7 @@ def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
 
     lib = trt_rtx_or_skip()
     unsafe = TrtLib(lib.trt, lib.module_name, lib.version, onnx_parser_safe=False)
-    monkeypatch.setattr(CB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
     monkeypatch.setattr(B, "load_tensorrt", lambda _=None: unsafe)
     with pytest.raises(BackendUnavailable, match="would abort"):
         TensorRTBackend("fp16")
