@@ -5,6 +5,7 @@ protocol objects built here (no GPU, no framework needed). The device path: test
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,15 @@ from bevpool_ros.tolerance import error_ratio
 import rig_variants as rv
 
 SMALL_RIGS = ("mono_c1_d1", "pair_c3_z2", "tri_c17", "blind_c80")
+DOC = Path(__file__).resolve().parent.parent / "docs" / "inprocess.md"
+
+
+def doc_example(kind: str) -> str:
+    """The code block docs/inprocess.md marks with <!-- example: kind -->."""
+    text = DOC.read_text()
+    marker = f"<!-- example: {kind} -->\n```python\n"
+    start = text.index(marker) + len(marker)
+    return text[start:text.index("```", start)]
 
 
 def cpu_pooler(source, **kw) -> BevPooler:
@@ -159,6 +169,11 @@ def test_from_worker_threads(tri):
     assert not errors
     for i in range(4):
         assert error_ratio(results[i], want[i], "fp32") <= 1.0
+
+
+def test_the_documented_numpy_example_runs(capsys):
+    exec(compile(doc_example("numpy"), str(DOC), "exec"), {})
+    assert "(1, 128, 128, 80) float32" in capsys.readouterr().out
 
 
 # --- what is refused ------------------------------------------------------------------------------
