@@ -14,6 +14,7 @@ Inputs are PyTorch tensors on a side stream (``--tensors torch``, the documented
 arrays, or plain driver allocations behind ``__cuda_array_interface__`` (``driver``: no framework).
 The grid is the pooler's own (stream-ordered), dropped by the consumer before the next set.
 """
+
 from __future__ import annotations
 
 import time
@@ -34,8 +35,13 @@ class DriverArray:
     def __init__(self, shape, dtype):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.buffer = DeviceBuffer(int(np.prod(self.shape)) * self.dtype.itemsize)
-        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str,
-                                         "data": (self.buffer.ptr, False), "strides": None, "version": 2}
+        self.__cuda_array_interface__ = {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.buffer.ptr, False),
+            "strides": None,
+            "version": 2,
+        }
 
     def copy_from(self, other: "DriverArray", stream: Stream) -> None:
         stream.d2d(self.buffer, other.buffer, self.buffer.nbytes)
@@ -120,11 +126,23 @@ def inputs(rig, input_dtype: str, cycle: int):
     return [(quantize(d, scales[0]), quantize(f, scales[1])) for d, f in sets], scales
 
 
-def run(rig, *, precision: str, input_dtype: str, bev_dtype: str, frames: int, rate: float, warmup: int,
-        tensors: str = "auto", cycle: int = 8) -> dict:
+def run(
+    rig,
+    *,
+    precision: str,
+    input_dtype: str,
+    bev_dtype: str,
+    frames: int,
+    rate: float,
+    warmup: int,
+    tensors: str = "auto",
+    cycle: int = 8,
+) -> dict:
     kind = pick_tensors(tensors)
     sets, scales = inputs(rig, input_dtype, cycle)
-    pooler = BevPooler(rig, precision=precision, grid_dtype=bev_dtype, backend="cuda", fp8_scales=scales)
+    pooler = BevPooler(
+        rig, precision=precision, grid_dtype=bev_dtype, backend="cuda", fp8_scales=scales
+    )
     fw = _Framework(kind)
     sources = [(fw.upload(d), fw.upload(f)) for d, f in sets]
     depth, feat = fw.empty_like(sources[0][0]), fw.empty_like(sources[0][1])
@@ -162,10 +180,25 @@ def run(rig, *, precision: str, input_dtype: str, bev_dtype: str, frames: int, r
     described = pooler.describe()
     pooler.close()
     q = lambda v, p: float(np.percentile(v, p))  # noqa: E731
-    return {"backend": described["backend"], "precision": pooler.precision, "input_dtype": input_dtype,
-            "output_dtype": bev_dtype, "transport": "inprocess", "rig": rig.name, "rate_hz": rate,
-            "frames": frames, "received": ok, "e2e_p50_ms": q(e2e, 50), "e2e_p99_ms": q(e2e, 99),
-            "stage_p50_ms": q(stage, 50), "stage_p99_ms": q(stage, 99), "kernel_us": kernel_us,
-            "host_wait_p50_ms": q(wait, 50), "host_wait_p99_ms": q(wait, 99), "tensors": kind,
-            "graph_replays": described["graph_replays"], "eager_frames": described["eager_frames"],
-            "e2e_minus_kernel_p99_us": q(e2e, 99) * 1e3 - kernel_us}
+    return {
+        "backend": described["backend"],
+        "precision": pooler.precision,
+        "input_dtype": input_dtype,
+        "output_dtype": bev_dtype,
+        "transport": "inprocess",
+        "rig": rig.name,
+        "rate_hz": rate,
+        "frames": frames,
+        "received": ok,
+        "e2e_p50_ms": q(e2e, 50),
+        "e2e_p99_ms": q(e2e, 99),
+        "stage_p50_ms": q(stage, 50),
+        "stage_p99_ms": q(stage, 99),
+        "kernel_us": kernel_us,
+        "host_wait_p50_ms": q(wait, 50),
+        "host_wait_p99_ms": q(wait, 99),
+        "tensors": kind,
+        "graph_replays": described["graph_replays"],
+        "eager_frames": described["eager_frames"],
+        "e2e_minus_kernel_p99_us": q(e2e, 99) * 1e3 - kernel_us,
+    }

@@ -3,7 +3,7 @@
 processes) or in-process (BevPooler inside the caller's process).
 
     python bench/latency.py [--backend cpu] [--precision fp16] [--bev-dtype float32]
-                            [--transport dds|handoff_out|inprocess] [--rig nuscenes|wide_c256|FILE.yaml]
+                            [--transport dds|handoff_out|inprocess] [--rig nuscenes|wide_c256|F]
                             [--frames 1000] [--rate 30] [--rows FILE.json]
 
 Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
@@ -186,9 +186,10 @@ def resolve_rig(name: str) -> Path:
         out = Path(tempfile.mkdtemp(prefix="bevpool_rig_")) / f"{name}.yaml"
         out.write_text(workload_yaml(name))
         if load_rig(out) != workload_rig(name):
-            raise SystemExit(f"--rig {name}: the written YAML does not reproduce the workload's rig")
+            raise SystemExit(f"--rig {name}: the YAML does not reproduce the workload's rig")
         return out
-    raise SystemExit(f"--rig {name}: not a file, a rig of config/rigs, nor one of {sorted(RIG_WORKLOADS)}")
+    raise SystemExit(f"--rig {name}: not a file, a rig of config/rigs, nor one of "
+                     f"{sorted(RIG_WORKLOADS)}")
 
 
 def rig_label(path) -> str:
@@ -335,7 +336,8 @@ def render_md(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(prefix: Path, res: dict, md: str, rows_file: str | None, row: dict, info: dict) -> None:
+def write_results(prefix: Path, res: dict, md: str, rows_file: str | None, row: dict,
+                  info: dict) -> None:
     """<prefix>.json and .md; with ``rows_file``, the row appended to that JSON list."""
     prefix.parent.mkdir(parents=True, exist_ok=True)
     prefix.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
@@ -343,9 +345,10 @@ def write_results(prefix: Path, res: dict, md: str, rows_file: str | None, row: 
     if rows_file:
         rows_path = Path(rows_file)
         rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
-        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}  # NaN -> null
-        rows_path.write_text(json.dumps(rows + [dict(row, date_utc=res["date_utc"], machine=info["cpu"])],
-                                        indent=2) + "\n")
+        row = {k: (None if isinstance(v, float) and v != v else v)  # NaN -> null
+               for k, v in row.items()}
+        row = dict(row, date_utc=res["date_utc"], machine=info["cpu"])
+        rows_path.write_text(json.dumps(rows + [row], indent=2) + "\n")
 
 
 def main_inprocess(args, argv) -> int:
@@ -360,22 +363,26 @@ def main_inprocess(args, argv) -> int:
     info = machine()
     rig = load_rig(args.rig)
     row = inprocess_latency.run(rig, precision=args.precision, input_dtype=args.input_dtype,
-                                bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate, warmup=args.warmup,
-                                tensors=args.tensors)
-    res = {"row": row, "machine": info, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "command": "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    md = (f"# BevPooler in-process: {row['precision']}, {row['input_dtype']} in ({row['tensors']} tensors), "
-          f"{row['output_dtype']} grid, rig {row['rig']}, {row['rate_hz']:g} Hz\n\n"
-          f"Command: `{res['command']}`  \nSets: {row['frames']} measured, {row['received']} checked clean.\n\n"
+                                bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate,
+                                warmup=args.warmup, tensors=args.tensors)
+    command = "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    res = {"row": row, "machine": info, "command": command,
+           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    r = row
+    md = (f"# BevPooler in-process: {r['precision']}, {r['input_dtype']} in "
+          f"({r['tensors']} tensors), "
+          f"{r['output_dtype']} grid, rig {r['rig']}, {r['rate_hz']:g} Hz\n\n"
+          f"Command: `{command}`  \n"
+          f"Sets: {r['frames']} measured, {r['received']} checked clean.\n\n"
           "| measure | p50 | p99 |\n|---|---|---|\n"
-          f"| end to end: pool call -> grid ready on the stream (GPU events, ms) | {row['e2e_p50_ms']:.4f} | "
-          f"{row['e2e_p99_ms']:.4f} |\n"
-          f"| the call on the host (ms) | {row['stage_p50_ms']:.4f} | {row['stage_p99_ms']:.4f} |\n"
-          f"| call -> grid ready seen by the host (ms) | {row['host_wait_p50_ms']:.4f} | "
-          f"{row['host_wait_p99_ms']:.4f} |\n"
-          f"| kernel alone (us) | {row['kernel_us']:.1f} | |\n\n"
-          f"p99 minus kernel: {row['e2e_minus_kernel_p99_us']:.1f} us; graph replays {row['graph_replays']}, "
-          f"eager frames {row['eager_frames']}.\n")
+          "| end to end: pool call -> grid ready on the stream (GPU events, ms) | "
+          f"{r['e2e_p50_ms']:.4f} | {r['e2e_p99_ms']:.4f} |\n"
+          f"| the call on the host (ms) | {r['stage_p50_ms']:.4f} | {r['stage_p99_ms']:.4f} |\n"
+          f"| call -> grid ready seen by the host (ms) | {r['host_wait_p50_ms']:.4f} | "
+          f"{r['host_wait_p99_ms']:.4f} |\n"
+          f"| kernel alone (us) | {r['kernel_us']:.1f} | |\n\n"
+          f"p99 minus kernel: {r['e2e_minus_kernel_p99_us']:.1f} us; graph replays "
+          f"{r['graph_replays']}, eager frames {r['eager_frames']}.\n")
     prefix = Path(args.out) if args.out else ROOT / "bench" / "results" / "latency_inprocess"
     write_results(prefix, res, md, args.rows, row, info)
     print(md)
@@ -390,12 +397,14 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--rate", type=float, default=30.0)
     ap.add_argument("--bev-dtype", default="float32", choices=("float32", "float16"))
-    ap.add_argument("--input-dtype", default="float32", choices=("float32", "float16", "float8_e4m3"),
+    ap.add_argument("--input-dtype", default="float32",
+                    choices=("float32", "float16", "float8_e4m3"),
                     help="float8_e4m3 (E4M3 codes with power-of-two scales): inprocess only")
     ap.add_argument("--transport", default="dds", choices=(*TRANSPORTS, "handoff"),
-                    help="dds | handoff_out (the node's grid through the GPU hand-off; 'handoff' too) | "
-                         "inprocess (BevPooler in this process, no ROS)")
-    ap.add_argument("--rig", default=str(RIG), help="rig YAML, a rig of config/rigs, or a workload (wide_c256)")
+                    help="dds | handoff_out (the node's grid through the GPU hand-off; "
+                         "'handoff' too) | inprocess (BevPooler in this process, no ROS)")
+    ap.add_argument("--rig", default=str(RIG),
+                    help="rig YAML, a rig of config/rigs, or a workload (wide_c256)")
     ap.add_argument("--tensors", default="auto", choices=("auto", "torch", "cupy", "driver"),
                     help="inprocess: the caller's tensors (auto: PyTorch when it has CUDA)")
     ap.add_argument("--out", default=None, help="output prefix (default bench/results/latency_<backend>)")
@@ -440,7 +449,8 @@ def main(argv=None) -> int:
                       for k in ("queue_wait", "assemble", "message", "publish")},
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")
                   or k in ("sync_incomplete_timeout", "sync_late", "sync_evicted", "sync_superseded")},
-        "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:]) if args.transport == "handoff_out" else None,
+        "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:])
+        if args.transport == "handoff_out" else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,

@@ -2,6 +2,7 @@
 backend against the FP64 reference, every argument check, and the tensor/stream readers on
 protocol objects built here (no GPU, no framework needed). The device path: test_inprocess_gpu.py.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,7 +32,7 @@ def doc_example(kind: str) -> str:
     text = DOC.read_text()
     marker = f"<!-- example: {kind} -->\n```python\n"
     start = text.index(marker) + len(marker)
-    return text[start:text.index("```", start)]
+    return text[start : text.index("```", start)]
 
 
 def cpu_pooler(source, **kw) -> BevPooler:
@@ -47,16 +48,29 @@ def tri():
 class CudaLike:
     """A device-array stand-in: what a CuPy array shows through __cuda_array_interface__."""
 
-    def __init__(self, shape, typestr="<f2", strides=None, ptr=0x7F0000000000, stream=None, version=3):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
-                                         "strides": strides, "version": version, "stream": stream}
+    def __init__(
+        self, shape, typestr="<f2", strides=None, ptr=0x7F0000000000, stream=None, version=3
+    ):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": strides,
+            "version": version,
+            "stream": stream,
+        }
 
 
 class DLPackLike:
     """A DLPack producer of a capsule over an address (never read here)."""
 
     def __init__(self, shape, dtype, device_type=dlpack.KDL_CUDA, ptr=0x7F0000000000):
-        self.shape, self.dtype, self.device_type, self.ptr = shape, np.dtype(dtype), device_type, ptr
+        self.shape, self.dtype, self.device_type, self.ptr = (
+            shape,
+            np.dtype(dtype),
+            device_type,
+            ptr,
+        )
         self.streams = []
 
     def __dlpack__(self, stream=None):
@@ -100,7 +114,12 @@ def test_own_grid_takes_the_grid_dtype(tri):
     rig, smap = tri
     d, f = rv.random_inputs(rig, seed=1)
     for dtype in ("float16", "float32"):
-        assert cpu_pooler(smap, grid_dtype=dtype).pool(d.astype(np.float32), f.astype(np.float32)).dtype == dtype
+        assert (
+            cpu_pooler(smap, grid_dtype=dtype)
+            .pool(d.astype(np.float32), f.astype(np.float32))
+            .dtype
+            == dtype
+        )
 
 
 def test_sources_rig_scatter_map_and_files_agree(tri, tmp_path):
@@ -108,7 +127,9 @@ def test_sources_rig_scatter_map_and_files_agree(tri, tmp_path):
     npz = smap.save(tmp_path / "tri.npz")
     yaml = rv.write_rig("tri_c17", tmp_path)
     d, f = (a.astype(np.float32) for a in rv.random_inputs(rig, seed=2))
-    grids = [cpu_pooler(src, grid_dtype="float32").pool(d, f) for src in (rig, smap, npz, str(yaml))]
+    grids = [
+        cpu_pooler(src, grid_dtype="float32").pool(d, f) for src in (rig, smap, npz, str(yaml))
+    ]
     for g in grids[1:]:
         np.testing.assert_array_equal(g, grids[0])
     with pytest.raises(TypeError, match="Rig, a ScatterMap"):
@@ -121,7 +142,9 @@ def test_e4m3_codes_with_their_scales(tri):
     scales = (16.0, 8.0)
     cd, cf = quantize(d, scales[0]), quantize(f, scales[1])
     got = cpu_pooler(smap, grid_dtype="float32", fp8_scales=scales).pool(cd, cf)
-    want = pool_reference(decode(cd, np.float64) / scales[0], decode(cf, np.float64) / scales[1], smap)
+    want = pool_reference(
+        decode(cd, np.float64) / scales[0], decode(cf, np.float64) / scales[1], smap
+    )
     assert error_ratio(got, want, "fp32") <= 1.0
     # per call, the scales given there win
     again = cpu_pooler(smap, grid_dtype="float32").pool(cd, cf, fp8_scales=scales)
@@ -144,7 +167,9 @@ def test_torch_like_cpu_tensors_are_host_arrays(tri):
             return self.a.__dlpack_device__()
 
     assert not tensors.is_device(CpuTensor(d))
-    np.testing.assert_array_equal(cpu_pooler(smap).pool(CpuTensor(d), CpuTensor(f)), cpu_pooler(smap).pool(d, f))
+    np.testing.assert_array_equal(
+        cpu_pooler(smap).pool(CpuTensor(d), CpuTensor(f)), cpu_pooler(smap).pool(d, f)
+    )
 
 
 def test_from_worker_threads(tri):
@@ -205,6 +230,15 @@ def test_bad_inputs_are_refused_with_one_line(tri):
         pooler.pool(d, f, fp8_scales=1.0)
 
 
+def test_closed_pooler_says_so(tri):
+    rig, smap = tri
+    d, f = (a.astype(np.float32) for a in rv.random_inputs(rig, seed=0))
+    with cpu_pooler(smap) as pooler:
+        pooler.pool(d, f)
+    with pytest.raises(RuntimeError, match="closed"):
+        pooler.pool(d, f)
+
+
 def test_bad_construction_is_refused(tri):
     _, smap = tri
     with pytest.raises(ValueError, match="grid_dtype"):
@@ -234,12 +268,18 @@ def test_cuda_array_interface_is_read_and_checked():
     t = tensors.device_tensor(CudaLike((2, 3, 4), "<f2", stream=7), "x")
     assert (t.shape, t.dtype, t.stream, t.device) == ((2, 3, 4), np.float16, 7, None)
     # C strides given explicitly, and any stride on a size-1 dimension: still contiguous
-    assert tensors.device_tensor(CudaLike((2, 1, 4), "<f4", strides=(16, 999, 4)), "x").shape == (2, 1, 4)
+    assert tensors.device_tensor(CudaLike((2, 1, 4), "<f4", strides=(16, 999, 4)), "x").shape == (
+        2,
+        1,
+        4,
+    )
     with pytest.raises(InputError, match="contiguous"):
         tensors.device_tensor(CudaLike((2, 3), "<f4", strides=(4, 8)), "x")
     assert tensors.device_tensor(CudaLike((2,), "<f2", stream=7, version=2), "x").stream is None
     with pytest.raises(InputError, match="malformed"):
-        tensors.device_tensor(type("Broken", (), {"__cuda_array_interface__": {"shape": (2,)}})(), "x")
+        tensors.device_tensor(
+            type("Broken", (), {"__cuda_array_interface__": {"shape": (2,)}})(), "x"
+        )
 
 
 def test_dlpack_capsules_are_read_and_released():
@@ -275,10 +315,17 @@ def test_streams_in_every_form():
     assert streams.stream_handle(0) == 0 and streams.stream_handle(0x55) == 0x55
     assert streams.stream_handle(type("TorchLike", (), {"cuda_stream": 0x10})()) == 0x10
     assert streams.stream_handle(type("CupyLike", (), {"ptr": 0x20})()) == 0x20
-    assert streams.stream_handle(type("Protocol", (), {"__cuda_stream__": lambda self: (0, 0x30)})()) == 0x30
+    assert (
+        streams.stream_handle(type("Protocol", (), {"__cuda_stream__": lambda self: (0, 0x30)})())
+        == 0x30
+    )
     for bad in (True, -3, "default", object()):
         with pytest.raises(InputError, match="stream"):
             streams.stream_handle(bad)
-    assert streams.same_stream(0, 1) and not streams.same_stream(0, 2) and not streams.same_stream(None, 0)
+    assert (
+        streams.same_stream(0, 1)
+        and not streams.same_stream(0, 2)
+        and not streams.same_stream(None, 0)
+    )
     assert streams.exported(0) == 1 and streams.exported(0x40) == 0x40
     assert streams.current_stream(np.zeros(1)) is None

@@ -7,6 +7,7 @@ dtype, from both frameworks, against the FP64 reference, into outputs poisoned f
 call returns while a long kernel enqueued before it still runs; calls from worker threads and
 on alternating streams; the value checks; the refusals.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,6 @@ from bevpool_ros import BevPooler
 from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.fp8 import decode
 from bevpool_ros.kernels.fp8 import quantize
-from bevpool_ros.reference import pool_reference
 from bevpool_ros.workloads import get_workload
 
 import rig_variants as rv
@@ -98,16 +98,19 @@ def test_every_input_dtype_matches_the_reference(framework, precision, wire, gri
     name, fw = framework
     smap = get_workload("small")
     p = pooler(smap, precision, fp8_scales=SCALES[precision], grid_dtype=grid_dtype)
-    for seed, byte in ((0, None), (1, 0xFF)):  # two frames: the second replays a graph if bound alike
+    what = f"{name} {precision} {wire} -> {np.dtype(grid_dtype).name}"
+    for seed, byte in ((0, None), (1, 0xFF)):  # poisoned with NaN, then with 0xFF bytes
         (hd, hf), (d, f) = host_inputs(smap, seed, wire, precision)
         depth, feat = to_device(fw, name, hd), to_device(fw, name, hf)
         out = poisoned_out(fw, name, smap.bev_shape, grid_dtype, byte)
         grid = p.pool(depth, feat, out=out).check()
         assert grid.out is out and grid.dtype == grid_dtype
-        assert_matches(to_host(fw, name, out), smap, precision, d, f, f"{name} {precision} {wire} -> {grid_dtype}")
+        assert_matches(to_host(fw, name, out), smap, precision, d, f, what)
         own = p.pool(depth, feat).check()  # the pooler's own buffer, in the grid dtype
-        assert own.dtype == np.dtype(p.grid_dtype)
-        np.testing.assert_array_equal(to_host(fw, name, fw.from_dlpack(own)), to_host(fw, name, out))
+        assert own.dtype == np.dtype(p.grid_dtype) and own.out is None
+        assert_matches(
+            to_host(fw, name, fw.from_dlpack(own)), smap, precision, d, f, f"{what}, own buffer"
+        )
     p.close()
 
 
@@ -133,17 +136,25 @@ def test_torch_float8_tensors_are_e4m3_codes(torch):
     assert_matches(out.cpu().numpy(), smap, "fp8", d, f, "torch float8_e4m3fn")
 
 
-@pytest.mark.parametrize("name", ["tri_c17", "quad_c64_d40_z2", "hexa_c100_z4", "duo_c256_z3", "blind_c80"])
+@pytest.mark.parametrize(
+    "name", ["tri_c17", "quad_c64_d40_z2", "hexa_c100_z4", "duo_c256_z3", "blind_c80"]
+)
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 def test_several_rigs(torch, name, precision):
     rig = rv.rig(name)
     p = pooler(rig, precision, grid_dtype=np.float32)
     d, f = rv.random_inputs(rig, seed=7)
-    depth, feat = torch.from_numpy(d.astype(np.float16)).cuda(), torch.from_numpy(f.astype(np.float16)).cuda()
+    depth, feat = (
+        torch.from_numpy(d.astype(np.float16)).cuda(),
+        torch.from_numpy(f.astype(np.float16)).cuda(),
+    )
     out = poisoned_out(torch, "torch", p.grid_shape, np.float32)
     p.pool(depth, feat, out=out).check()
-    seen = (d.astype(np.float16), f.astype(np.float16)) if precision == "fp16" else (d.astype(np.float16).astype(
-        np.float64), f.astype(np.float16).astype(np.float64))
+    seen = (
+        (d.astype(np.float16), f.astype(np.float16))
+        if precision == "fp16"
+        else (d.astype(np.float16).astype(np.float64), f.astype(np.float16).astype(np.float64))
+    )
     assert_matches(out.cpu().numpy(), p.smap, precision, *seen, f"{name} {precision}")
 
 
@@ -221,8 +232,12 @@ def test_stream_argument_in_every_form(torch, cupy):
     (hd, hf), (d, f) = host_inputs(smap, 6, np.float32, "fp8")
     depth, feat = torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda()
     torch_stream, cupy_stream = torch.cuda.Stream(), cupy.cuda.Stream(non_blocking=True)
-    for stream, handle in ((torch_stream, torch_stream.cuda_stream), (cupy_stream, cupy_stream.ptr),
-                           (torch_stream.cuda_stream, torch_stream.cuda_stream), (0, 0)):
+    for stream, handle in (
+        (torch_stream, torch_stream.cuda_stream),
+        (cupy_stream, cupy_stream.ptr),
+        (torch_stream.cuda_stream, torch_stream.cuda_stream),
+        (0, 0),
+    ):
         torch.cuda.synchronize()  # the inputs were written on the default stream
         grid = p.pool(depth, feat, stream=stream)
         assert grid.stream == handle
@@ -279,7 +294,9 @@ def test_non_finite_inputs_and_grids_are_reported(torch):
     huge = torch.full(smap.feat_shape, 6e4, dtype=torch.float16, device="cuda")
     with pytest.raises(NonFiniteOutput):  # each value fits FP16, the float16 sums do not
         p.pool(torch.ones(smap.depth_shape, dtype=torch.float16, device="cuda"), huge, sync=True)
-    assert np.isfinite(p.pool(depth, torch.from_numpy(hf).cuda()).check().numpy()).all()  # fine after
+    assert np.isfinite(
+        p.pool(depth, torch.from_numpy(hf).cuda()).check().numpy()
+    ).all()  # fine after
 
 
 def test_bad_device_tensors_are_refused(torch):
@@ -305,3 +322,15 @@ def test_bad_device_tensors_are_refused(torch):
     with pytest.raises(InputError, match="powers of two"):
         p.pool(depth.to(torch.uint8), feat.to(torch.uint8), fp8_scales=(3.0, 1.0))
     assert p.pool(depth, feat).check().numpy().shape == tuple(smap.bev_shape)  # still fine after
+
+
+def test_a_grid_outlives_its_pooler(torch):
+    smap = get_workload("small")
+    p = pooler(smap, "fp16", grid_dtype=np.float32)
+    (hd, hf), (d, f) = host_inputs(smap, 9, np.float16, "fp16")
+    grid = p.pool(torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda())
+    p.close()  # waits for the device, frees the pooler's buffers; the grid's memory is its own
+    bev = torch.from_dlpack(grid.check())
+    assert_matches(bev.cpu().numpy(), smap, "fp16", d, f, "after close")
+    with pytest.raises(RuntimeError, match="closed"):
+        p.pool(torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda())

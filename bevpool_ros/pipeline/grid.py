@@ -10,6 +10,7 @@ protocol asks; or ``grid.wait(stream)``). Nothing here waits on the host unless 
 Per call the pooler lends a ``CallSlot``: the event recorded after the grid and a pinned word
 the flag word is copied into; the grid gives it back when it is dropped.
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,34 +40,48 @@ class CallSlot:
 
 
 class CallSlots:
-    """Events and pinned flag words, lent per call and given back by the grid (grown in chunks)."""
+    """Events and pinned flag words, lent per call and given back by the grid (grown in chunks).
+    After ``close`` the memory goes when the last lent slot comes back: a grid may outlive its
+    pooler."""
 
     def __init__(self):
         self._free: list[CallSlot] = []
         self._chunks: list[PinnedBuffer] = []
+        self._lent = 0
+        self._closed = False
         self._lock = threading.Lock()
 
     def take(self) -> CallSlot:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the pooler was closed")
             if not self._free:
                 chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32)
                 self._chunks.append(chunk)
                 self._free = [CallSlot(Event(), chunk.array, i) for i in range(SLOTS_PER_CHUNK)]
+            self._lent += 1
             return self._free.pop()
 
     def give_back(self, slot: CallSlot) -> None:
         with self._lock:
-            if self._chunks:  # after close() nothing is lent any more
-                self._free.append(slot)
+            self._lent -= 1
+            self._free.append(slot)
+            if self._closed and not self._lent:
+                self._release()
 
     def close(self) -> None:
         with self._lock:
-            for slot in self._free:
-                slot.event.destroy()
-            self._free = []
-            for chunk in self._chunks:
-                chunk.free()
-            self._chunks = []
+            self._closed = True
+            if not self._lent:
+                self._release()
+
+    def _release(self) -> None:
+        for slot in self._free:
+            slot.event.destroy()
+        self._free = []
+        for chunk in self._chunks:
+            chunk.free()
+        self._chunks = []
 
 
 class StreamOrderedBuffer:
@@ -77,16 +92,22 @@ class StreamOrderedBuffer:
         bind(ctx)
         cu = api()
         self._ctx, self.stream, self.pools, self.nbytes = ctx, stream, pools, int(nbytes)
-        self.ptr = int(check(cu.cuMemAllocAsync(self.nbytes, cu.CUstream(stream)), "cuMemAllocAsync") if pools
-                       else check(cu.cuMemAlloc(self.nbytes), "cuMemAlloc"))
+        self.ptr = int(
+            check(cu.cuMemAllocAsync(self.nbytes, cu.CUstream(stream)), "cuMemAllocAsync")
+            if pools
+            else check(cu.cuMemAlloc(self.nbytes), "cuMemAlloc")
+        )
 
     def free(self) -> None:
         if not self.ptr:
             return
         bind(self._ctx)
         cu = api()
-        if not self.pools or api().cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0] \
-                != cu.CUresult.CUDA_SUCCESS:  # no pools, or the stream is gone: a freeing that waits
+        if (
+            not self.pools
+            or api().cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0]
+            != cu.CUresult.CUDA_SUCCESS
+        ):  # no pools, or the stream is gone: a freeing that waits
             cu.cuMemFree(self.ptr)
         self.ptr = 0
 
@@ -102,8 +123,18 @@ class DeviceGrid:
     ``stream`` (the CUstream it is ordered on), ``device`` (ordinal); ``out``: the caller's
     tensor when the grid was written into one (None: the grid owns its memory)."""
 
-    def __init__(self, ptr: int, shape, dtype, stream: int, device: int, slot: CallSlot, slots: CallSlots,
-                 owner=None, out=None):
+    def __init__(
+        self,
+        ptr: int,
+        shape,
+        dtype,
+        stream: int,
+        device: int,
+        slot: CallSlot,
+        slots: CallSlots,
+        owner=None,
+        out=None,
+    ):
         self.ptr, self.shape, self.dtype = int(ptr), tuple(shape), np.dtype(dtype)
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
         self.stream, self.device = int(stream), int(device)
@@ -161,8 +192,14 @@ class DeviceGrid:
     # --- zero-copy protocols -------------------------------------------------------------------
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": None, "stream": exported(self.stream)}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": exported(self.stream),
+        }
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return dlpack.KDL_CUDA, self.device
@@ -172,7 +209,9 @@ class DeviceGrid:
         -1: none) is made to wait for the grid first. The capsule keeps this grid alive."""
         if stream != -1:
             self.wait(LEGACY if stream is None else int(stream))
-        return dlpack.to_capsule(self.ptr, self.shape, self.dtype, dlpack.KDL_CUDA, self.device, owner=self)
+        return dlpack.to_capsule(
+            self.ptr, self.shape, self.dtype, dlpack.KDL_CUDA, self.device, owner=self
+        )
 
     # --- lifetime ----------------------------------------------------------------------------------
     def release(self) -> None:
@@ -192,5 +231,7 @@ class DeviceGrid:
             pass
 
     def __repr__(self) -> str:
-        return (f"DeviceGrid(shape={self.shape}, dtype={self.dtype.name}, device={self.device}, "
-                f"stream={self.stream:#x}, {'caller buffer' if self.out is not None else 'own buffer'})")
+        return (
+            f"DeviceGrid(shape={self.shape}, dtype={self.dtype.name}, device={self.device}, "
+            f"stream={self.stream:#x}, {'caller buffer' if self.out is not None else 'own buffer'})"
+        )

@@ -21,6 +21,7 @@ Any thread may call ``pool``: the device's context is made current in the callin
 calls are serialised (they share the pooler's buffers); calls on different streams are ordered
 on the device through an event, never through the host.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,10 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
+from ..backends.cuda.driver import Event, Stream, api, bind, check, pointer_device
 from ..backends.errors import BackendUnavailable, InputError
+from ..backends.gpu.device_frame import Binding, DeviceFrame
+from ..backends.gpu.frame import pow2_exponent
 from ..rig import Rig, load_rig
 from ..scatter_map import ScatterMap, scatter_map_for
 from . import streams
+from .grid import CallSlots, DeviceGrid, StreamOrderedBuffer
 from .tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
 
 log = logging.getLogger(__name__)
@@ -55,10 +60,14 @@ def scatter_map_of(source) -> ScatterMap:
         if path.suffix == ".npz":
             return ScatterMap.load(path)
         return scatter_map_for(load_rig(path))
-    raise TypeError(f"BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, got {type(source).__name__}")
+    raise TypeError(
+        f"BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, got {type(source).__name__}"
+    )
 
 
-def _create_backend(name: str, precision: str, device: int, check_finite: bool, autotune: bool) -> Backend:
+def _create_backend(
+    name: str, precision: str, device: int, check_finite: bool, autotune: bool
+) -> Backend:
     from ..backends.cpu import CpuBackend
 
     if name not in BACKENDS:
@@ -72,7 +81,9 @@ def _create_backend(name: str, precision: str, device: int, check_finite: bool, 
     except (BackendUnavailable, ImportError, OSError) as e:
         if name == "cuda":
             raise BackendUnavailable(f"BevPooler: the cuda backend is unavailable ({e})") from e
-        log.warning("BevPooler: no usable GPU (%s); pooling host arrays on the cpu backend in float32", e)
+        log.warning(
+            "BevPooler: no usable GPU (%s); pooling host arrays on the cpu backend in float32", e
+        )
         return CpuBackend(precision, check_finite=check_finite)
 
 
@@ -85,8 +96,18 @@ class BevPooler:
     ``fp8_scales``: the power-of-two scales of raw E4M3 inputs (depth, feat), per call too.
     """
 
-    def __init__(self, source, *, precision: str = "fp16", grid_dtype="float16", backend: str = "auto",
-                 device: int = 0, check_finite: bool = True, fp8_scales=(1.0, 1.0), autotune: bool = True):
+    def __init__(
+        self,
+        source,
+        *,
+        precision: str = "fp16",
+        grid_dtype="float16",
+        backend: str = "auto",
+        device: int = 0,
+        check_finite: bool = True,
+        fp8_scales=(1.0, 1.0),
+        autotune: bool = True,
+    ):
         self.smap = scatter_map_of(source)
         self.grid_dtype = np.dtype(grid_dtype)
         if self.grid_dtype not in GRID_DTYPES:
@@ -96,27 +117,31 @@ class BevPooler:
         self.backend.prepare(self.smap)
         self._lock = threading.Lock()
         self._device = None
+        self._closed = False
         if self.backend.name != "cpu":
             self._open_device_path()
 
     def _open_device_path(self) -> None:
-        from ..backends.cuda.driver import Event, Stream, api, check
-        from ..backends.gpu.device_frame import DeviceFrame
-        from .grid import CallSlots
-
         be = self.backend
         rt = be.rt
-        self._device = DeviceFrame(rt, self.smap, be.precision, be.frame.enqueue_kernel,
-                                   check_finite=be.check_finite)
+        self._device = DeviceFrame(
+            rt, self.smap, be.precision, be.frame.enqueue_kernel, check_finite=be.check_finite
+        )
         self._slots = CallSlots()
         self._producer_sync = Event()
-        self._last_event = None          # the previous call's grid event, and its stream
+        self._last_event = None  # the previous call's grid event, and its stream
         self._last_stream: int | None = None
-        self._own_stream = Stream()      # for device inputs no framework names a stream for
+        self._own_stream = Stream()  # for device inputs no framework names a stream for
         self._wrapped: dict[int, Stream] = {}
         cu = api()
-        self._pools = bool(check(cu.cuDeviceGetAttribute(
-            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, rt.device.dev), "attr"))
+        self._pools = bool(
+            check(
+                cu.cuDeviceGetAttribute(
+                    cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, rt.device.dev
+                ),
+                "attr",
+            )
+        )
 
     # --- description ------------------------------------------------------------------------------
     @property
@@ -126,7 +151,7 @@ class BevPooler:
 
     @property
     def on_gpu(self) -> bool:
-        return self._device is not None
+        return self.backend.name != "cpu"
 
     @property
     def device(self) -> int | None:
@@ -137,9 +162,15 @@ class BevPooler:
         return tuple(self.smap.bev_shape)
 
     def describe(self) -> dict:
-        d = dict(self.backend.describe(), grid_dtype=self.grid_dtype.name, grid_shape=list(self.grid_shape))
-        if self.on_gpu:
-            d.update(graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames)
+        d = dict(
+            self.backend.describe(),
+            grid_dtype=self.grid_dtype.name,
+            grid_shape=list(self.grid_shape),
+        )
+        if self._device is not None:
+            d.update(
+                graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames
+            )
         return d
 
     # --- pooling ------------------------------------------------------------------------------------
@@ -152,11 +183,15 @@ class BevPooler:
         Host arrays: returns numpy (into ``out`` when given), synchronously.
         Raises InputError for tensors that do not fit the map (shape, dtype, layout, device).
         """
+        if self._closed:
+            raise RuntimeError("BevPooler: pool() after close(): the pooler was closed")
         scales = self.fp8_scales if fp8_scales is None else _scales(fp8_scales)
         on_device = is_device(depth), is_device(feat)
         if on_device[0] != on_device[1]:
-            raise InputError("depth and feat: one is a device tensor, the other a host array; pass both "
-                             "on the device or both on the host")
+            raise InputError(
+                "depth and feat: one is a device tensor, the other a host array; pass both "
+                "on the device or both on the host"
+            )
         if on_device[0]:
             return self._pool_device(depth, feat, out, stream, sync, scales)
         return self._pool_host(depth, feat, out, scales)
@@ -178,14 +213,11 @@ class BevPooler:
             return self.backend.pool(d, f, out=target)
 
     def _pool_device(self, depth, feat, out, stream, sync, scales):
-        from ..backends.cuda.driver import bind
-        from ..backends.gpu.device_frame import Binding
-        from ..backends.gpu.frame import pow2_exponent
-        from .grid import DeviceGrid, StreamOrderedBuffer
-
         if not self.on_gpu:
-            raise InputError("device tensors need the cuda backend; this pooler runs the cpu backend "
-                             "(no GPU): pass numpy arrays")
+            raise InputError(
+                "device tensors need the cuda backend; this pooler runs the cpu backend "
+                "(no GPU): pass numpy arrays"
+            )
         rt = self.backend.rt
         bind(rt.device.ctx)  # this thread's current context: the pooler's device
         s = self._stream_for(stream, depth)
@@ -195,22 +227,33 @@ class BevPooler:
         to = None
         if out is not None:
             if not is_device(out):
-                raise InputError("out: device inputs pool into a device tensor; got a host array "
-                                 "(use grid.numpy() for a host copy)")
+                raise InputError(
+                    "out: device inputs pool into a device tensor; got a host array "
+                    "(use grid.numpy() for a host copy)"
+                )
             to = device_tensor(out, "out", dl_stream)
             check_shape(to, "out", self.grid_shape)
             if to.dtype not in GRID_DTYPES or to.readonly:
-                raise InputError(f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
-                                 + (" (read-only)" if to.readonly else ""))
+                raise InputError(
+                    f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
+                    + (" (read-only)" if to.readonly else "")
+                )
             self._check_device(to, "out")
         out_dtype = to.dtype if to is not None else self.grid_dtype
-        k = tuple(pow2_exponent(sc) if t.dtype == np.uint8 else 0 for t, sc in ((td, scales[0]), (tf, scales[1])))
+        k = [
+            pow2_exponent(sc) if t.dtype == np.uint8 else 0
+            for t, sc in ((td, scales[0]), (tf, scales[1]))
+        ]
         with self._lock:
             self._order_after_producers(s, (td, tf, to))
             owner = None
             if to is None:
-                owner = StreamOrderedBuffer(int(np.prod(self.grid_shape)) * out_dtype.itemsize, s, rt.device.ctx,
-                                            self._pools)
+                owner = StreamOrderedBuffer(
+                    int(np.prod(self.grid_shape)) * out_dtype.itemsize,
+                    s,
+                    rt.device.ctx,
+                    self._pools,
+                )
             out_ptr = to.ptr if to is not None else owner.ptr
             binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, *k)
             slot = self._slots.take()
@@ -225,8 +268,17 @@ class BevPooler:
                     owner.free()
                 raise
             self._last_event, self._last_stream = slot.event, s
-        grid = DeviceGrid(out_ptr, self.grid_shape, out_dtype, s, rt.device.ordinal, slot, self._slots,
-                          owner=owner, out=out)
+        grid = DeviceGrid(
+            out_ptr,
+            self.grid_shape,
+            out_dtype,
+            s,
+            rt.device.ordinal,
+            slot,
+            self._slots,
+            owner=owner,
+            out=out,
+        )
         return grid.check() if sync else grid
 
     # --- helpers -----------------------------------------------------------------------------------
@@ -236,9 +288,7 @@ class BevPooler:
         current = streams.current_stream(tensor)
         return current if current is not None else int(self._own_stream.handle)
 
-    def _wrap(self, s: int):
-        from ..backends.cuda.driver import Stream
-
+    def _wrap(self, s: int) -> Stream:
         handle = self._wrapped.get(s)
         if handle is None:
             if len(self._wrapped) > 64:
@@ -250,13 +300,13 @@ class BevPooler:
         t = device_tensor(obj, name, dl_stream)
         check_shape(t, name, shape)
         if t.dtype not in INPUT_DTYPES:
-            raise InputError(f"{name}: dtype {t.dtype.name} is not float32, float16 or E4M3 codes (uint8)")
+            raise InputError(
+                f"{name}: dtype {t.dtype.name} is not float32, float16 or E4M3 codes (uint8)"
+            )
         self._check_device(t, name)
         return t
 
     def _check_device(self, t: DeviceTensor, name: str) -> None:
-        from ..backends.cuda.driver import pointer_device
-
         mine = self.backend.rt.device.ordinal
         ordinal = t.device if t.device is not None else pointer_device(t.ptr)
         if ordinal is None:
@@ -276,9 +326,13 @@ class BevPooler:
 
     # --- teardown -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Free the device buffers (grids already returned stay valid until dropped)."""
+        """Free the device buffers once the device is done with every call (grids already
+        returned keep their memory until dropped)."""
         with self._lock:
+            self._closed = True
             if self._device is not None:
+                if self._last_event is not None:  # calls are chained: the last one covers all
+                    self._last_event.synchronize()
                 self._device.close()
                 self._slots.close()
                 self._producer_sync.destroy()
@@ -298,7 +352,9 @@ def _scales(scales) -> tuple[float, float]:
     try:
         d, f = (float(x) for x in scales)
     except (TypeError, ValueError):
-        raise InputError(f"fp8_scales: expected two numbers (depth, feat), got {scales!r}") from None
+        raise InputError(
+            f"fp8_scales: expected two numbers (depth, feat), got {scales!r}"
+        ) from None
     for x in (d, f):
         if not (x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5):
             raise InputError(f"fp8_scales: expected powers of two, got {scales!r}")

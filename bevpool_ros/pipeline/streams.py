@@ -6,6 +6,7 @@ report for their default stream), 1 the same stream by its explicit name (CU_STR
 ``__cuda_array_interface__`` and DLPack must use, 0 being reserved there), 2 the per-thread
 default stream.
 """
+
 from __future__ import annotations
 
 from ..backends.errors import InputError

@@ -6,6 +6,7 @@ A ``DeviceTensor`` is only a description (address, dtype, shape, the device it l
 stream its producer wrote it on); the caller keeps the tensor alive, as with any stream-ordered
 operation. Only C-contiguous tensors are taken: the kernels index flat arrays.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -18,8 +19,13 @@ from ..handoff import dlpack
 
 # DLPack dtype codes this module reads (dlpack.h): float8_e4m3fn is E4M3 codes by another name
 _DL_FLOAT8_E4M3FN = 10
-_DL_DTYPES = {(2, 16): np.dtype(np.float16), (2, 32): np.dtype(np.float32), (2, 64): np.dtype(np.float64),
-              (1, 8): np.dtype(np.uint8), (_DL_FLOAT8_E4M3FN, 8): np.dtype(np.uint8)}
+_DL_DTYPES = {
+    (2, 16): np.dtype(np.float16),
+    (2, 32): np.dtype(np.float32),
+    (2, 64): np.dtype(np.float64),
+    (1, 8): np.dtype(np.uint8),
+    (_DL_FLOAT8_E4M3FN, 8): np.dtype(np.uint8),
+}
 _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 3, 13
 DEVICE_KINDS = (dlpack.KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED)
 
@@ -62,7 +68,9 @@ def is_device(obj) -> bool:
             return int(dev()[0]) in DEVICE_KINDS
         except Exception:  # a producer that cannot say: judged by the interface below
             pass
-    return hasattr(type(obj), "__cuda_array_interface__") or hasattr(obj, "__cuda_array_interface__")
+    return hasattr(type(obj), "__cuda_array_interface__") or hasattr(
+        obj, "__cuda_array_interface__"
+    )
 
 
 def host_array(obj, name: str) -> np.ndarray:
@@ -73,9 +81,13 @@ def host_array(obj, name: str) -> np.ndarray:
         try:
             return np.from_dlpack(obj)
         except (TypeError, BufferError, RuntimeError, ValueError) as e:
-            raise InputError(f"{name}: cannot read {type(obj).__name__} as a host array ({e})") from None
-    raise InputError(f"{name}: expected a numpy array or a device tensor (DLPack / "
-                     f"__cuda_array_interface__), got {type(obj).__name__}")
+            raise InputError(
+                f"{name}: cannot read {type(obj).__name__} as a host array ({e})"
+            ) from None
+    raise InputError(
+        f"{name}: expected a numpy array or a device tensor (DLPack / "
+        f"__cuda_array_interface__), got {type(obj).__name__}"
+    )
 
 
 def _c_strides(shape, itemsize: int) -> tuple:
@@ -110,8 +122,9 @@ def from_cuda_array_interface(cai: dict, name: str) -> DeviceTensor:
     if cai.get("mask") is not None:
         raise InputError(f"{name}: masked arrays are not taken")
     stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
-    return DeviceTensor(ptr, dtype.newbyteorder("="), shape, None, None if stream is None else int(stream),
-                        readonly)
+    return DeviceTensor(
+        ptr, dtype.newbyteorder("="), shape, None, None if stream is None else int(stream), readonly
+    )
 
 
 def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
@@ -128,15 +141,25 @@ def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
     try:
         key = (int(t.dtype.code), int(t.dtype.bits))
         if key not in _DL_DTYPES or int(t.dtype.lanes) != 1:
-            raise InputError(f"{name}: DLPack dtype code {key[0]} bits {key[1]} lanes {t.dtype.lanes} "
-                             "is not float32, float16 or E4M3 codes")
+            raise InputError(
+                f"{name}: DLPack dtype code {key[0]} bits {key[1]} lanes {t.dtype.lanes} "
+                "is not float32, float16 or E4M3 codes"
+            )
         if int(t.device.device_type) not in DEVICE_KINDS:
-            raise InputError(f"{name}: DLPack device type {t.device.device_type} is not CUDA memory")
+            raise InputError(
+                f"{name}: DLPack device type {t.device.device_type} is not CUDA memory"
+            )
         dtype = _DL_DTYPES[key]
         shape = tuple(int(t.shape[i]) for i in range(t.ndim))
-        strides = None if not t.strides else tuple(int(t.strides[i]) * dtype.itemsize for i in range(t.ndim))
+        strides = (
+            None
+            if not t.strides
+            else tuple(int(t.strides[i]) * dtype.itemsize for i in range(t.ndim))
+        )
         if not _contiguous(shape, strides, dtype.itemsize):
-            raise InputError(f"{name}: the kernels read C-contiguous tensors; call .contiguous() first")
+            raise InputError(
+                f"{name}: the kernels read C-contiguous tensors; call .contiguous() first"
+            )
         ptr = int(t.data or 0) + int(t.byte_offset)
         ordinal = int(t.device.device_id) if int(t.device.device_type) == dlpack.KDL_CUDA else None
         return DeviceTensor(ptr, dtype, shape, ordinal, None)
@@ -169,7 +192,9 @@ def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:
                 raise
     if refusal is not None:
         raise InputError(f"{name}: {type(obj).__name__} could not be read ({refusal})") from None
-    raise InputError(f"{name}: {type(obj).__name__} offers neither __cuda_array_interface__ nor __dlpack__")
+    raise InputError(
+        f"{name}: {type(obj).__name__} offers neither __cuda_array_interface__ nor __dlpack__"
+    )
 
 
 def check_shape(t: DeviceTensor, name: str, shape) -> None:

@@ -315,7 +315,8 @@ class Event:
         bind()
         cu = api()
         self._ctx = _default_ctx
-        self.handle = check(cu.cuEventCreate(int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
+        flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        self.handle = check(cu.cuEventCreate(flags), "cuEventCreate")
 
     def record(self, stream_handle) -> None:
         bind(self._ctx)
@@ -357,7 +358,8 @@ def pointer_device(ptr: int) -> int | None:
     driver does not know (plain host memory, a freed or foreign address)."""
     bind()
     cu = api()
-    err, ordinal = cu.cuPointerGetAttribute(cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, int(ptr))
+    attribute = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, ordinal = cu.cuPointerGetAttribute(attribute, int(ptr))
     return int(ordinal) if err == cu.CUresult.CUDA_SUCCESS else None
 
 

@@ -21,6 +21,7 @@ Graphs: a binding (the caller's addresses, dtypes, scales) seen a second time is
 CUDA graph on a private stream and replayed on the caller's from then on (a few most recent
 kept); a binding seen once runs as individual launches, so one-off addresses never pay a capture.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -60,14 +61,24 @@ class DeviceFrame:
     'feat' in the kernel input dtype, 'out' in KERNEL_OUTPUT).
     """
 
-    def __init__(self, rt, smap: ScatterMap, precision: str, enqueue_kernel: Callable, *,
-                 check_finite: bool = True):
+    def __init__(
+        self,
+        rt,
+        smap: ScatterMap,
+        precision: str,
+        enqueue_kernel: Callable,
+        *,
+        check_finite: bool = True,
+    ):
         self.rt, self.smap, self.precision = rt, smap, precision
         self.enqueue_kernel = enqueue_kernel
         self.check_finite = bool(check_finite)
         self.kin, self.kout = KERNEL_INPUT[precision], KERNEL_OUTPUT[precision]
-        self.n = {"depth": smap.num_depth, "feat": smap.num_feat_rows * smap.channels,
-                  "out": smap.num_cells * smap.channels}
+        self.n = {
+            "depth": smap.num_depth,
+            "feat": smap.num_feat_rows * smap.channels,
+            "out": smap.num_cells * smap.channels,
+        }
         self._kin = {s: DeviceBuffer(self.n[s] * self.kin.itemsize) for s in ("depth", "feat")}
         self._kout = DeviceBuffer(self.n["out"] * self.kout.itemsize)
         # flags (u32) | amax depth, feat (u32 bits) | exponents depth, feat (i32)
@@ -77,7 +88,9 @@ class DeviceFrame:
         self._seen: OrderedDict[tuple, None] = OrderedDict()
         self.graph_replays = 0
         self.eager_frames = 0
-        for kernel in CONVERT_KERNELS:  # resolved now: nothing may resolve while a stream is captured
+        for (
+            kernel
+        ) in CONVERT_KERNELS:  # resolved now: nothing may resolve while a stream is captured
             rt.module.function(kernel)
 
     @property
@@ -115,9 +128,12 @@ class DeviceFrame:
             bias = FP16_EPILOGUE_BIAS if fp16_scaled else 0
             for i, k in enumerate((b.k_depth, b.k_feat)):  # a quantised stream overwrites its own
                 s.memset32(self._scratch.view(12 + 4 * i, 4), (k + bias) & 0xFFFFFFFF, 1)
-        kin = [self._input(s, stream, i, ptr, np.dtype(dt), flags)
-               for i, (stream, ptr, dt) in enumerate((("depth", b.depth, b.depth_dtype),
-                                                      ("feat", b.feat, b.feat_dtype)))]
+        kin = [
+            self._input(s, stream, i, ptr, np.dtype(dt), flags)
+            for i, (stream, ptr, dt) in enumerate(
+                (("depth", b.depth, b.depth_dtype), ("feat", b.feat, b.feat_dtype))
+            )
+        ]
         out_dtype = np.dtype(b.out_dtype)
         out_bytes = self.n["out"] * out_dtype.itemsize
         direct = self.precision == "fp16" and out_dtype == F32 and not fp16_scaled
@@ -125,31 +141,65 @@ class DeviceFrame:
         self.enqueue_kernel(s, {"depth": kin[0], "feat": kin[1], "out": target})
         n = self.n["out"]
         if direct:
-            self._elementwise(s, "bevconv_check_out_f32", n, ("ptr", b.out), ("i64", n), ("ptr", scratch))
+            self._elementwise(
+                s, "bevconv_check_out_f32", n, ("ptr", b.out), ("i64", n), ("ptr", scratch)
+            )
             return
         scaled = self.precision == "fp8" or fp16_scaled
-        self._elementwise(s, f"bevconv_out_{_SUFFIX[self.kout]}_to_{_SUFFIX[out_dtype]}", n,
-                          ("ptr", self._kout.ptr), ("ptr", b.out), ("i64", n),
-                          ("ptr", scratch + 12 if scaled else 0), ("ptr", scratch))
+        self._elementwise(
+            s,
+            f"bevconv_out_{_SUFFIX[self.kout]}_to_{_SUFFIX[out_dtype]}",
+            n,
+            ("ptr", self._kout.ptr),
+            ("ptr", b.out),
+            ("i64", n),
+            ("ptr", scratch + 12 if scaled else 0),
+            ("ptr", scratch),
+        )
 
-    def _input(self, s: Stream, stream: str, i: int, ptr: int, wire: np.dtype, flags: int) -> DeviceView:
+    def _input(
+        self, s: Stream, stream: str, i: int, ptr: int, wire: np.dtype, flags: int
+    ) -> DeviceView:
         """What the pooling step reads for one stream: the caller's memory, or its conversion."""
         n = self.n[stream]
         if wire == self.kin:
             if flags:
-                self._elementwise(s, f"bevconv_check_{_SUFFIX[wire]}", n, ("ptr", ptr), ("i64", n),
-                                  ("ptr", flags))
+                self._elementwise(
+                    s, f"bevconv_check_{_SUFFIX[wire]}", n, ("ptr", ptr), ("i64", n), ("ptr", flags)
+                )
             return DeviceView(ptr, n * wire.itemsize)
         dst = self._kin[stream]
         if self.precision == "fp16":
-            self._elementwise(s, f"bevconv_{_SUFFIX[wire]}_to_f16", n, ("ptr", ptr), ("ptr", dst.ptr),
-                              ("i64", n), ("ptr", flags))
+            self._elementwise(
+                s,
+                f"bevconv_{_SUFFIX[wire]}_to_f16",
+                n,
+                ("ptr", ptr),
+                ("ptr", dst.ptr),
+                ("i64", n),
+                ("ptr", flags),
+            )
         else:  # float -> E4M3 with the scale the device derives from the amax
             amax = self._scratch.ptr + 4 + 4 * i
-            self._elementwise(s, f"bevconv_amax_{_SUFFIX[wire]}", n, ("ptr", ptr), ("i64", n), ("ptr", amax),
-                              ("ptr", flags))
-            self._elementwise(s, f"bevconv_{_SUFFIX[wire]}_to_e4m3", n, ("ptr", ptr), ("ptr", dst.ptr),
-                              ("i64", n), ("ptr", amax), ("ptr", self._scratch.ptr + 12 + 4 * i))
+            self._elementwise(
+                s,
+                f"bevconv_amax_{_SUFFIX[wire]}",
+                n,
+                ("ptr", ptr),
+                ("i64", n),
+                ("ptr", amax),
+                ("ptr", flags),
+            )
+            self._elementwise(
+                s,
+                f"bevconv_{_SUFFIX[wire]}_to_e4m3",
+                n,
+                ("ptr", ptr),
+                ("ptr", dst.ptr),
+                ("i64", n),
+                ("ptr", amax),
+                ("ptr", self._scratch.ptr + 12 + 4 * i),
+            )
         return DeviceView(dst.ptr, dst.nbytes)
 
     def _elementwise(self, s: Stream, kernel: str, n: int, *args) -> None:
