@@ -362,9 +362,14 @@ def main_inprocess(args, argv) -> int:
         raise SystemExit("--transport inprocess measures the device path: --backend cuda")
     info = machine()
     rig = load_rig(args.rig)
-    row = inprocess_latency.run(rig, precision=args.precision, input_dtype=args.input_dtype,
-                                bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate,
-                                warmup=args.warmup, tensors=args.tensors)
+    from bevpool_ros.backends.errors import BackendUnavailable
+
+    try:
+        row = inprocess_latency.run(rig, precision=args.precision, input_dtype=args.input_dtype,
+                                    bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate,
+                                    warmup=args.warmup, tensors=args.tensors)
+    except (BackendUnavailable, ImportError) as e:  # no GPU, or --tensors names a missing framework
+        raise SystemExit(f"--transport inprocess: {e}") from None
     command = "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:])
     res = {"row": row, "machine": info, "command": command,
            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

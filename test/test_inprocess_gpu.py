@@ -189,6 +189,39 @@ def test_graphs_replay_over_new_values(torch):
     assert stats["eager_frames"] == 1 and stats["graph_replays"] == 3
 
 
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_unaligned_tensors_are_copied_not_faulted(torch, precision):
+    """Views 2 (inputs) and 4 (grid) bytes into their storage: the kernel's 16-byte vector loads
+    and stores cannot take them in place, so they are copied; element-misaligned ones refused."""
+    smap = get_workload("small")
+    p = pooler(smap, precision, fp8_scales=SCALES[precision], grid_dtype=np.float32)
+    wire = np.float16 if precision == "fp16" else "e4m3"
+    (hd, hf), (d, f) = host_inputs(smap, 11, wire, precision)
+    tdt = torch.float16 if precision == "fp16" else torch.uint8
+
+    def shifted(host, offset_elements, dtype):
+        n = host.size
+        store = torch.empty(n + 16, dtype=dtype, device="cuda")
+        view = store[offset_elements:offset_elements + n].view(host.shape)
+        view.copy_(torch.from_numpy(np.ascontiguousarray(host)))
+        assert view.data_ptr() % 16
+        return view
+
+    depth, feat = shifted(hd, 1, tdt), shifted(hf, 1, tdt)
+    out = shifted(np.full(smap.bev_shape, np.nan, np.float32), 1, torch.float32)
+    for _ in range(2):  # eager, then a captured graph
+        out.fill_(float("nan"))
+        p.pool(depth, feat, out=out).check()
+        assert_matches(out.cpu().numpy(), smap, precision, d, f, f"unaligned {precision}")
+
+    class OddAddress:  # a producer claiming float16 at an odd byte address
+        __cuda_array_interface__ = {"shape": tuple(smap.depth_shape), "typestr": "<f2",
+                                    "data": (depth.data_ptr() + 1, False), "version": 2}
+
+    with pytest.raises(InputError, match="aligned"):
+        p.pool(OddAddress(), feat)
+
+
 def test_host_arrays_on_the_gpu_pooler_come_back_as_numpy():
     smap = get_workload("small")
     p = pooler(smap, "fp16", grid_dtype=np.float32)

@@ -61,7 +61,8 @@ def scatter_map_of(source) -> ScatterMap:
             return ScatterMap.load(path)
         return scatter_map_for(load_rig(path))
     raise TypeError(
-        f"BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, got {type(source).__name__}"
+        "BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, "
+        f"got {type(source).__name__}"
     )
 
 
@@ -143,7 +144,7 @@ class BevPooler:
             )
         )
 
-    # --- description ------------------------------------------------------------------------------
+    # --- description -----------------------------------------------------------------------------
     @property
     def precision(self) -> str:
         """The precision the pooling runs at (fp32 on the cpu backend; auto resolved)."""
@@ -173,7 +174,7 @@ class BevPooler:
             )
         return d
 
-    # --- pooling ------------------------------------------------------------------------------------
+    # --- pooling ---------------------------------------------------------------------------------
     def pool(self, depth, feat, *, out=None, stream=None, sync: bool = False, fp8_scales=None):
         """depth [N, D, H, W], feat [N, H, W, C] -> the grid [Z, Y, X, C].
 
@@ -281,7 +282,7 @@ class BevPooler:
         )
         return grid.check() if sync else grid
 
-    # --- helpers -----------------------------------------------------------------------------------
+    # --- helpers ---------------------------------------------------------------------------------
     def _stream_for(self, stream, tensor) -> int:
         if stream is not None:
             return streams.stream_handle(stream)
@@ -307,6 +308,10 @@ class BevPooler:
         return t
 
     def _check_device(self, t: DeviceTensor, name: str) -> None:
+        if t.ptr % t.dtype.itemsize:  # DLPack's byte_offset can say so; no kernel may read it
+            raise InputError(
+                f"{name}: address {t.ptr:#x} is not aligned to its {t.dtype.name} elements"
+            )
         mine = self.backend.rt.device.ordinal
         ordinal = t.device if t.device is not None else pointer_device(t.ptr)
         if ordinal is None:
@@ -324,7 +329,7 @@ class BevPooler:
                 self._producer_sync.record(t.stream)
                 self._producer_sync.wait(s)
 
-    # --- teardown -------------------------------------------------------------------------------------
+    # --- teardown --------------------------------------------------------------------------------
     def close(self) -> None:
         """Free the device buffers once the device is done with every call (grids already
         returned keep their memory until dropped)."""

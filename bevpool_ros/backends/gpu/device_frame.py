@@ -5,7 +5,8 @@ the caller (PyTorch, CuPy, a hand-off view) and the grid goes to a device buffer
 the caller's stream with no host synchronisation:
 
     memset of the scratch words               (flags, amax, FP8 exponents)
-    per stream: the kernel input dtype        bound to the caller's memory, only checked
+    per stream: the kernel input dtype        bound to the caller's memory, only checked (copied
+                                              first where it is not 16-byte aligned)
                 another dtype                 converted into this frame's buffer (and checked)
     the pooling step                          writes the caller's grid itself (FP16 kernel, float32
                                               grid), else this frame's buffer, then
@@ -37,6 +38,7 @@ from .frame import _SUFFIX, _THREADS, KERNEL_INPUT, KERNEL_OUTPUT
 E4M3 = np.dtype(np.uint8)
 F32 = np.dtype(np.float32)
 FP16_EPILOGUE_BIAS = 4  # see the module doc: (k + 4) twice cancels the epilogue's 2^8
+VECTOR_ALIGN = 16  # the pooling kernels load and store 16-byte vectors (uint4)
 GRAPHS_KEPT = 8
 BINDINGS_REMEMBERED = 64
 
@@ -136,7 +138,9 @@ class DeviceFrame:
         ]
         out_dtype = np.dtype(b.out_dtype)
         out_bytes = self.n["out"] * out_dtype.itemsize
-        direct = self.precision == "fp16" and out_dtype == F32 and not fp16_scaled
+        # the kernel stores 16-byte vectors: it writes the caller's grid only where that is aligned
+        direct = (self.precision == "fp16" and out_dtype == F32 and not fp16_scaled
+                  and b.out % VECTOR_ALIGN == 0)
         target = DeviceView(b.out, out_bytes) if direct else self._kout
         self.enqueue_kernel(s, {"depth": kin[0], "feat": kin[1], "out": target})
         n = self.n["out"]
@@ -162,12 +166,17 @@ class DeviceFrame:
     ) -> DeviceView:
         """What the pooling step reads for one stream: the caller's memory, or its conversion."""
         n = self.n[stream]
+        nbytes = n * wire.itemsize
+        if wire == self.kin and ptr % VECTOR_ALIGN:  # the kernel's 16-byte loads need a copy
+            dst = self._kin[stream]
+            s.d2d(dst, DeviceView(ptr, nbytes), nbytes)
+            ptr = dst.ptr
         if wire == self.kin:
             if flags:
                 self._elementwise(
                     s, f"bevconv_check_{_SUFFIX[wire]}", n, ("ptr", ptr), ("i64", n), ("ptr", flags)
                 )
-            return DeviceView(ptr, n * wire.itemsize)
+            return DeviceView(ptr, nbytes)
         dst = self._kin[stream]
         if self.precision == "fp16":
             self._elementwise(
