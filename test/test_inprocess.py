@@ -276,6 +276,9 @@ def test_cuda_array_interface_is_read_and_checked():
     with pytest.raises(InputError, match="contiguous"):
         tensors.device_tensor(CudaLike((2, 3), "<f4", strides=(4, 8)), "x")
     assert tensors.device_tensor(CudaLike((2,), "<f2", stream=7, version=2), "x").stream is None
+    both = CudaLike((2,), "<f2")
+    both.__dlpack_device__ = lambda: (dlpack.KDL_CUDA, 3)  # the device DLPack reports is taken
+    assert tensors.device_tensor(both, "x").device == 3
     with pytest.raises(InputError, match="malformed"):
         tensors.device_tensor(
             type("Broken", (), {"__cuda_array_interface__": {"shape": (2,)}})(), "x"

@@ -213,7 +213,7 @@ class DeviceGrid:
             self.ptr, self.shape, self.dtype, dlpack.KDL_CUDA, self.device, owner=self
         )
 
-    # --- lifetime ----------------------------------------------------------------------------------
+    # --- lifetime ---------------------------------------------------------------------------------
     def release(self) -> None:
         """Give the call's slot back and free the grid's own memory (in stream order). Dropping
         the last reference does the same."""

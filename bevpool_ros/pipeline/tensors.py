@@ -10,6 +10,7 @@ operation. Only C-contiguous tensors are taken: the kernels index flat arrays.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,9 +182,11 @@ def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:
         cai, refusal = None, e
     if cai is not None:
         try:
-            return from_cuda_array_interface(cai, name)
+            t = from_cuda_array_interface(cai, name)
         except Exception as e:  # noqa: BLE001 - DLPack may still describe it (float8, ...)
             refusal = e
+        else:  # the interface names no device; DLPack's device query does, without a capsule
+            return dataclasses.replace(t, device=_dlpack_ordinal(obj))
     if hasattr(obj, "__dlpack__"):
         try:
             return from_dlpack(obj, name, stream)
@@ -195,6 +198,19 @@ def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:
     raise InputError(
         f"{name}: {type(obj).__name__} offers neither __cuda_array_interface__ nor __dlpack__"
     )
+
+
+def _dlpack_ordinal(obj) -> int | None:
+    """The CUDA ordinal ``__dlpack_device__`` reports; None when it is absent or not kDLCUDA
+    (pinned or managed memory: the driver is asked instead)."""
+    query = getattr(obj, "__dlpack_device__", None)
+    if query is None:
+        return None
+    try:
+        kind, ordinal = query()
+    except Exception:  # noqa: BLE001 - a producer that cannot say: the driver is asked
+        return None
+    return int(ordinal) if int(kind) == dlpack.KDL_CUDA else None
 
 
 def check_shape(t: DeviceTensor, name: str, shape) -> None:
