@@ -151,6 +151,23 @@ def test_e4m3_codes_with_their_scales(tri):
     np.testing.assert_array_equal(again, got)
 
 
+def test_per_camera_arrays_pool_like_the_stacked_ones(tri):
+    rig, smap = tri
+    pooler = cpu_pooler(smap, grid_dtype="float32")
+    d, f = (a.astype(np.float32) for a in rv.random_inputs(rig, seed=8))
+    stacked = pooler.pool(d, f)
+    np.testing.assert_array_equal(pooler.pool_cameras(list(zip(d, f))), stacked)
+    # a missing camera pools as zeros
+    missing = [(None, None)] + list(zip(d[1:], f[1:]))
+    d0, f0 = d.copy(), f.copy()
+    d0[0], f0[0] = 0, 0
+    np.testing.assert_array_equal(pooler.pool_cameras(missing), pooler.pool(d0, f0))
+    with pytest.raises(InputError, match="pairs"):
+        pooler.pool_cameras(list(zip(d, f))[:-1])
+    with pytest.raises(InputError, match="mixed"):
+        pooler.pool_cameras([(CudaLike(d[0].shape), f[0])] + list(zip(d[1:], f[1:])))
+
+
 def test_torch_like_cpu_tensors_are_host_arrays(tri):
     """A DLPack CPU tensor (what a PyTorch CPU tensor is) is read as numpy without a copy."""
     rig, smap = tri

@@ -367,3 +367,92 @@ def test_a_grid_outlives_its_pooler(torch):
     assert_matches(bev.cpu().numpy(), smap, "fp16", d, f, "after close")
     with pytest.raises(RuntimeError, match="closed"):
         p.pool(torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda())
+
+
+# --- input hand-off: camera tensors from another process ---------------------------------------
+PRODUCER = """
+import json, sys
+import numpy as np, torch
+from bevpool_ros.handoff.camera_producer import CameraTensorProducer
+from bevpool_ros.workloads import get_workload
+
+smap = get_workload("small")
+rng = np.random.default_rng(int(sys.argv[1]))
+d = rng.random(smap.depth_shape).astype(np.float16)
+f = rng.uniform(-1, 1, smap.feat_shape).astype(np.float16)
+ring_size = 2 * smap.depth_shape[0] + 2  # every tensor below in its own slot
+producer = CameraTensorProducer(max(d.nbytes, f.nbytes), ring_size)
+td, tf = torch.from_numpy(d).cuda(), torch.from_numpy(f).cuda()
+
+
+def described(h):
+    return dict(vars(h), event_handle=h.event_handle.hex(), device_uuid=h.device_uuid.hex(),
+                shape=list(h.shape))
+
+
+out = {"cameras": [[described(producer.publish(td[n])), described(producer.publish(tf[n]))]
+                   for n in range(smap.depth_shape[0])],
+       "stacked": [described(producer.publish(td)), described(producer.publish(tf))]}
+print(json.dumps(out), flush=True)
+if sys.stdin.readline().strip() == "overwrite":  # every slot reused
+    for _ in range(ring_size):
+        producer.publish(tf[0])
+    torch.cuda.synchronize()
+    print("done", flush=True)
+sys.stdin.readline()
+producer.close()
+"""
+
+
+def test_camera_tensors_handed_over_from_another_process(torch):
+    """A producer process (PyTorch tensors) hands per-camera and stacked tensors over through
+    the ring; here they are pooled where they lie (stacked) or gathered on the device (per
+    camera), against the reference of the producer's values; then the producer reuses every
+    slot and the old announcements read as overwritten, never as data."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from bevpool_ros.handoff.reader import HandoffOverwritten, HandoffReader
+
+    def message(m):
+        return SimpleNamespace(**dict(m, event_handle=bytes.fromhex(m["event_handle"]),
+                                      device_uuid=bytes.fromhex(m["device_uuid"])))
+
+    smap = get_workload("small")
+    rng = np.random.default_rng(5)
+    d = rng.random(smap.depth_shape).astype(np.float16)
+    f = rng.uniform(-1, 1, smap.feat_shape).astype(np.float16)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, "5"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        announced = json.loads(proc.stdout.readline())
+        reader = HandoffReader()
+        p = pooler(smap, "fp16", grid_dtype=np.float32)
+        views = [[reader.open(message(m)) for m in cam] for cam in announced["cameras"]]
+        assert views[0][0].shape == tuple(smap.depth_shape[1:])
+        grid = p.pool_cameras(views).check()
+        assert all(v.still_valid() for cam in views for v in cam)  # read before any reuse
+        assert_matches(grid.numpy(), smap, "fp16", d, f, "per-camera hand-off")
+        stacked = [reader.open(message(m)) for m in announced["stacked"]]
+        out = poisoned_out(torch, "torch", smap.bev_shape, np.float32)
+        p.pool(*stacked, out=out).check()  # read in place: the kernel's input is the ring slot
+        assert_matches(out.cpu().numpy(), smap, "fp16", d, f, "stacked hand-off")
+        proc.stdin.write("overwrite\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        assert not views[0][0].still_valid() and not stacked[0].still_valid()
+        with pytest.raises(HandoffOverwritten):
+            reader.open(message(announced["cameras"][0][0]))
+        assert reader.overwritten == 1
+    finally:
+        try:
+            proc.stdin.write("close\n")
+            proc.stdin.close()
+        except OSError:  # the producer is already gone: its error is in the test's output
+            pass
+        proc.wait(30)

@@ -32,7 +32,16 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
-from ..backends.cuda.driver import Event, Stream, api, bind, check, pointer_device
+from ..backends.cuda.driver import (
+    DeviceBuffer,
+    DeviceView,
+    Event,
+    Stream,
+    api,
+    bind,
+    check,
+    pointer_device,
+)
 from ..backends.errors import BackendUnavailable, InputError
 from ..backends.gpu.device_frame import Binding, DeviceFrame
 from ..backends.gpu.frame import pow2_exponent
@@ -125,6 +134,10 @@ class BevPooler:
     def _open_device_path(self) -> None:
         be = self.backend
         rt = be.rt
+        self._gather_buffers = {  # pool_cameras' stacked inputs, sized for float32
+            name: DeviceBuffer(int(np.prod(shape)) * 4)
+            for name, shape in (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
+        }
         self._device = DeviceFrame(
             rt, self.smap, be.precision, be.frame.enqueue_kernel, check_finite=be.check_finite
         )
@@ -199,6 +212,62 @@ class BevPooler:
 
     __call__ = pool
 
+    def pool_cameras(self, cameras, *, out=None, stream=None, sync=False, fp8_scales=None):
+        """Per-camera tensors, in the rig's camera order: ``[(depth [D, H, W] | None,
+        feat [H, W, C] | None), ...]`` (None: a missing camera, pooled as zeros), e.g. hand-off
+        views of another process's tensors. Device tensors are gathered on the device into the
+        pooler's stacked buffers (one copy each, on the stream), then pooled as ``pool`` does;
+        each stream's cameras must share one dtype. Host arrays go the node's staging path."""
+        if self._closed:
+            raise RuntimeError("BevPooler: pool_cameras() after close(): the pooler was closed")
+        scales = self.fp8_scales if fp8_scales is None else _scales(fp8_scales)
+        n = self.smap.depth_shape[0]
+        if len(cameras) != n or any(len(c) != 2 for c in cameras):
+            raise InputError(f"cameras: expected {n} (depth, feat) pairs, the map's cameras")
+        present = [t for cam in cameras for t in cam if t is not None]
+        on_device = {is_device(t) for t in present}
+        if len(on_device) > 1:
+            raise InputError("cameras: device tensors and host arrays mixed in one set")
+        if on_device == {True}:
+            return self._pool_device_cameras(cameras, present[0], out, stream, sync, scales)
+        hosts = [tuple(None if t is None else host_array(t, "camera") for t in c) for c in cameras]
+        if out is not None and is_device(out):
+            raise InputError("out: host inputs pool into a host array (numpy); got a device tensor")
+        target = out if out is not None else np.empty(self.grid_shape, self.grid_dtype)
+        with self._lock:
+            if self.backend.name == "cpu" or (self.precision == "fp16" and scales != (1.0, 1.0)):
+                hosts = [
+                    tuple(None if a is None else _decode_e4m3(a, sc) for a, sc in zip(c, scales))
+                    for c in hosts
+                ]
+            elif tuple(self.backend.fp8_scales) != scales:
+                self.backend.fp8_scales = scales
+            return self.backend.pool_cameras(hosts, out=target)
+
+    def _pool_device_cameras(self, cameras, first, out, stream, sync, scales):
+        s, dl_stream = self._begin_device(stream, first)
+        stacked, gather, sources = [], [], []
+        for i, (name, shape) in enumerate(
+            (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
+        ):
+            per_camera = [
+                None
+                if cam[i] is None
+                else self._tensor(cam[i], f"{name}[{n}]", shape[1:], dl_stream)
+                for n, cam in enumerate(cameras)
+            ]
+            dtypes = {t.dtype for t in per_camera if t is not None} or {np.dtype(np.float16)}
+            if len(dtypes) > 1:
+                raise InputError(f"{name}: cameras in {sorted(d.name for d in dtypes)} mixed")
+            dtype = dtypes.pop()
+            buf = self._gather_buffers[name]
+            slot = int(np.prod(shape[1:])) * dtype.itemsize
+            for n, t in enumerate(per_camera):
+                gather.append((buf.ptr + n * slot, None if t is None else t.ptr, slot))
+            sources += [t for t in per_camera if t is not None]
+            stacked.append(DeviceTensor(buf.ptr, dtype, tuple(shape), self.device))
+        return self._enqueue(s, dl_stream, *stacked, out, sync, scales, gather, sources)
+
     def _pool_host(self, depth, feat, out, scales) -> np.ndarray:
         d, f = host_array(depth, "depth"), host_array(feat, "feat")
         if out is not None and is_device(out):
@@ -214,17 +283,26 @@ class BevPooler:
             return self.backend.pool(d, f, out=target)
 
     def _pool_device(self, depth, feat, out, stream, sync, scales):
+        s, dl_stream = self._begin_device(stream, depth)
+        td = self._tensor(depth, "depth", self.smap.depth_shape, dl_stream)
+        tf = self._tensor(feat, "feat", self.smap.feat_shape, dl_stream)
+        return self._enqueue(s, dl_stream, td, tf, out, sync, scales)
+
+    def _begin_device(self, stream, tensor) -> tuple[int, int]:
+        """(CUstream, the same as the array protocols carry it) of a device call."""
         if not self.on_gpu:
             raise InputError(
                 "device tensors need the cuda backend; this pooler runs the cpu backend "
                 "(no GPU): pass numpy arrays"
             )
+        bind(self.backend.rt.device.ctx)  # this thread's current context: the pooler's device
+        s = self._stream_for(stream, tensor)
+        return s, streams.exported(s)
+
+    def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=()):
+        """Enqueue one frame of ``td``, ``tf`` on ``s`` after the ``gather`` copies (dst, src or
+        None for zeros, bytes); ``sources``: further producers' tensors to order after."""
         rt = self.backend.rt
-        bind(rt.device.ctx)  # this thread's current context: the pooler's device
-        s = self._stream_for(stream, depth)
-        dl_stream = streams.exported(s)
-        td = self._tensor(depth, "depth", self.smap.depth_shape, dl_stream)
-        tf = self._tensor(feat, "feat", self.smap.feat_shape, dl_stream)
         to = None
         if out is not None:
             if not is_device(out):
@@ -246,7 +324,7 @@ class BevPooler:
             for t, sc in ((td, scales[0]), (tf, scales[1]))
         ]
         with self._lock:
-            self._order_after_producers(s, (td, tf, to))
+            self._order_after_producers(s, (td, tf, to, *sources))
             owner = None
             if to is None:
                 owner = StreamOrderedBuffer(
@@ -260,6 +338,11 @@ class BevPooler:
             slot = self._slots.take()
             handle = self._wrap(s)
             try:
+                for dst, src, nbytes in gather:
+                    if src is None:  # a missing camera: zero weights add nothing to the grid
+                        handle.memset8(DeviceView(dst, nbytes), 0, nbytes)
+                    else:
+                        handle.d2d(DeviceView(dst, nbytes), DeviceView(src, nbytes), nbytes)
                 self._device.enqueue(handle, binding)
                 handle.d2h(slot.host_ptr, self._device.flags, 4)
                 slot.event.record(handle.handle)
@@ -339,6 +422,8 @@ class BevPooler:
                 if self._last_event is not None:  # calls are chained: the last one covers all
                     self._last_event.synchronize()
                 self._device.close()
+                for buf in self._gather_buffers.values():
+                    buf.free()
                 self._slots.close()
                 self._producer_sync.destroy()
                 self._device = None
