@@ -349,3 +349,24 @@ def test_streams_in_every_form():
     )
     assert streams.exported(0) == 1 and streams.exported(0x40) == 0x40
     assert streams.current_stream(np.zeros(1)) is None
+
+
+def test_input_handoff_producer_falls_back_with_one_warning(monkeypatch, caplog):
+    """Where the device cannot export memory (no VMM / fd handles / IPC events), the producer
+    says so once and refuses to publish: the caller sends CameraTensor messages instead."""
+    from bevpool_ros.handoff import camera_producer
+    from bevpool_ros.handoff.vmm import HandoffUnsupported
+
+    def refuse(*_a, **_k):
+        raise HandoffUnsupported("output.gpu_handoff needs POSIX file-descriptor memory handles")
+
+    monkeypatch.setattr(camera_producer, "Device", lambda ordinal: object())
+    monkeypatch.setattr(camera_producer, "Event", lambda: type("E", (), {"destroy": lambda s: None})())
+    monkeypatch.setattr(camera_producer, "HandoffRing", refuse)
+    with caplog.at_level("WARNING"):
+        producer = camera_producer.CameraTensorProducer(1024, 4)
+    assert not producer.available and "file-descriptor" in producer.fallback_reason
+    assert len([r for r in caplog.records if "CameraTensor" in r.getMessage()]) == 1
+    with pytest.raises(HandoffUnsupported, match="file-descriptor"):
+        producer.publish(CudaLike((4,), "<f2"))
+    producer.close()
