@@ -361,7 +361,8 @@ def test_input_handoff_producer_falls_back_with_one_warning(monkeypatch, caplog)
         raise HandoffUnsupported("output.gpu_handoff needs POSIX file-descriptor memory handles")
 
     monkeypatch.setattr(camera_producer, "Device", lambda ordinal: object())
-    monkeypatch.setattr(camera_producer, "Event", lambda: type("E", (), {"destroy": lambda s: None})())
+    no_event = type("NoEvent", (), {"destroy": lambda self: None})
+    monkeypatch.setattr(camera_producer, "Event", no_event)
     monkeypatch.setattr(camera_producer, "HandoffRing", refuse)
     with caplog.at_level("WARNING"):
         producer = camera_producer.CameraTensorProducer(1024, 4)
