@@ -13,6 +13,7 @@ the flag word is copied into; the grid gives it back when it is dropped.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -136,7 +137,7 @@ class DeviceGrid:
         out=None,
     ):
         self.ptr, self.shape, self.dtype = int(ptr), tuple(shape), np.dtype(dtype)
-        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self.stream, self.device = int(stream), int(device)
         self.out = out
         self._slot, self._slots, self._owner = slot, slots, owner
