@@ -50,7 +50,8 @@ class CallSlots:
         self._chunks: list[PinnedBuffer] = []
         self._lent = 0
         self._closed = False
-        self._lock = threading.Lock()
+        # re-entrant: a grid dropped by the garbage collector inside take() gives its slot back
+        self._lock = threading.RLock()
 
     def take(self) -> CallSlot:
         with self._lock:

@@ -326,6 +326,8 @@ class BevPooler:
             for t, sc in ((td, scales[0]), (tf, scales[1]))
         ]
         with self._lock:
+            if self._device is None:
+                raise RuntimeError("BevPooler: the pooler was closed")
             self._order_after_producers(s, (td, tf, to, *sources))
             owner = None
             if to is None:
