@@ -90,9 +90,8 @@ class DeviceFrame:
         self._seen: OrderedDict[tuple, None] = OrderedDict()
         self.graph_replays = 0
         self.eager_frames = 0
-        for (
-            kernel
-        ) in CONVERT_KERNELS:  # resolved now: nothing may resolve while a stream is captured
+        # resolved now: nothing may resolve a function while a stream is captured
+        for kernel in CONVERT_KERNELS:
             rt.module.function(kernel)
 
     @property
