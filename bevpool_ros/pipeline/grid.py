@@ -105,12 +105,12 @@ class StreamOrderedBuffer:
             return
         bind(self._ctx)
         cu = api()
-        if (
-            not self.pools
-            or api().cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0]
-            != cu.CUresult.CUDA_SUCCESS
-        ):  # no pools, or the stream is gone: a freeing that waits
-            cu.cuMemFree(self.ptr)
+        freed = False
+        if self.pools:  # in stream order; refused only when the stream is gone
+            err = cu.cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0]
+            freed = err == cu.CUresult.CUDA_SUCCESS
+        if not freed:
+            cu.cuMemFree(self.ptr)  # waits for the device first
         self.ptr = 0
 
     def __del__(self):
