@@ -411,8 +411,12 @@ class BevPooler:
         producer named (``__cuda_array_interface__`` v3): device-side waits, no host wait."""
         if self._last_event is not None and not streams.same_stream(self._last_stream, s):
             self._last_event.wait(s)
+        waited = set()
         for t in tensors:
-            if t is not None and t.stream is not None and not streams.same_stream(t.stream, s):
+            if t is None or t.stream is None or t.stream in waited:
+                continue
+            waited.add(t.stream)
+            if not streams.same_stream(t.stream, s):
                 self._producer_sync.record(t.stream)
                 self._producer_sync.wait(s)
 
