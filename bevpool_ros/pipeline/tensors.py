@@ -125,9 +125,8 @@ def from_cuda_array_interface(cai: dict, name: str, device: int | None = None) -
     if cai.get("mask") is not None:
         raise InputError(f"{name}: masked arrays are not taken")
     stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
-    return DeviceTensor(
-        ptr, dtype.newbyteorder("="), shape, device, None if stream is None else int(stream), readonly
-    )
+    stream = None if stream is None else int(stream)
+    return DeviceTensor(ptr, dtype.newbyteorder("="), shape, device, stream, readonly)
 
 
 def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
