@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""End-to-end latency of bevpool_node: synthetic publisher, node and subscriber in three processes.
+"""End-to-end latency of BEV pooling: over ROS 2 (publisher, node and subscriber in three
+processes) or in-process (BevPooler inside the caller's process).
 
     python bench/latency.py [--backend cpu] [--precision fp16] [--bev-dtype float32]
-                            [--transport dds|handoff] [--frames 1000] [--rate 30] [--rows FILE.json]
+                            [--transport dds|handoff_out|inprocess] [--rig nuscenes|wide_c256|F]
+                            [--frames 1000] [--rate 30] [--rows FILE.json]
 
-Per camera set (the synthetic 6-camera nuScenes rig):
+Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
   e2e       last input message of the set published (publisher process) -> its grid received
-            (subscriber process): a BevFeature decoded, or, with --transport handoff, the
-            BevHandoff opened and its IPC event waited on. One clock: CLOCK_MONOTONIC is
-            system-wide, so the two processes' timestamps compare directly.
+            (subscriber process): a BevFeature decoded (dds), or the BevHandoff opened and its IPC
+            event waited on (handoff_out; "handoff" is the same). One clock: CLOCK_MONOTONIC is
+            system-wide, so the two processes' timestamps compare directly. inprocess: pool call ->
+            grid ready on the stream, timed on the GPU (bench/inprocess_latency.py; no ROS).
   node      the node's own view from /diagnostics: last input received -> BEV published
   stage     the pooling stage inside the node (payloads in -> BEV bytes ready): backend.pool()
             plus assembling the set, as /diagnostics reports it
   kernel    the pooling kernel alone (cuda: CUDA-graph replay median; cpu: backend.pool())
 Writes <out>.json and <out>.md (default bench/results/latency_<backend>), and with --rows appends
-one row per configuration (backend, precision, output_dtype, transport, frames, received,
-e2e_p50_ms, e2e_p99_ms, stage_p50_ms, stage_p99_ms, kernel_us, ...) to that JSON list.
+one row per configuration (backend, precision, input_dtype, output_dtype, transport, rig,
+rate_hz, frames, received, e2e_p50_ms, e2e_p99_ms, stage_p50_ms, stage_p99_ms, kernel_us, ...)
+to that JSON list.
 A benchmark, not a timed test: numbers depend on the machine and on what else runs there.
 """
 from __future__ import annotations
@@ -36,6 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
+TRANSPORTS = ("dds", "handoff_out", "inprocess")
 DRAIN_S = 2.0
 READY_TIMEOUT_S = 40.0  # node start-up (kernel compile / autotune on a cold cache) + discovery
 
@@ -58,7 +63,7 @@ def role_publisher(args) -> int:
     from bevpool_ros.rig import load_rig
 
     rclpy.init(args=[sys.argv[0]])
-    pub = SyntheticRigPublisher(load_rig(str(RIG)), dtype=args.input_dtype)
+    pub = SyntheticRigPublisher(load_rig(args.rig), dtype=args.input_dtype)
     sent = []
     try:
         if not pub.wait_for_subscribers(60.0, spin=lambda t: rclpy.spin_once(pub, timeout_sec=t)):
@@ -90,7 +95,7 @@ def role_subscriber(args) -> int:
     node = Node("bevpool_latency_subscriber")
     received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
     qos = make_qos("reliable", 10)
-    if args.transport == "handoff":
+    if args.transport == "handoff_out":
         from bevpool_msgs.msg import BevHandoff
 
         from bevpool_ros.handoff.reader import HandoffOverwritten, HandoffReader
@@ -141,14 +146,66 @@ def role_subscriber(args) -> int:
 
 
 # --- orchestration -------------------------------------------------------------------------------
-def kernel_only(backend_name: str, precision: str, frames: int = 50) -> dict:
+def workload_yaml(name: str) -> str:
+    """The shipped rig's YAML with a workload's overrides (bevpool_ros.workloads) applied."""
+    import yaml
+
+    from bevpool_ros.workloads import RIG_WORKLOADS
+
+    d = yaml.safe_load(RIG.read_text())
+    d["name"] = name
+    for key, value in RIG_WORKLOADS[name][1].items():
+        if key in ("input_width", "input_height", "resize"):
+            d["input"][key.replace("input_", "")] = value
+        elif key == "crop_top":
+            d["input"]["crop"][1] = value
+        elif key == "depth_step":
+            d["depth_bins"]["step"] = value
+        elif key in ("x", "y", "z"):
+            d["bev_grid"][key] = [value.lower, value.upper, value.step]
+        else:
+            d[key] = value
+    return yaml.safe_dump(d, sort_keys=False)
+
+
+def resolve_rig(name: str) -> Path:
+    """A rig YAML: the file given, a rig of config/rigs by name, or a benchmark workload of the
+    shipped rig (bevpool_ros.workloads, e.g. wide_c256) written to a temporary YAML for the node."""
+    from bevpool_ros.rig import load_rig
+    from bevpool_ros.workloads import RIG_WORKLOADS, workload_rig
+
+    path = Path(name)
+    if path.is_file():
+        return path.resolve()
+    shipped = ROOT / "config" / "rigs" / f"{name}.yaml"
+    if shipped.is_file():
+        return shipped
+    if name in ("nuscenes", "canonical"):
+        return RIG
+    if name in RIG_WORKLOADS:
+        out = Path(tempfile.mkdtemp(prefix="bevpool_rig_")) / f"{name}.yaml"
+        out.write_text(workload_yaml(name))
+        if load_rig(out) != workload_rig(name):
+            raise SystemExit(f"--rig {name}: the YAML does not reproduce the workload's rig")
+        return out
+    raise SystemExit(f"--rig {name}: not a file, a rig of config/rigs, nor one of "
+                     f"{sorted(RIG_WORKLOADS)}")
+
+
+def rig_label(path) -> str:
+    from bevpool_ros.rig import load_rig
+
+    return load_rig(path).name
+
+
+def kernel_only(backend_name: str, precision: str, rig_path, frames: int = 50) -> dict:
     """The kernel alone on the synthetic inputs: the floor the node's latency sits on."""
     from bevpool_ros.backends import create_backend
     from bevpool_ros.rig import load_rig
     from bevpool_ros.scatter_map import build_scatter_map
     from bevpool_ros.synthetic import SyntheticScene
 
-    rig = load_rig(str(RIG))
+    rig = load_rig(rig_path)
     backend = create_backend(backend_name, precision)
     backend.prepare(build_scatter_map(rig))
     depth, feat = SyntheticScene(rig).frame(0)
@@ -177,7 +234,7 @@ def machine() -> dict:
 def _child(role: str, args, record: str, log) -> subprocess.Popen:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--record", record,
            "--frames", str(args.frames), "--rate", str(args.rate), "--transport", args.transport,
-           "--input-dtype", args.input_dtype]
+           "--input-dtype", args.input_dtype, "--rig", str(args.rig)]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -207,10 +264,10 @@ def run_pipeline(args) -> dict:
     from bevpool_ros.demo.session import isolate, ros_param_args
 
     isolate()
-    params = {"rig_file": str(RIG), "backend": args.backend, "precision": args.precision,
+    params = {"rig_file": str(args.rig), "backend": args.backend, "precision": args.precision,
               "output.bev_dtype": args.bev_dtype, "output.publish_image": False, "diagnostics.period_s": 0.5,
               "diagnostics.latency_window": min(100000, args.frames + 10),
-              "output.gpu_handoff": args.transport == "handoff"}
+              "output.gpu_handoff": args.transport == "handoff_out"}
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],
@@ -274,9 +331,67 @@ def render_md(res: dict) -> str:
         f"Drops: {res['drops'] or 'none'}." + (
             f" Hand-off: grids overwritten before read {res['overwritten']}; open + event wait in the subscriber "
             f"p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
-            if r["transport"] == "handoff" else ""),
+            if r["transport"] == "handoff_out" else ""),
     ]
     return "\n".join(lines) + "\n"
+
+
+def write_results(prefix: Path, res: dict, md: str, rows_file: str | None, row: dict,
+                  info: dict) -> None:
+    """<prefix>.json and .md; with ``rows_file``, the row appended to that JSON list."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    prefix.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
+    prefix.with_suffix(".md").write_text(md)
+    if rows_file:
+        rows_path = Path(rows_file)
+        rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
+        row = {k: (None if isinstance(v, float) and v != v else v)  # NaN -> null
+               for k, v in row.items()}
+        row = dict(row, date_utc=res["date_utc"], machine=info["cpu"])
+        rows_path.write_text(json.dumps(rows + [row], indent=2) + "\n")
+
+
+def main_inprocess(args, argv) -> int:
+    """--transport inprocess: BevPooler in this process (bench/inprocess_latency.py), no ROS."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import inprocess_latency
+
+    from bevpool_ros.rig import load_rig
+
+    if args.backend not in ("cuda", "best"):
+        raise SystemExit("--transport inprocess measures the device path: --backend cuda")
+    info = machine()
+    rig = load_rig(args.rig)
+    from bevpool_ros.backends.errors import BackendUnavailable
+
+    try:
+        row = inprocess_latency.run(rig, precision=args.precision, input_dtype=args.input_dtype,
+                                    bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate,
+                                    warmup=args.warmup, tensors=args.tensors)
+    except (BackendUnavailable, ImportError) as e:  # no GPU, or --tensors names a missing framework
+        raise SystemExit(f"--transport inprocess: {e}") from None
+    command = "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    res = {"row": row, "machine": info, "command": command,
+           "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    r = row
+    md = (f"# BevPooler in-process: {r['precision']}, {r['input_dtype']} in "
+          f"({r['tensors']} tensors), "
+          f"{r['output_dtype']} grid, rig {r['rig']}, {r['rate_hz']:g} Hz\n\n"
+          f"Command: `{command}`  \n"
+          f"Sets: {r['frames']} measured, {r['received']} checked clean.\n\n"
+          "| measure | p50 | p99 |\n|---|---|---|\n"
+          "| end to end: pool call -> grid ready on the stream (GPU events, ms) | "
+          f"{r['e2e_p50_ms']:.4f} | {r['e2e_p99_ms']:.4f} |\n"
+          f"| the call on the host (ms) | {r['stage_p50_ms']:.4f} | {r['stage_p99_ms']:.4f} |\n"
+          f"| call -> grid ready seen by the host (ms) | {r['host_wait_p50_ms']:.4f} | "
+          f"{r['host_wait_p99_ms']:.4f} |\n"
+          f"| kernel alone (us) | {r['kernel_us']:.1f} | |\n\n"
+          f"p99 minus kernel: {r['e2e_minus_kernel_p99_us']:.1f} us; graph replays "
+          f"{r['graph_replays']}, eager frames {r['eager_frames']}.\n")
+    prefix = Path(args.out) if args.out else ROOT / "bench" / "results" / "latency_inprocess"
+    write_results(prefix, res, md, args.rows, row, info)
+    print(md)
+    return 0 if row["received"] == row["frames"] else 1
 
 
 def main(argv=None) -> int:
@@ -287,16 +402,30 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--rate", type=float, default=30.0)
     ap.add_argument("--bev-dtype", default="float32", choices=("float32", "float16"))
-    ap.add_argument("--input-dtype", default="float32", choices=("float32", "float16"))
-    ap.add_argument("--transport", default="dds", choices=("dds", "handoff"))
+    ap.add_argument("--input-dtype", default="float32",
+                    choices=("float32", "float16", "float8_e4m3"),
+                    help="float8_e4m3 (E4M3 codes with power-of-two scales): inprocess only")
+    ap.add_argument("--transport", default="dds", choices=(*TRANSPORTS, "handoff"),
+                    help="dds | handoff_out (the node's grid through the GPU hand-off; "
+                         "'handoff' too) | inprocess (BevPooler in this process, no ROS)")
+    ap.add_argument("--rig", default=str(RIG),
+                    help="rig YAML, a rig of config/rigs, or a workload (wide_c256)")
+    ap.add_argument("--tensors", default="auto", choices=("auto", "torch", "cupy", "driver"),
+                    help="inprocess: the caller's tensors (auto: PyTorch when it has CUDA)")
     ap.add_argument("--out", default=None, help="output prefix (default bench/results/latency_<backend>)")
     ap.add_argument("--rows", default=None, help="append this configuration's row to a JSON list file")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    args.transport = "handoff_out" if args.transport == "handoff" else args.transport
     if args.role:
         return (role_publisher if args.role == "publisher" else role_subscriber)(args)
+    args.rig = str(resolve_rig(args.rig))
+    if args.transport == "inprocess":
+        return main_inprocess(args, argv)
+    if args.input_dtype == "float8_e4m3":
+        ap.error("--input-dtype float8_e4m3 is measured in-process only (--transport inprocess)")
 
     info = machine()
     run = run_pipeline(args)
@@ -308,10 +437,11 @@ def main(argv=None) -> int:
     e2e = [(t - sent[s]) / 1e6 for s, t in sub["received"] if s in measured]
     e = percentiles(e2e)
     backend = d.get("backend", args.backend)
-    kern = kernel_only(backend if backend not in ("best", "") else "cpu", args.precision)
+    kern = kernel_only(backend if backend not in ("best", "") else "cpu", args.precision, args.rig)
     stage = ("stage_p50_ms", "stage_p99_ms") if "stage_p50_ms" in d else ("pool_p50_ms", "pool_p99_ms")
     row = {"backend": backend, "precision": d.get("precision", args.precision), "output_dtype": sub.get("dtype", args.bev_dtype),
-           "transport": args.transport, "frames": len(sent), "received": len(sub["received"]),
+           "transport": args.transport, "rig": rig_label(args.rig),
+           "frames": len(sent), "received": len(sub["received"]),
            "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),
            "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate,
            "node_p50_ms": f("latency_p50_ms"), "node_p99_ms": f("latency_p99_ms"),
@@ -324,7 +454,8 @@ def main(argv=None) -> int:
                       for k in ("queue_wait", "assemble", "message", "publish")},
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")
                   or k in ("sync_incomplete_timeout", "sync_late", "sync_evicted", "sync_superseded")},
-        "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:]) if args.transport == "handoff" else None,
+        "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:])
+        if args.transport == "handoff_out" else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
@@ -332,15 +463,7 @@ def main(argv=None) -> int:
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     prefix = Path(args.out) if args.out else ROOT / "bench" / "results" / f"latency_{backend}"
-    prefix.parent.mkdir(parents=True, exist_ok=True)
-    prefix.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
-    prefix.with_suffix(".md").write_text(render_md(res))
-    if args.rows:
-        rows_path = Path(args.rows)
-        rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
-        row = {k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}  # NaN -> null
-        rows_path.write_text(json.dumps(rows + [dict(row, date_utc=res["date_utc"], machine=info["cpu"])],
-                                        indent=2) + "\n")
+    write_results(prefix, res, render_md(res), args.rows, row, info)
     print(render_md(res))
     if not row["received"]:
         print(run["log_tail"], file=sys.stderr)

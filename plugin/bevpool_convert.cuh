@@ -143,6 +143,10 @@ extern "C" __global__ void bevconv_out_f16_to_f16(const __half* x, __half* y, lo
 extern "C" __global__ void bevconv_out_f16_to_f32(const __half* x, float* y, long long n, const int* k, unsigned* f) {
   bevconv_epilogue<__half, float>(x, y, n, k, f);
 }
+// float32 kernel output published as float32 with a scale (E4M3 inputs pooled by an FP16 kernel)
+extern "C" __global__ void bevconv_out_f32_to_f32(const float* x, float* y, long long n, const int* k, unsigned* f) {
+  bevconv_epilogue<float, float>(x, y, n, k, f);
+}
 // float32 kernel output published as float32: the check alone, no second buffer
 extern "C" __global__ void bevconv_check_out_f32(const float* x, long long n, unsigned* flags) {
   bool bad = false;

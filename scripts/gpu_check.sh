@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # One device call: build (NVRTC) -> GPU tests -> Table-1 benchmark -> Nsight Compute summary.
-# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--no-ros] [--tune W1,W2]
+# Usage (repo root, on the GPU machine):  scripts/gpu_check.sh [--no-tests] [--no-ncu] [--no-frame] [--no-bench] [--no-ros]
+#                                         [--no-inprocess] [--tune W1,W2]
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
 # pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
 # h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log.
+# In-process block (BevPooler, no ROS; needs PyTorch and CuPy with CUDA): inprocess_pytest.log, and one row per
+# configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export BEVPOOL_KERNEL_CACHE=${BEVPOOL_KERNEL_CACHE:-/tmp/bevpool_kcache}
-RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 RUN_ROS=1 TUNE=""
+RUN_TESTS=1 RUN_NCU=1 RUN_FRAME=1 RUN_BENCH=1 RUN_ROS=1 RUN_INPROCESS=1 TUNE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) RUN_TESTS=0 ;;
@@ -19,12 +22,14 @@ while [ $# -gt 0 ]; do
     --no-frame) RUN_FRAME=0 ;;
     --no-bench) RUN_BENCH=0 ;;
     --no-ros) RUN_ROS=0 ;;
+    --no-inprocess) RUN_INPROCESS=0 ;;
     --tune) TUNE="$2"; shift ;;
     *) echo "unknown flag $1"; exit 2 ;;
   esac
   shift
 done
 status=0
+rm -f "$OUT/h200_node_latency.json"  # the ROS and in-process blocks append their rows to it
 
 {
   date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
@@ -99,16 +104,18 @@ if [ "$RUN_ROS" = 1 ]; then
             --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
         timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
       } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
-      rm -f "$OUT/h200_node_latency.json" "$OUT/ros_latency.md"
-      # ROS_LATENCY="precision bev_dtype transport;..." (empty: skip the latency runs)
-      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds;fp16 float32 dds;fp8 float16 dds;fp8 float32 dds;fp16 float16 handoff}"
+      rm -f "$OUT/ros_latency.md"
+      # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype]]];..." (empty: skip the runs);
+      # defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each.
+      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256}"
       for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
         set -- $cfg
-        timeout $(( ${ROS_FRAMES:-1000} / 30 + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda --precision "$1" \
-            --bev-dtype "$2" --transport "$3" --frames "${ROS_FRAMES:-1000}" --rate 30 \
-            --out "/tmp/bevpool_latency_$1_$2_$3" --rows "$OUT/h200_node_latency.json" \
-            >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
+        rig=${4:-nuscenes} rate=${5:-30} idt=${6:-float16}
+        timeout $(( ${ROS_FRAMES:-1000} / ${rate%.*} + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda \
+            --precision "$1" --bev-dtype "$2" --transport "$3" --rig "$rig" --rate "$rate" --input-dtype "$idt" \
+            --frames "${ROS_FRAMES:-1000}" --out "/tmp/bevpool_latency_$1_$2_$3_${rig}_${rate}_$idt" \
+            --rows "$OUT/h200_node_latency.json" >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
       done
       [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
       # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
@@ -122,5 +129,26 @@ if [ "$RUN_ROS" = 1 ]; then
   else
     echo "ROS runtime not installed (see ros_install.log)"; tail -5 "$OUT/ros_install.log"; status=1
   fi
+fi
+# --- In-process block: BevPooler with PyTorch / CuPy tensors (issue 15), no ROS ---------------------------------
+# The device-path GPU tests (torch and CuPy tensors vs the FP64 reference), then the in-process latency rows:
+# INPROCESS_LATENCY="precision bev_dtype input_dtype rig rate_hz tensors;..." (empty: skip), INPROCESS_FRAMES sets
+# (default 1000). Each row: about INPROCESS_FRAMES / rate + 10 s.
+if [ "$RUN_INPROCESS" = 1 ]; then
+  timeout "${INPROCESS_TEST_TIMEOUT:-300}" $PY -m pytest -q --no-header -p no:cacheprovider -rs \
+      test/test_inprocess_gpu.py test/test_inprocess.py 2>&1 | tee "$OUT/inprocess_pytest.log" | tail -12 || status=1
+  rm -f "$OUT/inprocess_latency.md"
+  IFS=';' read -r -a cfgs <<< "${INPROCESS_LATENCY-fp16 float16 float16 nuscenes 30 torch;fp8 float16 float16 nuscenes 30 torch;fp8 float16 float8_e4m3 nuscenes 30 torch;fp16 float16 float16 wide_c256 30 torch;fp16 float16 float16 nuscenes 100 torch;fp16 float32 float32 nuscenes 30 driver}"
+  for cfg in "${cfgs[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $cfg
+    timeout $(( ${INPROCESS_FRAMES:-1000} / ${5%.*} + 60 )) $PY bench/latency.py --transport inprocess --backend cuda \
+        --precision "$1" --bev-dtype "$2" --input-dtype "$3" --rig "$4" --rate "$5" --tensors "$6" \
+        --frames "${INPROCESS_FRAMES:-1000}" --out "/tmp/bevpool_inprocess_$1_$2_$3_$4_$5_$6" \
+        --rows "$OUT/h200_node_latency.json" >> "$OUT/inprocess_latency.md" 2>&1 \
+        || echo "in-process latency $cfg failed (see inprocess_latency.md)"
+  done
+  [ -f "$OUT/inprocess_latency.md" ] && grep -E "^# |end to end|on the host|kernel alone|p99 minus|Error|error" \
+      "$OUT/inprocess_latency.md"
 fi
 exit $status

@@ -23,7 +23,8 @@ from .ring import RingError, SharedControlBlock
 from .vmm import IpcEvent, SharedDeviceMemory, device_uuid
 
 # Tensor.DTYPE_* codes the hand-off publishes
-DTYPES = {8: np.dtype("<f2"), 9: np.dtype("<f4")}
+# (grids: float16, float32; camera tensors from camera_producer.py also E4M3 codes as uint8)
+DTYPES = {8: np.dtype("<f2"), 9: np.dtype("<f4"), 12: np.dtype(np.uint8)}
 
 
 class HandoffError(RuntimeError):
@@ -147,7 +148,7 @@ class HandoffReader:
     def open(self, msg, wait: bool = True) -> HandoffView:
         dtype = DTYPES.get(int(msg.dtype))
         if dtype is None:
-            raise HandoffError(f"hand-off dtype code {msg.dtype} is not float16 or float32")
+            raise HandoffError(f"hand-off dtype code {msg.dtype} is not float16, float32 or E4M3")
         count = int(np.prod([int(s) for s in msg.shape], dtype=np.int64))
         if int(msg.nbytes) != count * dtype.itemsize:
             raise HandoffError(f"nbytes {msg.nbytes} != shape {list(msg.shape)} x {dtype.itemsize}")

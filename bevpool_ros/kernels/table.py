@@ -77,6 +77,7 @@ V3_KERNELS = {k.name: k for k in (
 CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f16", "bevconv_check_e4m3",
                    "bevconv_amax_f32", "bevconv_amax_f16", "bevconv_f32_to_e4m3", "bevconv_f16_to_e4m3",
                    "bevconv_out_f32_to_f16", "bevconv_out_f16_to_f16", "bevconv_out_f16_to_f32",
+                   "bevconv_out_f32_to_f32",
                    "bevconv_check_out_f32", "bevconv_expand_depth_f32", "bevconv_expand_depth_f16",
                    "bevconv_expand_depth_e4m3")
 HANDWRITTEN_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pack8_fp16",

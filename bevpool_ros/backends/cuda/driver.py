@@ -207,6 +207,14 @@ class Stream:
         cu = api()
         self.handle = check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
 
+    @classmethod
+    def wrap(cls, handle: int) -> "Stream":
+        """Someone else's stream (a framework's CUstream, by address) with this class's methods;
+        never destroyed here."""
+        stream = cls.__new__(cls)
+        stream.handle = api().CUstream(int(handle))
+        return stream
+
     def synchronize(self) -> None:
         bind()
         check(api().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
@@ -297,6 +305,62 @@ class Graph:
             cu.cuGraphExecDestroy(self.exec)
             cu.cuGraphDestroy(self.graph)
             self.exec = None
+
+
+class Event:
+    """A CUDA event without timing (the cheap kind): ``record`` on one stream, ``wait`` from another
+    stream (no host involvement), ``synchronize`` or ``done`` from the host."""
+
+    def __init__(self):
+        bind()
+        cu = api()
+        self._ctx = _default_ctx
+        flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        self.handle = check(cu.cuEventCreate(flags), "cuEventCreate")
+
+    def record(self, stream_handle) -> None:
+        bind(self._ctx)
+        check(api().cuEventRecord(self.handle, stream_handle), "cuEventRecord")
+
+    def wait(self, stream_handle) -> None:
+        """Work enqueued on ``stream_handle`` from now on runs after the recorded work."""
+        bind(self._ctx)
+        check(api().cuStreamWaitEvent(stream_handle, self.handle, 0), "cuStreamWaitEvent")
+
+    def synchronize(self) -> None:
+        bind(self._ctx)
+        check(api().cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def done(self) -> bool:
+        bind(self._ctx)
+        cu = api()
+        err, = cu.cuEventQuery(self.handle)
+        if err == cu.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        check(err, "cuEventQuery")
+        return True
+
+    def destroy(self) -> None:
+        if self.handle is not None:
+            bind(self._ctx)
+            api().cuEventDestroy(self.handle)
+            self.handle = None
+
+    def __del__(self):
+        try:
+            self.destroy()
+        except Exception:
+            pass
+
+
+def pointer_device(ptr: int) -> int | None:
+    """Ordinal of the device ``ptr`` belongs to (device or managed memory), None for memory the
+    driver does not know (plain host memory, a freed or foreign address)."""
+    bind()
+    cu = api()
+    attribute = cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, ordinal = cu.cuPointerGetAttribute(attribute, int(ptr))
+    return int(ordinal) if err == cu.CUresult.CUDA_SUCCESS else None
 
 
 class EventTimer:

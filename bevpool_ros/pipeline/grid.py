@@ -1,0 +1,239 @@
+"""The grid ``BevPooler.pool`` returns for device inputs: device memory ordered on a stream.
+
+``DeviceGrid`` speaks DLPack (``torch.from_dlpack(grid)``, ``cupy.from_dlpack(grid)``) and
+``__cuda_array_interface__`` without a copy. It becomes valid when the work enqueued on
+``grid.stream`` by the pool call has run; a consumer on that stream needs nothing more, a
+consumer on another stream is made to wait for it (``__dlpack__(stream=...)`` does this, as the
+protocol asks; or ``grid.wait(stream)``). Nothing here waits on the host unless asked:
+``check()`` waits for the grid and raises what the device's value checks found.
+
+Per call the pooler lends a ``CallSlot``: the event recorded after the grid and a pinned word
+the flag word is copied into; the grid gives it back when it is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+from ..backends.cuda.driver import Event, PinnedBuffer, api, bind, check
+from ..backends.errors import NonFiniteInput, NonFiniteOutput
+from ..backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
+from ..handoff import dlpack
+from .streams import LEGACY, exported, same_stream
+
+SLOTS_PER_CHUNK = 64
+
+
+class CallSlot:
+    def __init__(self, event: Event, words: np.ndarray, index: int):
+        self.event, self._words, self.index = event, words, index
+
+    @property
+    def host_ptr(self) -> int:
+        return int(self._words.ctypes.data) + 4 * self.index
+
+    @property
+    def flags(self) -> int:
+        return int(self._words[self.index])
+
+
+class CallSlots:
+    """Events and pinned flag words, lent per call and given back by the grid (grown in chunks).
+    After ``close`` the memory goes when the last lent slot comes back: a grid may outlive its
+    pooler."""
+
+    def __init__(self):
+        self._free: list[CallSlot] = []
+        self._chunks: list[PinnedBuffer] = []
+        self._lent = 0
+        self._closed = False
+        # re-entrant: a grid dropped by the garbage collector inside take() gives its slot back
+        self._lock = threading.RLock()
+
+    def take(self) -> CallSlot:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pooler was closed")
+            if not self._free:
+                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32)
+                self._chunks.append(chunk)
+                self._free = [CallSlot(Event(), chunk.array, i) for i in range(SLOTS_PER_CHUNK)]
+            self._lent += 1
+            return self._free.pop()
+
+    def give_back(self, slot: CallSlot) -> None:
+        with self._lock:
+            self._lent -= 1
+            self._free.append(slot)
+            if self._closed and not self._lent:
+                self._release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if not self._lent:
+                self._release()
+
+    def _release(self) -> None:
+        for slot in self._free:
+            slot.event.destroy()
+        self._free = []
+        for chunk in self._chunks:
+            chunk.free()
+        self._chunks = []
+
+
+class StreamOrderedBuffer:
+    """A grid buffer of the pooler's own, allocated and freed in stream order (cuMemAllocAsync)
+    where the device has memory pools, else with cuMemAlloc / cuMemFree."""
+
+    def __init__(self, nbytes: int, stream: int, ctx, pools: bool):
+        bind(ctx)
+        cu = api()
+        self._ctx, self.stream, self.pools, self.nbytes = ctx, stream, pools, int(nbytes)
+        self.ptr = int(
+            check(cu.cuMemAllocAsync(self.nbytes, cu.CUstream(stream)), "cuMemAllocAsync")
+            if pools
+            else check(cu.cuMemAlloc(self.nbytes), "cuMemAlloc")
+        )
+
+    def free(self) -> None:
+        if not self.ptr:
+            return
+        bind(self._ctx)
+        cu = api()
+        freed = False
+        if self.pools:  # in stream order; refused only when the stream is gone
+            err = cu.cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0]
+            freed = err == cu.CUresult.CUDA_SUCCESS
+        if not freed:
+            cu.cuMemFree(self.ptr)  # waits for the device first
+        self.ptr = 0
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+class DeviceGrid:
+    """One pooled grid ``[Z, Y, X, C]`` on the device. ``ptr``, ``shape``, ``dtype``, ``nbytes``,
+    ``stream`` (the CUstream it is ordered on), ``device`` (ordinal); ``out``: the caller's
+    tensor when the grid was written into one (None: the grid owns its memory)."""
+
+    def __init__(
+        self,
+        ptr: int,
+        shape,
+        dtype,
+        stream: int,
+        device: int,
+        slot: CallSlot,
+        slots: CallSlots,
+        owner=None,
+        out=None,
+    ):
+        self.ptr, self.shape, self.dtype = int(ptr), tuple(shape), np.dtype(dtype)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+        self.stream, self.device = int(stream), int(device)
+        self.out = out
+        self._slot, self._slots, self._owner = slot, slots, owner
+        self._flags: int | None = None
+
+    # --- ordering -----------------------------------------------------------------------------
+    @property
+    def event(self) -> Event:
+        """Recorded on ``stream`` right after the grid (and its flag word) were written."""
+        if self._slot is None:
+            raise RuntimeError("this grid was released")
+        return self._slot.event
+
+    def ready(self) -> bool:
+        """Has the device finished the grid? (A query: never waits.)"""
+        return self._flags is not None or self.event.done()
+
+    def wait(self, stream) -> None:
+        """Make work enqueued on ``stream`` (a CUstream address) from now on run after the grid."""
+        if not same_stream(int(stream), self.stream):
+            self.event.wait(int(stream))
+
+    def synchronize(self) -> "DeviceGrid":
+        """Block this thread until the grid is written."""
+        if self._flags is None:
+            self.event.synchronize()
+            self._flags = self._slot.flags
+        return self
+
+    @property
+    def flags(self) -> int:
+        """The device's value-check bits for this grid (waits for it)."""
+        return self.synchronize()._flags
+
+    def check(self) -> "DeviceGrid":
+        """Wait for the grid; raise NonFiniteInput (inputs held NaN/Inf, or values beyond FP16 at
+        FP16) or NonFiniteOutput (the grid overflowed its dtype) as the node's drops do."""
+        flags = self.flags
+        if flags & FLAG_INPUT:
+            raise NonFiniteInput("inputs hold NaN/Inf (or values beyond FP16's range)")
+        if flags & FLAG_OUTPUT:
+            raise NonFiniteOutput("the grid holds NaN/Inf (overflow of the grid dtype?)")
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the grid)."""
+        self.synchronize()
+        host = np.empty(self.shape, self.dtype)
+        bind()
+        check(api().cuMemcpyDtoH(host.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
+        return host
+
+    # --- zero-copy protocols -------------------------------------------------------------------
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "version": 3,
+            "strides": None,
+            "stream": exported(self.stream),
+        }
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.KDL_CUDA, self.device
+
+    def __dlpack__(self, stream=None, **_):
+        """A capsule over the grid; the consumer's ``stream`` (None: the legacy default stream,
+        -1: none) is made to wait for the grid first. The capsule keeps this grid alive."""
+        if stream != -1:
+            self.wait(LEGACY if stream is None else int(stream))
+        return dlpack.to_capsule(
+            self.ptr, self.shape, self.dtype, dlpack.KDL_CUDA, self.device, owner=self
+        )
+
+    # --- lifetime ---------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Give the call's slot back and free the grid's own memory (in stream order). Dropping
+        the last reference does the same."""
+        slot, self._slot = self._slot, None
+        if slot is not None:
+            self._slots.give_back(slot)
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.free()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"DeviceGrid(shape={self.shape}, dtype={self.dtype.name}, device={self.device}, "
+            f"stream={self.stream:#x}, {'caller buffer' if self.out is not None else 'own buffer'})"
+        )

@@ -1,0 +1,468 @@
+"""BevPooler: BEV pooling as a call inside the process that runs the networks.
+
+    pooler = BevPooler("rig.yaml", precision="fp16", grid_dtype="float16")
+    grid = pooler.pool(depth, feat)          # device tensors in: enqueued on the current stream
+    bev = torch.from_dlpack(grid)            # no copy, no host wait
+
+Device inputs (PyTorch, CuPy, hand-off views, any DLPack / ``__cuda_array_interface__``
+producer): float32, float16 or E4M3 codes (uint8, or a float8_e4m3fn tensor) with a power-of-two
+scale. The kernel reads the caller's memory where its dtype is the kernel's input dtype (FP16
+tensors at fp16, E4M3 codes at fp8); any other dtype is converted on the device into the
+pooler's buffers. NaN/Inf are checked on the device; ``grid.check()`` (or ``sync=True``)
+raises what was found. The grid goes into ``out`` (a device tensor of the grid's shape, float32
+or float16) or memory of its own, allocated in stream order. Nothing waits on the host unless
+``sync=True`` or the caller asks the grid.
+
+Host inputs (numpy, or a DLPack CPU tensor) go through the node's path (pinned staging, one CUDA
+graph, one wait) and come back as numpy. Without a GPU (``backend="auto"``) the cpu backend pools
+host inputs in float32, with one warning: the same code runs everywhere, at CPU speed.
+
+Any thread may call ``pool``: the device's context is made current in the calling thread, and
+calls are serialised (they share the pooler's buffers); calls on different streams are ordered
+on the device through an event, never through the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from ..backends.base import Backend
+from ..backends.cuda.driver import (
+    DeviceBuffer,
+    DeviceView,
+    Event,
+    Stream,
+    api,
+    bind,
+    check,
+    pointer_device,
+)
+from ..backends.errors import BackendUnavailable, InputError
+from ..backends.gpu.device_frame import Binding, DeviceFrame
+from ..backends.gpu.frame import pow2_exponent
+from ..rig import Rig, load_rig
+from ..scatter_map import ScatterMap, scatter_map_for
+from . import streams
+from .grid import CallSlots, DeviceGrid, StreamOrderedBuffer
+from .tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "cuda", "cpu")
+E4M3 = np.dtype(np.uint8)  # E4M3 codes travel as uint8
+GRID_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float16)))
+INPUT_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float16), E4M3))
+
+
+def scatter_map_of(source) -> ScatterMap:
+    """A ScatterMap as is, a Rig, or a file: a rig YAML or a saved scatter map (.npz)."""
+    if isinstance(source, ScatterMap):
+        return source.validate()
+    if isinstance(source, Rig):
+        return scatter_map_for(source)
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if path.suffix == ".npz":
+            return ScatterMap.load(path)
+        return scatter_map_for(load_rig(path))
+    raise TypeError(
+        "BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, "
+        f"got {type(source).__name__}"
+    )
+
+
+def _create_backend(
+    name: str, precision: str, device: int, check_finite: bool, autotune: bool
+) -> Backend:
+    from ..backends.cpu import CpuBackend
+
+    if name not in BACKENDS:
+        raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")
+    if name == "cpu":
+        return CpuBackend(precision, check_finite=check_finite)
+    try:
+        from ..backends.gpu.cuda_backend import CudaBackend
+
+        return CudaBackend(precision, device, check_finite=check_finite, autotune=autotune)
+    except (BackendUnavailable, ImportError, OSError) as e:
+        if name == "cuda":
+            raise BackendUnavailable(f"BevPooler: the cuda backend is unavailable ({e})") from e
+        log.warning(
+            "BevPooler: no usable GPU (%s); pooling host arrays on the cpu backend in float32", e
+        )
+        return CpuBackend(precision, check_finite=check_finite)
+
+
+class BevPooler:
+    """BEV pooling of one rig (or scatter map) at one precision, for callers in this process.
+
+    ``precision``: fp16 | fp8 | auto (GPU; the cpu backend always computes float32);
+    ``grid_dtype``: float16 | float32, the dtype of grids the pooler allocates itself;
+    ``backend``: auto (cuda when a GPU is usable, else cpu with a warning) | cuda | cpu;
+    ``fp8_scales``: the power-of-two scales of raw E4M3 inputs (depth, feat), per call too.
+    """
+
+    def __init__(
+        self,
+        source,
+        *,
+        precision: str = "fp16",
+        grid_dtype="float16",
+        backend: str = "auto",
+        device: int = 0,
+        check_finite: bool = True,
+        fp8_scales=(1.0, 1.0),
+        autotune: bool = True,
+    ):
+        self.smap = scatter_map_of(source)
+        self.grid_dtype = np.dtype(grid_dtype)
+        self._grid_cells = math.prod(self.smap.bev_shape)  # elements: per call, no numpy
+        if self.grid_dtype not in GRID_DTYPES:
+            raise ValueError(f"grid_dtype: expected float32 or float16, got {self.grid_dtype.name}")
+        self.fp8_scales = _scales(fp8_scales)
+        self.backend = _create_backend(backend, precision, int(device), check_finite, autotune)
+        self.backend.prepare(self.smap)
+        self._lock = threading.Lock()
+        self._device = None
+        self._closed = False
+        if self.backend.name != "cpu":
+            self._open_device_path()
+
+    def _open_device_path(self) -> None:
+        be = self.backend
+        rt = be.rt
+        self._gather_buffers = {  # pool_cameras' stacked inputs, sized for float32
+            name: DeviceBuffer(int(np.prod(shape)) * 4)
+            for name, shape in (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
+        }
+        self._device = DeviceFrame(
+            rt, self.smap, be.precision, be.frame.enqueue_kernel, check_finite=be.check_finite
+        )
+        self._slots = CallSlots()
+        self._producer_sync = Event()
+        self._last_event = None  # the previous call's grid event, and its stream
+        self._last_stream: int | None = None
+        self._own_stream = Stream()  # for device inputs no framework names a stream for
+        self._wrapped: dict[int, Stream] = {}
+        cu = api()
+        self._pools = bool(
+            check(
+                cu.cuDeviceGetAttribute(
+                    cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, rt.device.dev
+                ),
+                "attr",
+            )
+        )
+
+    # --- description -----------------------------------------------------------------------------
+    @property
+    def precision(self) -> str:
+        """The precision the pooling runs at (fp32 on the cpu backend; auto resolved)."""
+        return self.backend.precision
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.backend.name != "cpu"
+
+    @property
+    def device(self) -> int | None:
+        return self.backend.rt.device.ordinal if self.on_gpu else None
+
+    @property
+    def grid_shape(self) -> tuple:
+        return tuple(self.smap.bev_shape)
+
+    def describe(self) -> dict:
+        d = dict(
+            self.backend.describe(),
+            grid_dtype=self.grid_dtype.name,
+            grid_shape=list(self.grid_shape),
+        )
+        if self._device is not None:
+            d.update(
+                graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames
+            )
+        return d
+
+    # --- pooling ---------------------------------------------------------------------------------
+    def pool(self, depth, feat, *, out=None, stream=None, sync: bool = False, fp8_scales=None):
+        """depth [N, D, H, W], feat [N, H, W, C] -> the grid [Z, Y, X, C].
+
+        Device tensors: returns a ``DeviceGrid`` (into ``out`` when given), ordered on ``stream``
+        (an int CUstream, a PyTorch or CuPy stream; None: the inputs' framework's current stream,
+        else the pooler's own); ``sync=True`` waits and raises NonFiniteInput/NonFiniteOutput.
+        Host arrays: returns numpy (into ``out`` when given), synchronously.
+        Raises InputError for tensors that do not fit the map (shape, dtype, layout, device).
+        """
+        if self._closed:
+            raise RuntimeError("BevPooler: pool() after close(): the pooler was closed")
+        scales = self.fp8_scales if fp8_scales is None else _scales(fp8_scales)
+        on_device = is_device(depth), is_device(feat)
+        if on_device[0] != on_device[1]:
+            raise InputError(
+                "depth and feat: one is a device tensor, the other a host array; pass both "
+                "on the device or both on the host"
+            )
+        if on_device[0]:
+            return self._pool_device(depth, feat, out, stream, sync, scales)
+        return self._pool_host(depth, feat, out, scales)
+
+    __call__ = pool
+
+    def pool_cameras(self, cameras, *, out=None, stream=None, sync=False, fp8_scales=None):
+        """Per-camera tensors, in the rig's camera order: ``[(depth [D, H, W] | None,
+        feat [H, W, C] | None), ...]`` (None: a missing camera, pooled as zeros), e.g. hand-off
+        views of another process's tensors. Device tensors are gathered on the device into the
+        pooler's stacked buffers (one copy each, on the stream), then pooled as ``pool`` does;
+        each stream's cameras must share one dtype. Host arrays go the node's staging path."""
+        if self._closed:
+            raise RuntimeError("BevPooler: pool_cameras() after close(): the pooler was closed")
+        scales = self.fp8_scales if fp8_scales is None else _scales(fp8_scales)
+        n = self.smap.depth_shape[0]
+        if len(cameras) != n or any(len(c) != 2 for c in cameras):
+            raise InputError(f"cameras: expected {n} (depth, feat) pairs, the map's cameras")
+        present = [t for cam in cameras for t in cam if t is not None]
+        on_device = {is_device(t) for t in present}
+        if len(on_device) > 1:
+            raise InputError("cameras: device tensors and host arrays mixed in one set")
+        if on_device == {True}:
+            return self._pool_device_cameras(cameras, present[0], out, stream, sync, scales)
+        hosts = [tuple(None if t is None else host_array(t, "camera") for t in c) for c in cameras]
+        if out is not None and is_device(out):
+            raise InputError("out: host inputs pool into a host array (numpy); got a device tensor")
+        target = out if out is not None else np.empty(self.grid_shape, self.grid_dtype)
+        with self._lock:
+            if self.backend.name == "cpu" or (self.precision == "fp16" and scales != (1.0, 1.0)):
+                hosts = [
+                    tuple(None if a is None else _decode_e4m3(a, sc) for a, sc in zip(c, scales))
+                    for c in hosts
+                ]
+            elif tuple(self.backend.fp8_scales) != scales:
+                self.backend.fp8_scales = scales
+            return self.backend.pool_cameras(hosts, out=target)
+
+    def _pool_device_cameras(self, cameras, first, out, stream, sync, scales):
+        s, dl_stream = self._begin_device(stream, first)
+        stacked, gather, sources = [], [], []
+        for i, (name, shape) in enumerate(
+            (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
+        ):
+            per_camera = [
+                None
+                if cam[i] is None
+                else self._tensor(cam[i], f"{name}[{n}]", shape[1:], dl_stream)
+                for n, cam in enumerate(cameras)
+            ]
+            dtypes = {t.dtype for t in per_camera if t is not None} or {np.dtype(np.float16)}
+            if len(dtypes) > 1:
+                raise InputError(f"{name}: cameras in {sorted(d.name for d in dtypes)} mixed")
+            dtype = dtypes.pop()
+            buf = self._gather_buffers[name]
+            slot = int(np.prod(shape[1:])) * dtype.itemsize
+            for n, t in enumerate(per_camera):
+                gather.append((buf.ptr + n * slot, None if t is None else t.ptr, slot))
+            sources += [t for t in per_camera if t is not None]
+            stacked.append(DeviceTensor(buf.ptr, dtype, tuple(shape), self.device))
+        return self._enqueue(s, dl_stream, *stacked, out, sync, scales, gather, sources)
+
+    def _pool_host(self, depth, feat, out, scales) -> np.ndarray:
+        d, f = host_array(depth, "depth"), host_array(feat, "feat")
+        if out is not None and is_device(out):
+            raise InputError("out: host inputs pool into a host array (numpy); got a device tensor")
+        target = out if out is not None else np.empty(self.grid_shape, self.grid_dtype)
+        with self._lock:
+            # E4M3 codes are decoded here (exact in float32) where the backend cannot scale them:
+            # the cpu backend, and the FP16 frame (it takes codes at scale 1 only)
+            if self.backend.name == "cpu" or (self.precision == "fp16" and scales != (1.0, 1.0)):
+                d, f = (_decode_e4m3(a, sc) for a, sc in ((d, scales[0]), (f, scales[1])))
+            elif tuple(self.backend.fp8_scales) != scales:
+                self.backend.fp8_scales = scales
+            return self.backend.pool(d, f, out=target)
+
+    def _pool_device(self, depth, feat, out, stream, sync, scales):
+        s, dl_stream = self._begin_device(stream, depth)
+        td = self._tensor(depth, "depth", self.smap.depth_shape, dl_stream)
+        tf = self._tensor(feat, "feat", self.smap.feat_shape, dl_stream)
+        return self._enqueue(s, dl_stream, td, tf, out, sync, scales)
+
+    def _begin_device(self, stream, tensor) -> tuple[int, int]:
+        """(CUstream, the same as the array protocols carry it) of a device call."""
+        if not self.on_gpu:
+            raise InputError(
+                "device tensors need the cuda backend; this pooler runs the cpu backend "
+                "(no GPU): pass numpy arrays"
+            )
+        bind(self.backend.rt.device.ctx)  # this thread's current context: the pooler's device
+        s = self._stream_for(stream, tensor)
+        return s, streams.exported(s)
+
+    def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=()):
+        """Enqueue one frame of ``td``, ``tf`` on ``s`` after the ``gather`` copies (dst, src or
+        None for zeros, bytes); ``sources``: further producers' tensors to order after."""
+        rt = self.backend.rt
+        to = None
+        if out is not None:
+            if not is_device(out):
+                raise InputError(
+                    "out: device inputs pool into a device tensor; got a host array "
+                    "(use grid.numpy() for a host copy)"
+                )
+            to = device_tensor(out, "out", dl_stream)
+            check_shape(to, "out", self.grid_shape)
+            if to.dtype not in GRID_DTYPES or to.readonly:
+                raise InputError(
+                    f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
+                    + (" (read-only)" if to.readonly else "")
+                )
+            self._check_device(to, "out")
+        out_dtype = to.dtype if to is not None else self.grid_dtype
+        k = [
+            pow2_exponent(sc) if t.dtype == E4M3 else 0
+            for t, sc in ((td, scales[0]), (tf, scales[1]))
+        ]
+        with self._lock:
+            if self._device is None:
+                raise RuntimeError("BevPooler: the pooler was closed")
+            self._order_after_producers(s, (td, tf, to, *sources))
+            owner = None
+            if to is None:
+                owner = StreamOrderedBuffer(
+                    self._grid_cells * out_dtype.itemsize,
+                    s,
+                    rt.device.ctx,
+                    self._pools,
+                )
+            out_ptr = to.ptr if to is not None else owner.ptr
+            binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, *k)
+            slot = self._slots.take()
+            handle = self._wrap(s)
+            try:
+                for dst, src, nbytes in gather:
+                    if src is None:  # a missing camera: zero weights add nothing to the grid
+                        handle.memset8(DeviceView(dst, nbytes), 0, nbytes)
+                    else:
+                        handle.d2d(DeviceView(dst, nbytes), DeviceView(src, nbytes), nbytes)
+                self._device.enqueue(handle, binding)
+                handle.d2h(slot.host_ptr, self._device.flags, 4)
+                slot.event.record(handle.handle)
+            except Exception:
+                self._slots.give_back(slot)
+                if owner is not None:
+                    owner.free()
+                raise
+            self._last_event, self._last_stream = slot.event, s
+        grid = DeviceGrid(
+            out_ptr,
+            self.grid_shape,
+            out_dtype,
+            s,
+            rt.device.ordinal,
+            slot,
+            self._slots,
+            owner=owner,
+            out=out,
+        )
+        return grid.check() if sync else grid
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _stream_for(self, stream, tensor) -> int:
+        if stream is not None:
+            return streams.stream_handle(stream)
+        current = streams.current_stream(tensor)
+        return current if current is not None else int(self._own_stream.handle)
+
+    def _wrap(self, s: int) -> Stream:
+        handle = self._wrapped.get(s)
+        if handle is None:
+            if len(self._wrapped) > 64:
+                self._wrapped.clear()
+            handle = self._wrapped[s] = Stream.wrap(s)
+        return handle
+
+    def _tensor(self, obj, name: str, shape, dl_stream: int) -> DeviceTensor:
+        t = device_tensor(obj, name, dl_stream)
+        check_shape(t, name, shape)
+        if t.dtype not in INPUT_DTYPES:
+            raise InputError(
+                f"{name}: dtype {t.dtype.name} is not float32, float16 or E4M3 codes (uint8)"
+            )
+        self._check_device(t, name)
+        return t
+
+    def _check_device(self, t: DeviceTensor, name: str) -> None:
+        if t.ptr % t.dtype.itemsize:  # DLPack's byte_offset can say so; no kernel may read it
+            raise InputError(
+                f"{name}: address {t.ptr:#x} is not aligned to its {t.dtype.name} elements"
+            )
+        mine = self.backend.rt.device.ordinal
+        ordinal = t.device if t.device is not None else pointer_device(t.ptr)
+        if ordinal is None:
+            raise InputError(f"{name}: address {t.ptr:#x} is not memory of a CUDA device")
+        if ordinal != mine:
+            raise InputError(f"{name}: lives on GPU {ordinal}, the pooler on GPU {mine}")
+
+    def _order_after_producers(self, s: int, tensors) -> None:
+        """The call's stream waits for the previous call (shared buffers) and for every stream a
+        producer named (``__cuda_array_interface__`` v3): device-side waits, no host wait."""
+        if self._last_event is not None and not streams.same_stream(self._last_stream, s):
+            self._last_event.wait(s)
+        waited = set()
+        for t in tensors:
+            if t is None or t.stream is None or t.stream in waited:
+                continue
+            waited.add(t.stream)
+            if not streams.same_stream(t.stream, s):
+                self._producer_sync.record(t.stream)
+                self._producer_sync.wait(s)
+
+    # --- teardown --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the device buffers once the device is done with every call (grids already
+        returned keep their memory until dropped)."""
+        with self._lock:
+            self._closed = True
+            if self._device is not None:
+                if self._last_event is not None:  # calls are chained: the last one covers all
+                    self._last_event.synchronize()
+                self._device.close()
+                for buf in self._gather_buffers.values():
+                    buf.free()
+                self._slots.close()
+                self._producer_sync.destroy()
+                self._device = None
+            self.backend.close()
+
+    def __enter__(self) -> "BevPooler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _scales(scales) -> tuple[float, float]:
+    """(depth, feat) scales of raw E4M3 inputs: positive powers of two (the kernels apply them
+    exactly as exponents)."""
+    try:
+        d, f = (float(x) for x in scales)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"fp8_scales: expected two numbers (depth, feat), got {scales!r}"
+        ) from None
+    for x in (d, f):
+        if not (x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5):
+            raise InputError(f"fp8_scales: expected powers of two, got {scales!r}")
+    return d, f
+
+
+def _decode_e4m3(a: np.ndarray, scale: float) -> np.ndarray:
+    """E4M3 codes as float32 values (code value / scale) for the cpu backend; floats as they are."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint8:
+        return a
+    from ..fp8 import decode
+
+    return decode(a, np.float32) / np.float32(scale)

@@ -1,0 +1,65 @@
+"""Which CUstream a call runs on: the one the caller names, in whatever form its framework
+has it, or the framework's current stream.
+
+CUDA's special handles are kept as they are: 0 the legacy default stream (what PyTorch and CuPy
+report for their default stream), 1 the same stream by its explicit name (CU_STREAM_LEGACY, what
+``__cuda_array_interface__`` and DLPack must use, 0 being reserved there), 2 the per-thread
+default stream.
+"""
+
+from __future__ import annotations
+
+from ..backends.errors import InputError
+
+LEGACY, PER_THREAD = 1, 2
+
+
+def stream_handle(stream) -> int:
+    """The CUstream address of ``stream``: an int, a PyTorch / CuPy stream, a cuda.bindings
+    CUstream, a bevpool driver Stream, or anything with ``__cuda_stream__``."""
+    if isinstance(stream, bool):
+        raise InputError(f"stream: expected a CUDA stream, got {stream!r}")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise InputError(f"stream: {stream} is not a CUstream address")
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None:  # the CUDA Python stream protocol: (version, address)
+        return int(protocol()[1])
+    for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        value = getattr(stream, attribute, None)
+        if isinstance(value, int):
+            return value
+    handle = getattr(stream, "handle", None)  # driver.Stream
+    for candidate in (handle, stream):
+        try:
+            return int(candidate)  # cuda.bindings CUstream converts to its address
+        except (TypeError, ValueError):
+            continue
+    raise InputError(f"stream: cannot read a CUDA stream from {type(stream).__name__}")
+
+
+def current_stream(tensor) -> int | None:
+    """The current stream of ``tensor``'s framework (PyTorch, CuPy) on its device; None when the
+    tensor comes from elsewhere. Nothing is imported that the caller did not import already."""
+    module = type(tensor).__module__.split(".", 1)[0]
+    if module == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(tensor.device).cuda_stream)
+    if module == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return None
+
+
+def same_stream(a: int | None, b: int | None) -> bool:
+    """0 and 1 both name the legacy default stream."""
+    norm = {0: LEGACY}
+    return a is not None and b is not None and norm.get(a, a) == norm.get(b, b)
+
+
+def exported(handle: int) -> int:
+    """The handle as the array protocols carry it (0 is reserved there: the legacy stream is 1)."""
+    return LEGACY if handle == 0 else handle

@@ -1,0 +1,217 @@
+"""What ``BevPooler.pool`` is given, read without copying: device memory through
+``__cuda_array_interface__`` (CuPy, Numba, PyTorch, hand-off views) or ``__dlpack__`` (any
+DLPack producer), host memory as numpy (or a DLPack CPU tensor, e.g. a PyTorch CPU tensor).
+
+A ``DeviceTensor`` is only a description (address, dtype, shape, the device it lives on and the
+stream its producer wrote it on); the caller keeps the tensor alive, as with any stream-ordered
+operation. Only C-contiguous tensors are taken: the kernels index flat arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..backends.errors import InputError
+from ..handoff import dlpack
+
+# DLPack dtype codes this module reads (dlpack.h): float8_e4m3fn is E4M3 codes by another name
+_DL_FLOAT8_E4M3FN = 10
+_DL_DTYPES = {
+    (2, 16): np.dtype(np.float16),
+    (2, 32): np.dtype(np.float32),
+    (2, 64): np.dtype(np.float64),
+    (1, 8): np.dtype(np.uint8),
+    (_DL_FLOAT8_E4M3FN, 8): np.dtype(np.uint8),
+}
+_KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 3, 13
+_TYPESTRS = {s: np.dtype(s).newbyteorder("=") for s in ("<f2", "<f4", "<f8", "|u1", "<u1")}
+DEVICE_KINDS = (dlpack.KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED)
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_set_name = ctypes.pythonapi.PyCapsule_SetName
+_set_name.restype = ctypes.c_int
+_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_is_valid.restype = ctypes.c_int
+_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class DeviceTensor(NamedTuple):
+    """A C-contiguous device array somebody else owns. ``stream``: the CUstream (as an int) its
+    producer says to synchronise with before reading (``__cuda_array_interface__`` v3), or None.
+    (A tuple: built twice per pool call, it must cost next to nothing.)"""
+
+    ptr: int
+    dtype: np.dtype
+    shape: tuple
+    device: int | None  # ordinal when the protocol said; None: ask the driver
+    stream: int | None = None
+    readonly: bool = False  # the producer said so: never an output
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def is_device(obj) -> bool:
+    """True for objects that live on a GPU, judged without reading their data: the DLPack device
+    when offered (a PyTorch tensor has both protocols on the CPU too), else the interface."""
+    if isinstance(obj, np.ndarray):
+        return False
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None:
+        try:
+            return int(dev()[0]) in DEVICE_KINDS
+        except Exception:  # a producer that cannot say: judged by the interface below
+            pass
+    return hasattr(type(obj), "__cuda_array_interface__") or hasattr(
+        obj, "__cuda_array_interface__"
+    )
+
+
+def host_array(obj, name: str) -> np.ndarray:
+    """numpy as is; a DLPack CPU tensor as a numpy view (no copy); anything else refused."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return np.from_dlpack(obj)
+        except (TypeError, BufferError, RuntimeError, ValueError) as e:
+            raise InputError(
+                f"{name}: cannot read {type(obj).__name__} as a host array ({e})"
+            ) from None
+    raise InputError(
+        f"{name}: expected a numpy array or a device tensor (DLPack / "
+        f"__cuda_array_interface__), got {type(obj).__name__}"
+    )
+
+
+def _c_strides(shape, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def _contiguous(shape, strides_bytes, itemsize: int) -> bool:
+    """C order, ignoring the strides of size-1 dimensions (any value is valid there)."""
+    if strides_bytes is None:
+        return True
+    want = _c_strides(shape, itemsize)
+    return all(n == 1 or s == w for n, s, w in zip(shape, strides_bytes, want))
+
+
+def from_cuda_array_interface(cai: dict, name: str, device: int | None = None) -> DeviceTensor:
+    """A ``__cuda_array_interface__`` dict (version 2 or 3) as a DeviceTensor on ``device``."""
+    try:
+        typestr = cai["typestr"]
+        dtype = _TYPESTRS.get(typestr) or np.dtype(typestr)
+        shape = tuple(map(int, cai["shape"]))
+        ptr = int(cai["data"][0])
+        readonly = bool(cai["data"][1])
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise InputError(f"{name}: malformed __cuda_array_interface__ ({e})") from None
+    if dtype.byteorder == ">":
+        raise InputError(f"{name}: big-endian {dtype} is not a device dtype")
+    if not _contiguous(shape, cai.get("strides"), dtype.itemsize):
+        raise InputError(f"{name}: the kernels read C-contiguous tensors; call .contiguous() first")
+    if cai.get("mask") is not None:
+        raise InputError(f"{name}: masked arrays are not taken")
+    stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
+    stream = None if stream is None else int(stream)
+    return DeviceTensor(ptr, dtype.newbyteorder("="), shape, device, stream, readonly)
+
+
+def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
+    """Read the producer's capsule, then release it at once: the caller's reference keeps the
+    memory (``stream``: ours, so the producer orders its pending work before it)."""
+    try:
+        capsule = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+    except (TypeError, BufferError, RuntimeError, ValueError) as e:
+        raise InputError(f"{name}: __dlpack__ failed ({e})") from None
+    if not _is_valid(capsule, b"dltensor"):
+        raise InputError(f"{name}: not a DLPack (dltensor) capsule")
+    managed = dlpack.DLManagedTensor.from_address(_get_pointer(capsule, b"dltensor"))
+    t = managed.dl_tensor
+    try:
+        key = (int(t.dtype.code), int(t.dtype.bits))
+        if key not in _DL_DTYPES or int(t.dtype.lanes) != 1:
+            raise InputError(
+                f"{name}: DLPack dtype code {key[0]} bits {key[1]} lanes {t.dtype.lanes} "
+                "is not float32, float16 or E4M3 codes"
+            )
+        if int(t.device.device_type) not in DEVICE_KINDS:
+            raise InputError(
+                f"{name}: DLPack device type {t.device.device_type} is not CUDA memory"
+            )
+        dtype = _DL_DTYPES[key]
+        shape = tuple(int(t.shape[i]) for i in range(t.ndim))
+        strides = (
+            None
+            if not t.strides
+            else tuple(int(t.strides[i]) * dtype.itemsize for i in range(t.ndim))
+        )
+        if not _contiguous(shape, strides, dtype.itemsize):
+            raise InputError(
+                f"{name}: the kernels read C-contiguous tensors; call .contiguous() first"
+            )
+        ptr = int(t.data or 0) + int(t.byte_offset)
+        ordinal = int(t.device.device_id) if int(t.device.device_type) == dlpack.KDL_CUDA else None
+        return DeviceTensor(ptr, dtype, shape, ordinal, None)
+    finally:
+        # consumed: we release it now (the producer's tensor stays alive through the caller)
+        _set_name(capsule, b"used_dltensor")
+        if managed.deleter:
+            managed.deleter(ctypes.pointer(managed))
+
+
+def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:
+    """``__cuda_array_interface__`` when offered (an attribute read), else ``__dlpack__``. A
+    producer refusing both (a PyTorch tensor that requires grad, a dtype it cannot export) is
+    an InputError carrying its own words."""
+    refusal = None
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception as e:  # noqa: BLE001 - the property itself raised: the producer's refusal
+        cai, refusal = None, e
+    if cai is not None:
+        try:  # the interface names no device; DLPack's device query does, without a capsule
+            return from_cuda_array_interface(cai, name, _dlpack_ordinal(obj))
+        except Exception as e:  # noqa: BLE001 - DLPack may still describe it (float8, ...)
+            refusal = e
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return from_dlpack(obj, name, stream)
+        except InputError:
+            if refusal is None:
+                raise
+    if refusal is not None:
+        raise InputError(f"{name}: {type(obj).__name__} could not be read ({refusal})") from None
+    raise InputError(
+        f"{name}: {type(obj).__name__} offers neither __cuda_array_interface__ nor __dlpack__"
+    )
+
+
+def _dlpack_ordinal(obj) -> int | None:
+    """The CUDA ordinal ``__dlpack_device__`` reports; None when it is absent or not kDLCUDA
+    (pinned or managed memory: the driver is asked instead)."""
+    query = getattr(obj, "__dlpack_device__", None)
+    if query is None:
+        return None
+    try:
+        kind, ordinal = query()
+    except Exception:  # noqa: BLE001 - a producer that cannot say: the driver is asked
+        return None
+    return int(ordinal) if int(kind) == dlpack.KDL_CUDA else None
+
+
+def check_shape(t: DeviceTensor, name: str, shape) -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise InputError(f"{name}: shape {tuple(t.shape)} != expected {tuple(shape)}")
