@@ -87,7 +87,8 @@ def rig(monkeypatch):
             pass
 
     class OwnGrid:
-        def __init__(self, nbytes, stream, ctx, pools):
+        def __init__(self, nbytes, stream, ctx, pools, keep=None):
+            self.keep = keep
             self.ptr, self.nbytes = 0x9000_0000_0000 + next(_addresses) * (1 << 24), nbytes
             rec.log.append(("alloc", int(stream), nbytes))
 

@@ -90,10 +90,11 @@ class StreamOrderedBuffer:
     """A grid buffer of the pooler's own, allocated and freed in stream order (cuMemAllocAsync)
     where the device has memory pools, else with cuMemAlloc / cuMemFree."""
 
-    def __init__(self, nbytes: int, stream: int, ctx, pools: bool):
+    def __init__(self, nbytes: int, stream: int, ctx, pools: bool, keep=None):
         bind(ctx)
         cu = api()
         self._ctx, self.stream, self.pools, self.nbytes = ctx, stream, pools, int(nbytes)
+        self._keep = keep  # the stream's owner: freeing in order on a destroyed stream would crash
         self.ptr = int(
             check(cu.cuMemAllocAsync(self.nbytes, cu.CUstream(stream)), "cuMemAllocAsync")
             if pools
@@ -106,7 +107,7 @@ class StreamOrderedBuffer:
         bind(self._ctx)
         cu = api()
         freed = False
-        if self.pools:  # in stream order; refused only when the stream is gone
+        if self.pools:  # in stream order (the stream is alive: its owner is held by this buffer)
             err = cu.cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0]
             freed = err == cu.CUresult.CUDA_SUCCESS
         if not freed:

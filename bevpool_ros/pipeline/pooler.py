@@ -247,7 +247,7 @@ class BevPooler:
             return self.backend.pool_cameras(hosts, out=target)
 
     def _pool_device_cameras(self, cameras, first, out, stream, sync, scales):
-        s, dl_stream = self._begin_device(stream, first)
+        s, dl_stream, keep = self._begin_device(stream, first)
         stacked, gather, sources = [], [], []
         for i, (name, shape) in enumerate(
             (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
@@ -268,7 +268,7 @@ class BevPooler:
                 gather.append((buf.ptr + n * slot, None if t is None else t.ptr, slot))
             sources += [t for t in per_camera if t is not None]
             stacked.append(DeviceTensor(buf.ptr, dtype, tuple(shape), self.device))
-        return self._enqueue(s, dl_stream, *stacked, out, sync, scales, gather, sources)
+        return self._enqueue(s, dl_stream, *stacked, out, sync, scales, gather, sources, keep=keep)
 
     def _pool_host(self, depth, feat, out, scales) -> np.ndarray:
         d, f = host_array(depth, "depth"), host_array(feat, "feat")
@@ -285,23 +285,23 @@ class BevPooler:
             return self.backend.pool(d, f, out=target)
 
     def _pool_device(self, depth, feat, out, stream, sync, scales):
-        s, dl_stream = self._begin_device(stream, depth)
+        s, dl_stream, keep = self._begin_device(stream, depth)
         td = self._tensor(depth, "depth", self.smap.depth_shape, dl_stream)
         tf = self._tensor(feat, "feat", self.smap.feat_shape, dl_stream)
-        return self._enqueue(s, dl_stream, td, tf, out, sync, scales)
+        return self._enqueue(s, dl_stream, td, tf, out, sync, scales, keep=keep)
 
-    def _begin_device(self, stream, tensor) -> tuple[int, int]:
-        """(CUstream, the same as the array protocols carry it) of a device call."""
+    def _begin_device(self, stream, tensor) -> tuple[int, int, object]:
+        """(CUstream, the same as the array protocols carry it, the stream's owner) of a device call."""
         if not self.on_gpu:
             raise InputError(
                 "device tensors need the cuda backend; this pooler runs the cpu backend "
                 "(no GPU): pass numpy arrays"
             )
         bind(self.backend.rt.device.ctx)  # this thread's current context: the pooler's device
-        s = self._stream_for(stream, tensor)
-        return s, streams.exported(s)
+        s, owner = self._stream_for(stream, tensor)
+        return s, streams.exported(s), owner
 
-    def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=()):
+    def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=(), keep=None):
         """Enqueue one frame of ``td``, ``tf`` on ``s`` after the ``gather`` copies (dst, src or
         None for zeros, bytes); ``sources``: further producers' tensors to order after."""
         rt = self.backend.rt
@@ -336,6 +336,7 @@ class BevPooler:
                     s,
                     rt.device.ctx,
                     self._pools,
+                    keep=keep,
                 )
             out_ptr = to.ptr if to is not None else owner.ptr
             binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, *k)
@@ -370,11 +371,16 @@ class BevPooler:
         return grid.check() if sync else grid
 
     # --- helpers ---------------------------------------------------------------------------------
-    def _stream_for(self, stream, tensor) -> int:
+    def _stream_for(self, stream, tensor) -> tuple[int, object]:
+        """(CUstream, the object that owns it): a grid keeps that object, so a framework's stream
+        object (a CuPy stream is destroyed with it) outlives the grid freed in its order. A bare
+        int names a stream the caller keeps alive for as long as the grid lives."""
         if stream is not None:
-            return streams.stream_handle(stream)
-        current = streams.current_stream(tensor)
-        return current if current is not None else int(self._own_stream.handle)
+            return streams.stream_handle(stream), stream
+        current = streams.framework_stream(tensor)
+        if current is not None:
+            return streams.stream_handle(current), current
+        return int(self._own_stream.handle), self._own_stream
 
     def _wrap(self, s: int) -> Stream:
         handle = self._wrapped.get(s)

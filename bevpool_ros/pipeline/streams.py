@@ -42,15 +42,22 @@ def stream_handle(stream) -> int:
 def current_stream(tensor) -> int | None:
     """The current stream of ``tensor``'s framework (PyTorch, CuPy) on its device; None when the
     tensor comes from elsewhere. Nothing is imported that the caller did not import already."""
+    found = framework_stream(tensor)
+    return None if found is None else stream_handle(found)
+
+
+def framework_stream(tensor):
+    """The framework's current stream object for ``tensor`` (torch.cuda.Stream, cupy Stream), or
+    None. The object, not only its handle: a grid holds it so the stream outlives the grid."""
     module = type(tensor).__module__.split(".", 1)[0]
     if module == "torch":
         import torch
 
-        return int(torch.cuda.current_stream(tensor.device).cuda_stream)
+        return torch.cuda.current_stream(tensor.device)
     if module == "cupy":
         import cupy
 
-        return int(cupy.cuda.get_current_stream().ptr)
+        return cupy.cuda.get_current_stream()
     return None
 
 
