@@ -16,6 +16,7 @@ from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOut
 from bevpool_ros.backends.gpu import device_frame as df
 from bevpool_ros.backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
 from bevpool_ros.pipeline import grid as grid_module
+from bevpool_ros.pipeline import grid_memory
 from bevpool_ros.pipeline import pooler as pooler_module
 from bevpool_ros.workloads import get_workload
 
@@ -49,7 +50,7 @@ def rig(monkeypatch):
         def __init__(self):
             self.id = next(events)
 
-        def record(self, stream):
+        def record(self, stream, external=False):
             rec.log.append(("record", self.id, int(stream)))
 
         def wait(self, stream):
@@ -87,13 +88,12 @@ def rig(monkeypatch):
             pass
 
     class OwnGrid:
-        def __init__(self, nbytes, stream, ctx, pools, keep=None):
-            self.keep = keep
+        def __init__(self, nbytes, stream, ctx, pools):
             self.ptr, self.nbytes = 0x9000_0000_0000 + next(_addresses) * (1 << 24), nbytes
             rec.log.append(("alloc", int(stream), nbytes))
 
-        def free(self):
-            pass
+        def free(self, stream):
+            rec.log.append(("free", self.ptr, stream))
 
     for module, name, value in (
         (df, "DeviceBuffer", rec.Buffer),
@@ -103,7 +103,8 @@ def rig(monkeypatch):
         (pooler_module, "DeviceBuffer", rec.Buffer),
         (pooler_module, "Event", Event),
         (pooler_module, "Stream", Stream),
-        (pooler_module, "StreamOrderedBuffer", OwnGrid),
+        (grid_memory, "StreamOrderedBuffer", OwnGrid),
+        (grid_memory, "Event", Event),
         (pooler_module, "bind", lambda ctx: None),
         (pooler_module, "pointer_device", lambda ptr: 0),
         (grid_module, "Event", Event),
