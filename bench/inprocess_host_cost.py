@@ -16,6 +16,8 @@ more than its Python here: count them as the main cost). Per scenario, in the st
     driver       driver calls per call, by name, during pool() and during the release
 
 Scenarios (float16 inputs at fp16, a float16 grid of the pooler's own unless said):
+    torch        PyTorch-like tensors (test/fake_cuda.py's stand-in: the accessors PyTorch has),
+                 no stream given: PyTorch's current stream, as docs/inprocess.md's example does
     cai          CuPy-like arrays (__cuda_array_interface__ v3 + __dlpack_device__), stream given
     driver       bare driver allocations (interface v2 only: the driver says where they live)
     out          cai, into the caller's float32 grid
@@ -34,6 +36,7 @@ import pstats
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -41,20 +44,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "test")]
 
-from fake_cuda import ArrayInterface, device_inputs, fake_gpu  # noqa: E402
+from fake_cuda import ArrayInterface, device_inputs, fake_gpu, torch_stand_in  # noqa: E402
 
 from bevpool_ros.pipeline import BevPooler  # noqa: E402
 from bevpool_ros.workloads import get_workload  # noqa: E402
 
 STREAM_A, STREAM_B = 0xA000, 0xB000
-SCENARIOS = ("cai", "driver", "out", "held", "two_streams")
+SCENARIOS = ("torch", "cai", "driver", "out", "held", "two_streams")
 
 
 def scenario(name: str, pooler: BevPooler):
     """(inputs, keyword arguments per call index, whether the consumer holds the last grid)."""
     depth, feat = device_inputs(pooler.smap, device=name != "driver")
     kw = lambda i: {"stream": STREAM_A}  # noqa: E731
-    if name == "out":
+    if name == "torch":
+        torch = sys.modules["torch"]
+        depth = torch.Tensor(pooler.smap.depth_shape, torch.float16, depth.ptr)
+        feat = torch.Tensor(pooler.smap.feat_shape, torch.float16, feat.ptr)
+        kw = lambda i: {}  # noqa: E731
+    elif name == "out":
         out = ArrayInterface(pooler.grid_shape, "<f4", 0x7F20_0000_0000)
         kw = lambda i: {"stream": STREAM_A, "out": out}  # noqa: E731
     elif name == "two_streams":
@@ -62,8 +70,24 @@ def scenario(name: str, pooler: BevPooler):
     return (depth, feat), kw, name == "held"
 
 
+@contextmanager
+def torch_if(wanted: bool):
+    """The PyTorch stand-in as ``torch`` while ``wanted`` (a GPU-less host has no CUDA tensors)."""
+    saved = sys.modules.get("torch")
+    if wanted:
+        sys.modules["torch"] = torch_stand_in()
+    try:
+        yield
+    finally:
+        if wanted:
+            if saved is None:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = saved
+
+
 def measure(name: str, calls: int, smap, profile: bool = False) -> dict:
-    with fake_gpu() as cu:
+    with fake_gpu() as cu, torch_if(name == "torch"):
         pooler = BevPooler(smap, precision="fp16", grid_dtype="float16", backend="cuda")
         (depth, feat), kw, hold = scenario(name, pooler)
         grid = None
@@ -78,15 +102,19 @@ def measure(name: str, calls: int, smap, profile: bool = False) -> dict:
         gc.disable()  # a collection inside a timed call measures the collector, not the call
         try:
             for i in range(calls):
+                before = Counter(cu.calls)
                 if profiler:
                     profiler.enable()
-                before = Counter(cu.calls)
                 t0 = time.perf_counter_ns()
                 new = pooler.pool(depth, feat, **kw(i))
                 t1 = time.perf_counter_ns()
+                if profiler:
+                    profiler.disable()
                 mid = Counter(cu.calls)
                 if hold:
                     grid, new = new, grid
+                if profiler:
+                    profiler.enable()
                 t2 = time.perf_counter_ns()
                 new = None  # the consumer is done with it: the grid is released
                 t3 = time.perf_counter_ns()

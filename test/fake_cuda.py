@@ -7,8 +7,13 @@ what it costs), and every ``cu*`` call is counted by name and answered with succ
 BevPooler made inside it gets a stand-in cuda backend (its pooling step is one kernel launch),
 so the pooler, the device frame, the grid and the driver wrappers are all the real code.
 
-Used by bench/inprocess_host_cost.py (Python time and driver calls per pool() call) and
-test/test_inprocess_host_cost.py (which driver calls a steady-state call makes).
+``torch_stand_in()`` is a minimal ``torch`` module (put in sys.modules by the caller) whose
+Tensor has the accessors BevPooler's PyTorch fast path reads, and protocol methods that count
+their reads (the fast path must not need them).
+
+Used by bench/inprocess_host_cost.py (Python time and driver calls per pool() call) and the
+tests of the device path's host side (test_inprocess_host_cost.py, test_grid_memory.py,
+test_inprocess.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import sys
+import types
 from collections import Counter
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -34,6 +40,7 @@ class FakeDriver:
     def __init__(self, real):
         self._real = real
         self.calls: Counter[str] = Counter()
+        self.log: list[tuple] | None = None  # a list: every call's (name, *args) appended
         self._ids = itertools.count(1)
         self._host: dict[int, ctypes.Array] = {}  # cuMemHostAlloc: real memory, kept here
         self._sizes: dict[int, int] = {}  # live device allocations: address -> bytes
@@ -83,10 +90,12 @@ class FakeDriver:
         if name.startswith("cu") and callable(value):
             answer = self._answers.get(name)
             ok = (self._real.CUresult.CUDA_SUCCESS,)
-            calls = self.calls
+            calls, fake = self.calls, self
 
             def call(*args, _name=name, _answer=answer):
                 calls[_name] += 1
+                if fake.log is not None:
+                    fake.log.append((_name, *args))
                 return _answer(*args) if _answer is not None else ok
 
             value = call
@@ -197,3 +206,67 @@ def device_inputs(smap, dtype=np.float16, device=True):
         ArrayInterface(smap.depth_shape, typestr, base, device=device),
         ArrayInterface(smap.feat_shape, typestr, base + (1 << 32), device=device),
     )
+
+
+class _TorchDtype:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+
+def torch_stand_in() -> types.ModuleType:
+    """A ``torch`` module as far as bevpool_ros reads one: Tensor (accessors, protocols that count
+    their reads in ``Tensor.protocol_reads``), dtypes, layouts, the current raw stream."""
+    torch = types.ModuleType("torch")
+    typestrs = {}
+    for name, typestr in (("float16", "<f2"), ("float32", "<f4"), ("float64", "<f8"),
+                          ("uint8", "|u1"), ("float8_e4m3fn", None)):
+        dtype = _TorchDtype(name)
+        setattr(torch, name, dtype)
+        typestrs[id(dtype)] = typestr
+    torch.strided, torch.sparse_coo = object(), object()
+
+    class Tensor:
+        protocol_reads = 0
+
+        def __init__(self, shape, dtype, ptr, device=0, *, requires_grad=False,
+                     contiguous=True, layout=None):
+            self.shape, self.dtype, self._ptr, self._device = tuple(shape), dtype, ptr, device
+            self.requires_grad, self._contiguous = requires_grad, contiguous
+            self.layout = torch.strided if layout is None else layout
+
+        is_cuda = property(lambda self: self._device is not None)
+
+        def data_ptr(self) -> int:
+            return self._ptr
+
+        def get_device(self) -> int:
+            return -1 if self._device is None else self._device
+
+        def is_contiguous(self) -> bool:
+            return self._contiguous
+
+        @property
+        def __cuda_array_interface__(self):  # what PyTorch's (Python) property refuses or says
+            Tensor.protocol_reads += 1
+            if not self.is_cuda:
+                raise AttributeError("not a CUDA tensor")
+            if self.requires_grad:
+                raise RuntimeError("Can't get __cuda_array_interface__ on Variable that "
+                                   "requires grad. Use var.detach().")
+            typestr = typestrs[id(self.dtype)]
+            if typestr is None:
+                raise TypeError(f"dtype {self.dtype.name} is not supported")
+            strides = None if self._contiguous else tuple(reversed(range(1, len(self.shape) + 1)))
+            return {"typestr": typestr, "shape": self.shape, "strides": strides,
+                    "data": (self._ptr, False), "version": 2}
+
+        def __dlpack_device__(self):
+            Tensor.protocol_reads += 1
+            return (1, 0) if self._device is None else (2, self._device)
+
+    torch.Tensor = Tensor
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0xC0DE + device)
+    return torch

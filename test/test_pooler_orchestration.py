@@ -74,9 +74,6 @@ def rig(monkeypatch):
         def wrap(cls, handle):
             return cls(int(handle))
 
-        def d2h(self, dst, src, nbytes):
-            rec.log.append(("d2h", self.name, dst, src.ptr, nbytes))
-
         def memset8(self, dst, value, nbytes):
             rec.log.append(("memset8", self.name, dst.ptr, value, nbytes))
 

@@ -121,6 +121,11 @@ class BevPooler:
         autotune: bool = True,
     ):
         self.smap = scatter_map_of(source)
+        # shapes every call checks, as tuples once (the map's properties build them per read)
+        self._depth_shape, self._feat_shape = (
+            tuple(self.smap.depth_shape),
+            tuple(self.smap.feat_shape),
+        )
         self._grid_shape = tuple(self.smap.bev_shape)
         self.grid_dtype = np.dtype(grid_dtype)
         self._grid_cells = math.prod(self.smap.bev_shape)  # elements: per call, no numpy
@@ -296,8 +301,8 @@ class BevPooler:
 
     def _pool_device(self, depth, feat, out, stream, sync, scales):
         s, dl_stream, keep = self._begin_device(stream, depth)
-        td = self._tensor(depth, "depth", self.smap.depth_shape, dl_stream)
-        tf = self._tensor(feat, "feat", self.smap.feat_shape, dl_stream)
+        td = self._tensor(depth, "depth", self._depth_shape, dl_stream)
+        tf = self._tensor(feat, "feat", self._feat_shape, dl_stream)
         return self._enqueue(s, dl_stream, td, tf, out, sync, scales, keep=keep)
 
     def _begin_device(self, stream, tensor) -> tuple[int, int, object]:
