@@ -128,6 +128,8 @@ def measure(name: str, calls: int, smap, profile: bool = False) -> dict:
             gc.enable()
         grid = None
         pooler.close()
+        # the stand-in's protocol methods count their reads: PyTorch's fast path needs none
+        protocol_reads = sys.modules["torch"].Tensor.protocol_reads if name == "torch" else None
     row = {
         "scenario": name,
         "calls": calls,
@@ -135,6 +137,7 @@ def measure(name: str, calls: int, smap, profile: bool = False) -> dict:
         "release_us": float(np.median(release_ns)) / 1e3,
         "driver_per_call": {k: v / calls for k, v in sorted(pool_calls.items())},
         "driver_per_release": {k: v / calls for k, v in sorted(release_calls.items())},
+        "protocol_reads": protocol_reads,
     }
     if profiler:
         text = io.StringIO()

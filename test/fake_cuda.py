@@ -251,8 +251,8 @@ def torch_stand_in() -> types.ModuleType:
         @property
         def __cuda_array_interface__(self):  # what PyTorch's (Python) property refuses or says
             Tensor.protocol_reads += 1
-            if not self.is_cuda:
-                raise AttributeError("not a CUDA tensor")
+            if not self.is_cuda or self.layout is not torch.strided:
+                raise AttributeError("not a dense CUDA tensor")
             if self.requires_grad:
                 raise RuntimeError("Can't get __cuda_array_interface__ on Variable that "
                                    "requires grad. Use var.detach().")
@@ -267,6 +267,7 @@ def torch_stand_in() -> types.ModuleType:
             Tensor.protocol_reads += 1
             return (1, 0) if self._device is None else (2, self._device)
 
+    Tensor.__module__ = "torch"  # as PyTorch's: how a framework's tensors are told apart
     torch.Tensor = Tensor
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0xC0DE + device)
     return torch
