@@ -238,6 +238,8 @@ def torch_stand_in() -> types.ModuleType:
             self.layout = torch.strided if layout is None else layout
 
         is_cuda = property(lambda self: self._device is not None)
+        device = property(lambda self: types.SimpleNamespace(
+            type="cpu" if self._device is None else "cuda", index=self._device))
 
         def data_ptr(self) -> int:
             return self._ptr
@@ -270,4 +272,9 @@ def torch_stand_in() -> types.ModuleType:
     Tensor.__module__ = "torch"  # as PyTorch's: how a framework's tensors are told apart
     torch.Tensor = Tensor
     torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 0xC0DE + device)
+    torch.cuda = types.SimpleNamespace(  # the public way: a Stream object per call
+        current_stream=lambda device=None: types.SimpleNamespace(
+            cuda_stream=0xC0DE + (getattr(device, "index", None) or 0)
+        )
+    )
     return torch

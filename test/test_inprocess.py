@@ -368,7 +368,6 @@ def test_torch_current_stream_without_the_raw_accessor(torch_like):
     torch_like._C = SimpleNamespace()
     torch_like.cuda = SimpleNamespace(current_stream=lambda device: current)
     t = torch_like.Tensor((2,), torch_like.float16, 0x7000)
-    t.device = "cuda:0"
     assert streams.framework_stream(t) == (0x51, current)
 
 
