@@ -353,8 +353,9 @@ def test_torch_tensors_the_accessors_cannot_vouch_for_go_through_the_protocols(t
     with pytest.raises(InputError, match="contiguous"):
         tensors.device_tensor(T((2, 3), torch_like.float16, 0x7000, contiguous=False), "x")
     assert tensors.device_tensor(T((2,), torch_like.float64, 0x7000), "x").dtype == np.float64
+    sparse = T((2,), torch_like.float16, 0x7000, layout=torch_like.sparse_coo)
     with pytest.raises(InputError):
-        tensors.device_tensor(T((2,), torch_like.float16, 0x7000, layout=torch_like.sparse_coo), "x")
+        tensors.device_tensor(sparse, "x")
     reads = T.protocol_reads
     subclass = type("Parameter", (T,), {})((2,), torch_like.float16, 0x7000)
     assert tensors.device_tensor(subclass, "x").shape == (2,)

@@ -329,7 +329,9 @@ class BevPooler:
             self._order_after_producers(s, (td, tf, to, *sources))
             memory = self._own_grids.take(s) if to is None else None
             out_ptr = to.ptr if to is not None else memory.ptr
-            binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat)
+            binding = Binding(
+                td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat
+            )
             slot = self._slots.take()
             handle = self._wrap(s)
             try:

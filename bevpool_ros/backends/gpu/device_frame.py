@@ -40,7 +40,7 @@ E4M3 = np.dtype(np.uint8)
 F32 = np.dtype(np.float32)
 FP16_EPILOGUE_BIAS = 4  # see the module doc: (k + 4) twice cancels the epilogue's 2^8
 VECTOR_ALIGN = 16  # the pooling kernels load and store 16-byte vectors (uint4)
-GRAPHS_KEPT = 8
+GRAPHS_KEPT = 16  # a consumer holding N grids at a time cycles through N + 1 bindings
 BINDINGS_REMEMBERED = 64
 
 
