@@ -47,7 +47,7 @@ def rig(monkeypatch):
     events = itertools.count(1)
 
     class Event:
-        def __init__(self):
+        def __init__(self, ctx=None):
             self.id = next(events)
 
         def record(self, stream, external=False):
@@ -78,7 +78,7 @@ def rig(monkeypatch):
             rec.log.append(("memset8", self.name, dst.ptr, value, nbytes))
 
     class Pinned:
-        def __init__(self, shape, dtype):
+        def __init__(self, shape, dtype, ctx=None):
             self.array = np.zeros(shape, dtype)
 
         def free(self):

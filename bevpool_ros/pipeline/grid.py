@@ -46,7 +46,8 @@ class CallSlots:
     After ``close`` the memory goes when the last lent slot comes back: a grid may outlive its
     pooler."""
 
-    def __init__(self):
+    def __init__(self, ctx=None):
+        self._ctx = ctx  # the pooler's device: slots are made lazily, in any thread
         self._free: list[CallSlot] = []
         self._chunks: list[PinnedBuffer] = []
         self._lent = 0
@@ -59,9 +60,11 @@ class CallSlots:
             if self._closed:
                 raise RuntimeError("the pooler was closed")
             if not self._free:
-                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32)
+                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32, ctx=self._ctx)
                 self._chunks.append(chunk)
-                self._free = [CallSlot(Event(), chunk.array, i) for i in range(SLOTS_PER_CHUNK)]
+                self._free = [
+                    CallSlot(Event(self._ctx), chunk.array, i) for i in range(SLOTS_PER_CHUNK)
+                ]
             self._lent += 1
             return self._free.pop()
 

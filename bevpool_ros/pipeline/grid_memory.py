@@ -68,7 +68,7 @@ class GridBuffer:
     def __init__(self, memory: StreamOrderedBuffer, home: "GridBuffers"):
         self.memory, self.home = memory, home
         self.ptr = memory.ptr
-        self.released = Event()  # recorded on ``stream`` when the last grid in it was released
+        self.released = Event(home.ctx)  # recorded on ``stream`` when its grid was released
         self.stream: int | None = None
 
     def give_back(self, stream: int) -> None:
@@ -83,7 +83,7 @@ class GridBuffers:
     """The free list of one pooler's grid buffers (``nbytes`` each); see the module doc."""
 
     def __init__(self, nbytes: int, ctx, pools: bool, own_stream: int, kept: int = KEPT):
-        self.nbytes, self._ctx, self._pools = int(nbytes), ctx, pools
+        self.nbytes, self.ctx, self._pools = int(nbytes), ctx, pools
         self._own_stream, self._kept = own_stream, kept
         self._free: list[GridBuffer] = []
         self._closed = False
@@ -102,7 +102,7 @@ class GridBuffers:
                 buf = self._free.pop()
                 buf.released.wait(stream)
                 return buf
-        return GridBuffer(StreamOrderedBuffer(self.nbytes, stream, self._ctx, self._pools), self)
+        return GridBuffer(StreamOrderedBuffer(self.nbytes, stream, self.ctx, self._pools), self)
 
     def give_back(self, buf: GridBuffer, stream: int) -> None:
         """From a grid released on ``stream`` (alive: the grid held it so far); any thread."""

@@ -151,8 +151,8 @@ class BevPooler:
             rt, self.smap, be.precision, be.frame.enqueue_kernel, check_finite=be.check_finite
         )
         self._ctx, self._ordinal = rt.device.ctx, rt.device.ordinal
-        self._slots = CallSlots()
-        self._producer_sync = Event()
+        self._slots = CallSlots(rt.device.ctx)
+        self._producer_sync = Event(rt.device.ctx)
         self._last_event = None  # the previous call's grid event, and its stream
         self._last_stream: int | None = None
         self._own_stream = Stream()  # for device inputs no framework names a stream for

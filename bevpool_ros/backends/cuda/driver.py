@@ -147,11 +147,11 @@ class PinnedBuffer:
     write it in place: the integrated-GPU path, where host and device share one memory.
     """
 
-    def __init__(self, shape, dtype, mapped: bool = False):
-        bind()
+    def __init__(self, shape, dtype, mapped: bool = False, ctx=None):
+        bind(ctx)  # pinned for that context (default: the last opened device's)
         cu = api()
         dtype = np.dtype(dtype)
-        self._ctx = _default_ctx
+        self._ctx = ctx if ctx is not None else _default_ctx
         self.nbytes = int(np.prod(shape)) * dtype.itemsize
         flags = cu.CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0
         self.ptr = int(check(cu.cuMemHostAlloc(max(self.nbytes, 16), flags), "cuMemHostAlloc"))
@@ -317,10 +317,10 @@ class Event:
     """A CUDA event without timing (the cheap kind): ``record`` on one stream, ``wait`` from another
     stream (no host involvement), ``synchronize`` or ``done`` from the host."""
 
-    def __init__(self):
-        bind()
+    def __init__(self, ctx=None):
+        bind(ctx)  # an event of that context (default: the last opened device's)
         cu = api()
-        self._ctx = _default_ctx
+        self._ctx = ctx if ctx is not None else _default_ctx
         flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         self.handle = check(cu.cuEventCreate(flags), "cuEventCreate")
 
