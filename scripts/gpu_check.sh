@@ -7,7 +7,8 @@
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
 # h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log.
 # In-process block (BevPooler, no ROS; needs PyTorch and CuPy with CUDA): inprocess_pytest.log, and one row per
-# configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md.
+# configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md; the calls' host
+# side without the GPU: inprocess_host_cost.md/.json.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -150,5 +151,9 @@ if [ "$RUN_INPROCESS" = 1 ]; then
   done
   [ -f "$OUT/inprocess_latency.md" ] && grep -E "^# |end to end|on the host|kernel alone|p99 minus|Error|error" \
       "$OUT/inprocess_latency.md"
+  # the same calls' Python on this host's CPU over a counting stand-in driver (driver calls per call, no GPU
+  # time): the real call's host cost minus this is what the driver calls cost here
+  timeout 300 $PY bench/inprocess_host_cost.py --calls 2000 --repeats 3 --json "$OUT/inprocess_host_cost.json" \
+      2>&1 | tee "$OUT/inprocess_host_cost.md" || status=1
 fi
 exit $status
