@@ -330,7 +330,7 @@ class Event:
         bind(self._ctx)
         cu = api()
         if external:
-            flags = cu.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL
+            flags = int(cu.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)
             check(cu.cuEventRecordWithFlags(self.handle, stream_handle, flags), "cuEventRecord")
         else:
             check(cu.cuEventRecord(self.handle, stream_handle), "cuEventRecord")
