@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
-    ap.add_argument("--profile", metavar="SCENARIO", help="cProfile one scenario's steady state")
+    ap.add_argument("--profile", choices=SCENARIOS, help="cProfile one scenario's steady state")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)
     smap = get_workload("small")
