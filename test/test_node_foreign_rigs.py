@@ -148,10 +148,11 @@ def node_with_refusing_backend(monkeypatch, tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
 
+    import bevpool_ros.node.configure as configure_module
     import bevpool_ros.node.node as node_module
 
     made, contexts = [], []
-    real_create = node_module.create_backend
+    real_create = configure_module.create_backend
 
     def create(name, precision="fp16", **kw):
         if name == "cpu":
@@ -159,7 +160,7 @@ def node_with_refusing_backend(monkeypatch, tmp_path):
         made.append(RefusingBackend())
         return made[-1]
 
-    monkeypatch.setattr(node_module, "create_backend", create)
+    monkeypatch.setattr(configure_module, "create_backend", create)
 
     def make(fallback: bool):
         ctx = rclpy.Context()

@@ -115,6 +115,13 @@ class PoolingWorker:
                 self.on_drop("worker_busy", "pooling thread busy: oldest waiting set dropped")
             self._cv.notify()
 
+    def discard_queued(self) -> int:
+        """Forget the sets waiting for the thread (the node was deactivated); how many."""
+        with self._cv:
+            n = len(self._queue)
+            self._queue.clear()
+        return n
+
     @property
     def queued(self) -> int:
         return len(self._queue)
