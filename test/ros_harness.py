@@ -91,12 +91,14 @@ class RosGraph(PipelineSession):
     subprocess; synthetic publisher + consumer here) plus stamps, waits and counters for tests.
     Use as a module-scoped fixture; ``close()`` returns the node's exit code."""
 
-    def __init__(self, node_params: dict, rig_path=None, publisher_kwargs=None):
+    def __init__(self, node_params: dict, rig_path=None, publisher_kwargs=None, wait: bool = True):
+        """``wait``: until the node publishes grids (False: a node that waits for a lifecycle
+        manager)."""
         isolate_ros_env()
         super().__init__(str(rig_path) if rig_path else None, node_params, subscribe_image=True,
                          publisher_kwargs=publisher_kwargs)
         self._stamp = 1_000 * 1_000_000_000
-        if not self.wait_ready(DISCOVERY_TIMEOUT) or self.warm_up() is None:
+        if wait and (not self.wait_ready(DISCOVERY_TIMEOUT) or self.warm_up() is None):
             out = self.node.output()
             self.close()
             raise RuntimeError(f"bevpool_node not ready within {DISCOVERY_TIMEOUT} s; its output:\n{out}")

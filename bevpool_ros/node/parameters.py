@@ -71,17 +71,20 @@ def declare_all(node) -> None:
         raise StartupError("; ".join(errors))
 
 
-def current_values(node) -> dict:
-    """The table's parameters as they are now; StartupError naming each invalid one."""
+def _value_or_empty(node, name: str):
+    """A parameter's value; [] for an array declared without a value (see declare)."""
     from rclpy.exceptions import ParameterUninitializedException
 
-    values = {}
-    for spec in P.PARAMS:
-        try:
-            value = node.get_parameter(spec.name).value
-        except ParameterUninitializedException:  # an empty-list default (see declare)
-            value = []
-        values[spec.name] = list(value) if isinstance(value, (list, tuple)) else value
+    try:
+        value = node.get_parameter(name).value
+    except ParameterUninitializedException:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def current_values(node) -> dict:
+    """The table's parameters as they are now; StartupError naming each invalid one."""
+    values = {spec.name: _value_or_empty(node, spec.name) for spec in P.PARAMS}
     errors = P.check_all(values)
     if errors:
         raise StartupError("; ".join(errors))
@@ -94,15 +97,18 @@ def declare_extrinsics(node, calibration) -> None:
     for cam in calibration.camera_names:
         name = P.extrinsics_param(cam)
         if node.has_parameter(name):
-            value = list(node.get_parameter(name).value or [])
+            value = _value_or_empty(node, name)
         else:
             d = ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
                                     description=f"camera->ego pose of {cam}: [tx, ty, tz, qw, qx, qy, qz]; "
                                                 "empty = rig YAML (TF overrides both when enabled)")
+            node.params.declaring = True  # a declaration is not a change to log
             try:
                 value = declare(node, name, [], d)
             except Exception as e:
                 raise StartupError(f"{name}: {e}") from None
+            finally:
+                node.params.declaring = False
         if value:
             err = calibration.check_only_extrinsics_vector(cam, value)
             if err:
@@ -125,6 +131,7 @@ class RuntimeParameters:
 
     def __init__(self, node):
         self.node = node
+        self.declaring = False
 
     def validate(self, changes) -> SetParametersResult:
         node = self.node
@@ -186,5 +193,7 @@ class RuntimeParameters:
                 node.cfg[p.name] = p.value
         names = {p.name for p in changes}
         node.reconfigure(names)
+        if self.declaring:
+            return
         node.get_logger().info("parameters set: " + clip(", ".join(
             f"{p.name}={shown(p.value)}" for p in changes), 300))
