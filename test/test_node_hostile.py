@@ -77,6 +77,47 @@ def test_a_publisher_of_the_wrong_type_is_reported_once(graph):
     assert graph.publish_and_wait(0) is not None
 
 
+def test_a_publisher_with_incompatible_qos_is_counted_and_logged(graph):
+    """The middleware does tell about this one: a best-effort writer on a reliable input topic."""
+    from bevpool_msgs.msg import CameraTensor
+
+    from bevpool_ros.node.qos import make_qos
+
+    before = graph.counter(graph.diagnostics_where(lambda d: True), "dds_incompatible_qos")
+    pub = graph.pub.create_publisher(CameraTensor, "cameras/CAM_BACK/depth", make_qos("best_effort", 1))
+    try:
+        d = graph.diagnostics_where(lambda d: graph.counter(d, "dds_incompatible_qos") > before,
+                                    DISCOVERY_TIMEOUT)
+        assert d is not None, graph.node.output()[-3000:]
+        assert ("a publisher on cameras/CAM_BACK/depth offers QoS incompatible with this node's "
+                "(RELIABILITY)") in graph.node.output()
+    finally:
+        graph.pub.destroy_publisher(pub)
+
+
+def test_malformed_cdr_is_dropped_by_the_middleware_and_harms_nothing(graph):
+    """Documented limit (docs/ros_interface.md): rmw_fastrtps drops a sample that does not
+    deserialize without any event, so the node cannot count it; it must still cost nothing."""
+    from bevpool_msgs.msg import CameraTensor
+
+    from ros_harness import camera_tensor_cdr
+
+    pub = graph.pub.create_publisher(CameraTensor, "cameras/CAM_FRONT/feat", 5)
+    assert graph.spin_until(lambda: pub.get_subscription_count() > 0, DISCOVERY_TIMEOUT)
+    good = camera_tensor_cdr(graph.next_stamp(), "x", "feat", "HWC", (16, 44, 80), 9, bytes(16 * 44 * 80 * 4))
+    before = graph.diagnostics_where(lambda d: True)
+    try:
+        for raw in (good[:200], good[:-1000], good[:40] + b"\xff\xff\xff\x7f" + good[44:]):
+            pub.publish(raw)
+        assert graph.publish_and_wait(2) is not None and graph.node.alive()
+        d = graph.diagnostics_where(lambda d: True)
+        taken = {k for k in d if k.startswith("dropped_") and k != "dropped_dds_message_lost"
+                 and graph.counter(d, k) != graph.counter(before, k)}
+        assert not taken, taken  # none reached the node: the middleware dropped them silently
+    finally:
+        graph.pub.destroy_publisher(pub)
+
+
 def test_a_second_producer_3_s_behind_never_sends_the_output_back(graph):
     """Every camera also published by a producer 3 s behind (same frames): published stamps only
     go forward and the clock is never reset; the stragglers are counted."""

@@ -94,7 +94,6 @@ class Inputs:
 
         node, cfg = self.node, self.node.cfg
         in_qos = make_qos(cfg["input.qos_reliability"], cfg["input.qos_depth"])
-        events = node.report.subscription_events()
         mf = self._message_filters() if cfg["sync.use_message_filters"] else None
         topics = tensor_topics(cfg, node.cameras)
         for cam in node.cameras:
@@ -102,6 +101,7 @@ class Inputs:
                 kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
                 if mf is None:
                     cb = (lambda m, c=cam, s=stream: self.on_tensor(m, c, s))
+                    events = node.report.subscription_events(topics[(cam, stream)])
                     self.subs.append(node.create_subscription(kind, topics[(cam, stream)], cb, in_qos,
                                                               event_callbacks=events))
                 else:

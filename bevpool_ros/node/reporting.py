@@ -13,7 +13,8 @@ from .throttle import ThrottledLog
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
-             "skipped_no_subscribers", "wrong_type_publishers")
+             "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
+             "dds_incompatible_type")
 STAGES = ("queue_wait", "assemble", "message", "publish")
 
 
@@ -56,17 +57,25 @@ class Report:
         self.last_drop_detail[f"sync_{reason}"] = detail = clip(detail)
         self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {detail}")
 
-    def subscription_events(self):
-        """Samples the middleware reports lost (a flood beyond the queue depth, or a sample it
-        could not deserialize: Fast DDS counts both as lost) and incompatible QoS offers."""
+    def subscription_events(self, topic: str):
+        """What the middleware tells about an input topic (docs/ros_interface.md, "What the
+        middleware reports"): samples lost, publishers offering incompatible QoS, and publishers
+        of an incompatible type (an event rmw_fastrtps does not raise: the graph watch finds them)."""
         try:
             from rclpy.event_handler import SubscriptionEventCallbacks
         except ImportError:
             return None
+
+        def incompatible_qos(info):
+            from rclpy.qos import qos_policy_name_from_kind
+
+            self.count("dds_incompatible_qos", max(1, int(info.total_count_change)))
+            self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS incompatible "
+                      f"with this node's ({qos_policy_name_from_kind(info.last_policy_kind)}): its "
+                      "messages never arrive")
         return SubscriptionEventCallbacks(
             message_lost=lambda info: self.count("dds_message_lost", max(1, int(info.total_count_change))),
-            incompatible_qos=lambda info: self.count("dds_incompatible_qos",
-                                                     max(1, int(info.total_count_change))),
+            incompatible_qos=incompatible_qos,
             incompatible_type=lambda info: self.count("dds_incompatible_type",
                                                       max(1, int(info.total_count_change))))
 
