@@ -108,7 +108,8 @@ class RosGraph(PipelineSession):
         and best-effort samples sent in between are lost. Publish frame ``index`` (fresh stamps)
         until one BEV comes back; its stamp, or None."""
         publisher = publisher or self.pub
-        got = self.send_until_grid(lambda stamp: publisher.publish_frame(index, stamp), DISCOVERY_TIMEOUT, 1.0)
+        got = self.send_until_grid(lambda stamp: publisher.publish_frame(index, stamp),
+                                   DISCOVERY_TIMEOUT, 1.0)
         return None if got is None else got.stamp_ns
 
     def next_stamp(self, step_ms: int = 100) -> int:
@@ -116,7 +117,8 @@ class RosGraph(PipelineSession):
         self._stamp += step_ms * 1_000_000
         return self._stamp
 
-    def send_until_grid(self, send, timeout: float = 30.0, resend_s: float = 2.0, newest: bool = False):
+    def send_until_grid(self, send, timeout: float = 30.0, resend_s: float = 2.0,
+                        newest: bool = False):
         """``send(stamp)`` with fresh stamps until the grid of one of them comes back; the
         ReceivedBev, None on timeout. One send is never trusted: on a busy machine a camera may
         arrive after sync.camera_timeout_s, or a best-effort sample may be lost. ``newest``:
@@ -137,7 +139,8 @@ class RosGraph(PipelineSession):
     def publish_and_wait(self, index: int, timeout: float = 30.0, **kw):
         """Publish frame ``index`` (resent, fresh stamps) until its BEV comes back; the
         ReceivedBev (None on timeout). ``kw``: publish_frame's (skip, replace, camera_info)."""
-        return self.send_until_grid(lambda stamp: self.pub.publish_frame(index, stamp, **kw), timeout)
+        return self.send_until_grid(lambda stamp: self.pub.publish_frame(index, stamp, **kw),
+                                    timeout)
 
     def diagnostics_where(self, predicate, timeout: float = 10.0) -> dict | None:
         """The first diagnostics snapshot (published from now on) that satisfies predicate."""

@@ -3,11 +3,9 @@ producer seconds behind, undeclared parameter names, the grid's dtype label whil
 ``output.bev_dtype`` changes under a running stream."""
 from __future__ import annotations
 
+import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import DISCOVERY_TIMEOUT, RosGraph, isolate_ros_env, spin_until
 
 from bevpool_ros.reference import pool_reference
@@ -41,7 +39,8 @@ def test_undeclared_parameter_names_are_named_and_counted(graph):
     assert "undeclared parameter(s): 'sync.slopp_s' (did you mean sync.slop_s?)" == r.reason
     d = graph.diagnostics_where(lambda d: graph.counter(d, "parameter_rejected") > before)
     assert d is not None and graph.counter(d, "parameter_rejected") == before + 1
-    assert "parameter change rejected: undeclared parameter(s): 'sync.slopp_s'" in graph.node.output()
+    logged = "parameter change rejected: undeclared parameter(s): 'sync.slopp_s'"
+    assert logged in graph.node.output()
 
 
 def test_a_publisher_of_the_wrong_type_is_reported_once(graph):
@@ -84,7 +83,8 @@ def test_a_publisher_with_incompatible_qos_is_counted_and_logged(graph):
     from bevpool_ros.node.qos import make_qos
 
     before = graph.counter(graph.diagnostics_where(lambda d: True), "dds_incompatible_qos")
-    pub = graph.pub.create_publisher(CameraTensor, "cameras/CAM_BACK/depth", make_qos("best_effort", 1))
+    qos = make_qos("best_effort", 1)
+    pub = graph.pub.create_publisher(CameraTensor, "cameras/CAM_BACK/depth", qos)
     try:
         d = graph.diagnostics_where(lambda d: graph.counter(d, "dds_incompatible_qos") > before,
                                     DISCOVERY_TIMEOUT)
@@ -99,12 +99,12 @@ def test_malformed_cdr_is_dropped_by_the_middleware_and_harms_nothing(graph):
     """Documented limit (docs/ros_interface.md): rmw_fastrtps drops a sample that does not
     deserialize without any event, so the node cannot count it; it must still cost nothing."""
     from bevpool_msgs.msg import CameraTensor
-
     from ros_harness import camera_tensor_cdr
 
     pub = graph.pub.create_publisher(CameraTensor, "cameras/CAM_FRONT/feat", 5)
     assert graph.spin_until(lambda: pub.get_subscription_count() > 0, DISCOVERY_TIMEOUT)
-    good = camera_tensor_cdr(graph.next_stamp(), "x", "feat", "HWC", (16, 44, 80), 9, bytes(16 * 44 * 80 * 4))
+    payload = bytes(16 * 44 * 80 * 4)
+    good = camera_tensor_cdr(graph.next_stamp(), "x", "feat", "HWC", (16, 44, 80), 9, payload)
     before = graph.diagnostics_where(lambda d: True)
     try:
         for raw in (good[:200], good[:-1000], good[:40] + b"\xff\xff\xff\x7f" + good[44:]):
@@ -136,7 +136,8 @@ def test_a_second_producer_3_s_behind_never_sends_the_output_back(graph):
             late.publish_frame(k % 4, stamp - 3 * 10**9)
             sent.append(stamp)
             graph.spin_until(lambda: False, 0.1)
-        assert graph.spin_until(lambda: sent[-1] in graph.con.by_stamp(), 30), graph.node.output()[-3000:]
+        came = graph.spin_until(lambda: sent[-1] in graph.con.by_stamp(), 30)
+        assert came, graph.node.output()[-3000:]
         stamps = [b.stamp_ns for b in list(graph.con.bevs)[-(graph.con.count - first):]]
         assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps), stamps
         assert set(stamps) <= set(sent)  # no grid of the late producer's timeline
@@ -182,7 +183,8 @@ def test_grid_dtype_label_comes_from_the_pooled_grid(nuscenes_rig):
     node.backend.pool_cameras = pool_then_flip
     smap = build_scatter_map(nuscenes_rig)
     try:
-        assert spin_until(ex, lambda: pub.subscribers_matched() and con.publisher_matched(), DISCOVERY_TIMEOUT)
+        matched = lambda: pub.subscribers_matched() and con.publisher_matched()  # noqa: E731
+        assert spin_until(ex, matched, DISCOVERY_TIMEOUT)
         stamp = 10**12
         while con.count < 4 and stamp < 10**12 + 200 * 10**8:  # resent until grids come back
             stamp += 10**8

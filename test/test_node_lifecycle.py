@@ -2,10 +2,8 @@
 real ``<node>/change_state`` and ``<node>/get_state`` services, as Nav2's lifecycle manager does."""
 from __future__ import annotations
 
-import pytest
-
 import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
+import pytest
 from ros_harness import DISCOVERY_TIMEOUT, RosGraph
 
 from bevpool_ros.paths import default_rig_path
@@ -23,8 +21,8 @@ class Lifecycle:
         self.graph = graph
         self.change = graph.con.create_client(ChangeState, f"{NODE}/change_state")
         self.get = graph.con.create_client(GetState, f"{NODE}/get_state")
-        assert graph.spin_until(lambda: self.change.service_is_ready() and self.get.service_is_ready(),
-                                DISCOVERY_TIMEOUT), graph.node.output()[-3000:]
+        ready = lambda: self.change.service_is_ready() and self.get.service_is_ready()  # noqa: E731
+        assert graph.spin_until(ready, DISCOVERY_TIMEOUT), graph.node.output()[-3000:]
 
     def _call(self, client, request):
         fut = client.call_async(request)
@@ -84,8 +82,8 @@ def test_transitions_over_dds_from_another_process():
         assert len(got.msg.cameras) == 6
 
         assert lc.transition("deactivate") and lc.state() == "inactive"
-        assert g.spin_until(lambda: not any(p.get_subscription_count() for p in g.pub.pubs.values()),
-                            DISCOVERY_TIMEOUT)  # every input subscription gone
+        unsubscribed = lambda: not any(p.get_subscription_count() for p in g.pub.pubs.values())  # noqa: E731
+        assert g.spin_until(unsubscribed, DISCOVERY_TIMEOUT)  # every input subscription gone
         assert no_grid_while_sending(g)
 
         assert lc.transition("activate") and lc.state() == "active"
@@ -94,11 +92,13 @@ def test_transitions_over_dds_from_another_process():
         # configure-time parameters are read-only while configured, free while unconfigured
         r = set_param(g, "camera_names", ["CAM_FRONT", "CAM_BACK"])
         assert not r.successful and "read-only" in r.reason
-        assert lc.transition("deactivate") and lc.transition("cleanup") and lc.state() == "unconfigured"
-        assert g.spin_until(lambda: not g.con.publisher_matched(), DISCOVERY_TIMEOUT)  # publishers released
+        assert lc.transition("deactivate") and lc.transition("cleanup")
+        assert lc.state() == "unconfigured"
+        # publishers released
+        assert g.spin_until(lambda: not g.con.publisher_matched(), DISCOVERY_TIMEOUT)
         assert set_param(g, "camera_names", ["CAM_FRONT", "CAM_BACK"]).successful
 
-        # a configuration that cannot load: the transition fails, says why, the node stays unconfigured
+        # a configuration that cannot load: the transition fails, says why, stays unconfigured
         assert set_param(g, "rig_file", "/nonexistent/rig.yaml").successful
         assert not lc.transition("configure") and lc.state() == "unconfigured"
         assert "configure failed: rig_file: /nonexistent/rig.yaml does not exist" in g.node.output()
@@ -108,17 +108,17 @@ def test_transitions_over_dds_from_another_process():
         assert lc.transition("activate") and lc.state() == "active"
         got = g.send_until_grid(lambda s: g.pub.publish_frame(2, s), DISCOVERY_TIMEOUT)
         assert got is not None, g.node.output()[-3000:]
-        assert list(got.msg.cameras) == ["CAM_FRONT", "CAM_BACK"]  # the changed parameter took effect
+        assert list(got.msg.cameras) == ["CAM_FRONT", "CAM_BACK"]  # the changed parameter holds
 
         assert lc.transition("shutdown") and lc.state() == "finalized"
         assert g.spin_until(lambda: not g.con.publisher_matched(), DISCOVERY_TIMEOUT)
-        assert g.node.alive()  # finalized, as rclcpp lifecycle nodes: the process waits to be stopped
+        assert g.node.alive()  # finalized, as rclcpp lifecycle nodes: the process waits for a stop
     finally:
         assert g.close() == 0
 
 
 def test_autostart_is_active_at_once():
-    g = RosGraph({})  # defaults: configures and activates itself, grids flow (RosGraph waits for one)
+    g = RosGraph({})  # defaults: configures and activates itself (RosGraph waits for a grid)
     try:
         assert Lifecycle(g).state() == "active"
     finally:

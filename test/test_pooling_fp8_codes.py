@@ -30,7 +30,8 @@ def run_set(backend, rig, depth, feats):
     worker = PoolingWorker(backend, LiveCalibration(rig), results.append,
                            lambda reason, detail: drops.append((reason, detail)))
     worker.prepare()
-    frames = {c.name: {"depth": (1, depth[n]), "feat": (1, feats[n])} for n, c in enumerate(rig.cameras)}
+    frames = {c.name: {"depth": (1, depth[n]), "feat": (1, feats[n])}
+              for n, c in enumerate(rig.cameras)}
     worker.process(CameraSet(frames, tuple(c.name for c in rig.cameras), (), 0.0, 0.0, True))
     return drops, results
 

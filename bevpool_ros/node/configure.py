@@ -55,13 +55,14 @@ def load_calibration(cfg: dict) -> LiveCalibration:
 
 
 def depth_image_inputs(cfg: dict, calibration: LiveCalibration) -> dict:
-    """input.depth_mode 'image' cameras: their metric depth Image -> distribution (depth_image.py)."""
+    """input.depth_mode 'image' cameras: their metric depth Image -> distribution
+    (io/depth_image.py)."""
     from ..io.depth_image import converters_for
 
     try:
         return converters_for(calibration.camera_names, cfg["input.depth_mode"], calibration.rig,
-                              cfg["input.depth_image_distribution"], cfg["input.depth_image_sigma_m"],
-                              cfg["input.max_tensor_bytes"])
+                              cfg["input.depth_image_distribution"],
+                              cfg["input.depth_image_sigma_m"], cfg["input.max_tensor_bytes"])
     except ValueError as e:
         raise StartupError(str(e)) from None
 
@@ -89,7 +90,8 @@ def make_backend(cfg: dict, logger):
             raise StartupError(f"backend {requested!r}: {e}") from None
         except Exception as e:  # a backend that breaks while probing must not take the node down
             if not fallback:
-                raise StartupError(f"backend {requested!r} failed to start: {type(e).__name__}: {e}") from None
+                raise StartupError(f"backend {requested!r} failed to start: "
+                                   f"{type(e).__name__}: {e}") from None
             logger.warning(f"backend {requested!r} failed to start ({type(e).__name__}: {e}); "
                            "falling back to 'cpu'")
             return create_backend("cpu", cfg["precision"]), requested

@@ -49,7 +49,7 @@ class WrongTypeWatch:
                     node.report.count("wrong_type_publishers")
                     node.get_logger().warning(clip(
                         f"wrong type on input topic {shown(topic)}: {who} publishes "
-                        f"{shown(info.topic_type)}, this node subscribes {want}; DDS never delivers "
-                        "its messages", 400))
+                        f"{shown(info.topic_type)}, this node subscribes {want}; DDS never "
+                        "delivers its messages", 400))
         node.report.wrong_types.clear()  # only those that still exist
         node.report.wrong_types.update(found)

@@ -3,6 +3,7 @@ every tensor passes before it may join a set, CameraInfo and TF calibration upda
 hand-over of complete sets to the pooling thread."""
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -18,15 +19,16 @@ from .qos import camera_info_qos, make_qos
 from .sync import CameraSet, CameraSetSynchronizer
 
 DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
-DEPTH_MAX = 1.01                      # a distribution's values lie in [0, 1]; 1 % for float16/fp8 rounding
+DEPTH_MAX = 1.01                      # a distribution lies in [0, 1]; 1 % for float16/fp8 rounding
 FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 
 def check_depth_range(arr: np.ndarray) -> None:
-    """A depth distribution lies in [0, 1] (E4M3 codes, kept raw for a GPU backend, are decoded first)."""
+    """A depth distribution lies in [0, 1] (E4M3 codes, kept raw for a GPU backend, are decoded
+    first)."""
     vals = fp8.decode(arr, np.float16) if arr.dtype == np.uint8 else arr
     lo, hi = float(vals.min()), float(vals.max())
-    if not (np.isfinite(lo) and np.isfinite(hi)):  # reached here when the backend checks on its device
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # reached when the backend checks on its device
         raise TensorError("non_finite", "depth holds NaN or Inf")
     if not (lo >= 0 and hi <= DEPTH_MAX):
         raise TensorError("depth_out_of_range", f"depth values span [{lo:.4g}, {hi:.4g}], "
@@ -42,14 +44,16 @@ def check_tensor(msg, header, stream: str, rig, cfg: dict, backend) -> np.ndarra
     N, D, H, W = rig.depth_shape
     if stream == "depth":
         if header.layout not in DEPTH_LAYOUTS:
-            raise TensorError("bad_layout", f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
+            raise TensorError("bad_layout",
+                              f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
         if cfg["input.check_depth_range"] and arr.size:
             check_depth_range(arr)
         want = (D, H, W)
     else:
         layout = header.layout or cfg["input.feature_layout"]
         if layout not in FEATURE_LAYOUTS:
-            raise TensorError("bad_layout", f"feature layout {shown(layout)} (expected HWC, CHW or empty)")
+            raise TensorError("bad_layout",
+                              f"feature layout {shown(layout)} (expected HWC, CHW or empty)")
         if layout == "CHW" and arr.ndim == 3:
             arr = arr.transpose(1, 2, 0)  # a view; the one copy happens when the set is stacked
         want = (H, W, rig.channels)
@@ -65,7 +69,8 @@ class Inputs:
         self.node = node
         self.depth_images = depth_images  # camera -> converter, for depth cameras only
         cfg = node.cfg
-        self.sync = CameraSetSynchronizer(node.cameras, *self.sync_args(), on_drop=node.report.sync_dropped)
+        self.sync = CameraSetSynchronizer(node.cameras, *self.sync_args(),
+                                          on_drop=node.report.sync_dropped)
         self.lock = threading.Lock()
         self.subs: list = []
         self.mf_sync = None
@@ -99,13 +104,14 @@ class Inputs:
         for cam in node.cameras:
             for stream in STREAMS:
                 kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
+                topic = topics[(cam, stream)]
                 if mf is None:
-                    cb = (lambda m, c=cam, s=stream: self.on_tensor(m, c, s))
-                    events = node.report.subscription_events(topics[(cam, stream)])
-                    self.subs.append(node.create_subscription(kind, topics[(cam, stream)], cb, in_qos,
+                    cb = functools.partial(self.on_tensor, camera=cam, stream=stream)
+                    events = node.report.subscription_events(topic)
+                    self.subs.append(node.create_subscription(kind, topic, cb, in_qos,
                                                               event_callbacks=events))
                 else:
-                    self.subs.append(mf.Subscriber(node, kind, topics[(cam, stream)], qos_profile=in_qos))
+                    self.subs.append(mf.Subscriber(node, kind, topic, qos_profile=in_qos))
             self.subs.append(node.create_subscription(
                 CameraInfo, cfg["input.camera_info_topic"].format(camera=cam),
                 lambda m, c=cam: self.on_camera_info(m, c), camera_info_qos()))
@@ -148,8 +154,9 @@ class Inputs:
         try:
             import message_filters
         except ImportError:
-            self.node.get_logger().warning("sync.use_message_filters is set but message_filters is not "
-                                           "installed; using the built-in camera-set synchroniser")
+            self.node.get_logger().warning("sync.use_message_filters is set but message_filters "
+                                           "is not installed; using the built-in camera-set "
+                                           "synchroniser")
             return None
         return message_filters
 
@@ -162,7 +169,8 @@ class Inputs:
             return
         self._tf_buffer = Buffer()
         self._tf_listener = TransformListener(self._tf_buffer, self.node)
-        self._tf_timer = self.node.create_timer(self.node.cfg["calibration.tf_period_s"], self.update_from_tf)
+        period = self.node.cfg["calibration.tf_period_s"]
+        self._tf_timer = self.node.create_timer(period, self.update_from_tf)
 
     # callbacks ------------------------------------------------------------------------------
     def check_stamp(self, stamp_ns: int) -> None:
@@ -172,8 +180,8 @@ class Inputs:
         limit = self.node.cfg["sync.max_future_s"]
         ahead_s = (stamp_ns - self.node.get_clock().now().nanoseconds) / 1e9
         if ahead_s > limit:
-            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's clock "
-                              f"(sync.max_future_s {limit})")
+            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
+                              f"clock (sync.max_future_s {limit})")
 
     def checked(self, msg, camera: str, stream: str) -> np.ndarray:
         if stream == "depth" and camera in self.depth_images:  # a depth camera's Image -> [D, H, W]
@@ -229,7 +237,8 @@ class Inputs:
         self._camera_info_seen[camera] = key
         if changed:
             node.report.count("calibration_changes")
-            node.get_logger().info(f"{camera}: new intrinsics from CameraInfo; scatter map will be rebuilt")
+            node.get_logger().info(f"{camera}: new intrinsics from CameraInfo; scatter map will "
+                                   "be rebuilt")
 
     def update_from_tf(self) -> None:
         from rclpy.time import Time
@@ -241,11 +250,13 @@ class Inputs:
             try:
                 tf = self._tf_buffer.lookup_transform(ego, frame, Time())
             except Exception as e:
-                node.report.warn("tf_lookup", clip(f"TF {ego} <- {shown(frame)} unavailable: {e}", 300))
+                text = clip(f"TF {ego} <- {shown(frame)} unavailable: {e}", 300)
+                node.report.warn("tf_lookup", text)
                 continue
             t, q = tf.transform.translation, tf.transform.rotation
             try:
-                if node.calibration.update_extrinsics_vector(cam, [t.x, t.y, t.z, q.w, q.x, q.y, q.z]):
+                pose = [t.x, t.y, t.z, q.w, q.x, q.y, q.z]
+                if node.calibration.update_extrinsics_vector(cam, pose):
                     node.report.count("calibration_changes")
             except RigError as e:
                 node.report.drop("tf_rejected", f"{cam}: {e}")

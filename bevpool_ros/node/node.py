@@ -1,4 +1,5 @@
-"""bevpool_node: camera topics -> synchronised set -> BEV pooling -> BevFeature (+ image, diagnostics).
+"""bevpool_node: camera topics -> synchronised set -> BEV pooling -> BevFeature (+ image,
+diagnostics).
 
 A managed (lifecycle) node; the work lives in library modules, this class only orders it:
   configure   parameters read and checked, rig loaded, backend created and prepared (scatter map
@@ -21,7 +22,13 @@ from . import configure, dds_guard
 from .configure import StartupError
 from .graph_watch import WrongTypeWatch
 from .inputs import Inputs, check_depth_range  # noqa: F401  (check_depth_range: its old home)
-from .parameters import RuntimeParameters, current_values, declare_all, declare_extrinsics, undeclared_reason
+from .parameters import (
+    RuntimeParameters,
+    current_values,
+    declare_all,
+    declare_extrinsics,
+    undeclared_reason,
+)
 from .pooling import PoolingWorker
 from .publishing import Outputs
 from .reporting import Report
@@ -60,7 +67,8 @@ class BevPoolNode(LifecycleNode):
                     raise StartupError(self._failure or f"{step.__name__} failed")
             self._starting = False
         else:
-            self.get_logger().info("unconfigured, waiting for a lifecycle manager (autostart false)")
+            self.get_logger().info("unconfigured, waiting for a lifecycle manager "
+                                   "(autostart false)")
 
     # properties the tools and tests read ------------------------------------------------------
     @property
@@ -98,10 +106,11 @@ class BevPoolNode(LifecycleNode):
         self.backend, self.backend_requested = configure.make_backend(cfg, self.get_logger())
         self.inputs = Inputs(self, depth_images)
         self.outputs = Outputs(self)
-        self.worker = PoolingWorker(self.backend, self.calibration, self.outputs.publish, self.report.drop,
-                                    cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
-                                    out_dtype=lambda: self.cfg["output.bev_dtype"],
-                                    out_buffer=self.outputs.payload, on_prepare_error=self._cpu_instead)
+        self.worker = PoolingWorker(
+            self.backend, self.calibration, self.outputs.publish, self.report.drop,
+            cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
+            out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self.outputs.payload,
+            on_prepare_error=self._cpu_instead)
         self.worker.start()  # prepares the backend: the map, kernels or engines, before any data
         self.outputs.start_handoff(self.backend)
         self.report.start(cfg["diagnostics.period_s"])
@@ -117,7 +126,8 @@ class BevPoolNode(LifecycleNode):
             f"ready: {len(self.cameras)} cameras {list(self.cameras)}, rig {rig.name}, "
             f"backend {d.get('backend')} ({d.get('precision')}), grid {rig.grid_shape} "
             f"x {rig.channels} ch, sync slop {cfg['sync.slop_s']} s, "
-            f"timeout {cfg['sync.camera_timeout_s']} s, policy {cfg['sync.missing_camera_policy']}, "
+            f"timeout {cfg['sync.camera_timeout_s']} s, "
+            f"policy {cfg['sync.missing_camera_policy']}, "
             f"input size bounded by: {self.input_size_guard}")
         return SUCCESS
 
@@ -182,7 +192,8 @@ class BevPoolNode(LifecycleNode):
             if self.autostart:
                 raise
             return
-        topics, depth = self._camera_tensor_topics(cfg, calib.camera_names, depth_images), cfg["input.qos_depth"]
+        topics = self._camera_tensor_topics(cfg, calib.camera_names, depth_images)
+        depth = cfg["input.qos_depth"]
         self.input_size_guard = input_guard(topics, depth)
         self._guarded = (sorted(topics), depth)
 
@@ -192,10 +203,12 @@ class BevPoolNode(LifecycleNode):
             return self.input_size_guard
         if dds_guard.is_guarded(topics, cfg["input.qos_depth"]):
             return "dds"
-        return "node only (input topics changed after start: restart bevpool_node to bound them by DDS)"
+        return ("node only (input topics changed after start: restart bevpool_node to bound them "
+                "by DDS)")
 
     def _camera_tensor_topics(self, cfg, cameras, depth_images) -> list[str]:
-        return [self.resolve_topic_name(t) for t in configure.camera_tensor_topics(cfg, cameras, depth_images)]
+        relative = configure.camera_tensor_topics(cfg, cameras, depth_images)
+        return [self.resolve_topic_name(t) for t in relative]
 
     def _input_types(self) -> dict[str, str]:
         topics = {}
@@ -245,7 +258,8 @@ class BevPoolNode(LifecycleNode):
                 result.reason = self.params.readable_rejection(parameter_list, result.reason)
         if not result.successful:
             self.report.count("parameter_rejected")
-            self.report.warn("parameter_rejected", f"parameter change rejected: {clip(result.reason, 300)}")
+            self.report.warn("parameter_rejected",
+                             f"parameter change rejected: {clip(result.reason, 300)}")
         return result
 
     def set_parameters(self, parameter_list):

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import difflib
 
-from rcl_interfaces.msg import (FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType,
-                                SetParametersResult)
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
 
 from ..logtext import clip, shown
 from . import params as P
@@ -32,11 +37,11 @@ def descriptor(spec: P.Param) -> ParameterDescriptor:
     if spec.read_only:
         d.additional_constraints = "configure-time: set it at start-up or while unconfigured"
     if spec.choices:
-        d.additional_constraints = "; ".join(filter(None, (d.additional_constraints, "one of: " + ", ".join(
-            map(str, spec.choices)))))
+        choices = "one of: " + ", ".join(map(str, spec.choices))
+        d.additional_constraints = "; ".join(filter(None, (d.additional_constraints, choices)))
     if spec.type == "double" and spec.low is not None:
-        d.floating_point_range = [FloatingPointRange(from_value=float(spec.low), to_value=float(spec.high),
-                                                     step=0.0)]
+        d.floating_point_range = [FloatingPointRange(from_value=float(spec.low),
+                                                     to_value=float(spec.high), step=0.0)]
     if spec.type == "integer" and spec.low is not None:
         d.integer_range = [IntegerRange(from_value=int(spec.low), to_value=int(spec.high), step=1)]
     return d
@@ -99,9 +104,10 @@ def declare_extrinsics(node, calibration) -> None:
         if node.has_parameter(name):
             value = _value_or_empty(node, name)
         else:
-            d = ParameterDescriptor(type=ParameterType.PARAMETER_DOUBLE_ARRAY,
-                                    description=f"camera->ego pose of {cam}: [tx, ty, tz, qw, qx, qy, qz]; "
-                                                "empty = rig YAML (TF overrides both when enabled)")
+            d = ParameterDescriptor(
+                type=ParameterType.PARAMETER_DOUBLE_ARRAY,
+                description=f"camera->ego pose of {cam}: [tx, ty, tz, qw, qx, qy, qz]; "
+                            "empty = rig YAML (TF overrides both when enabled)")
             node.params.declaring = True  # a declaration is not a change to log
             try:
                 value = declare(node, name, [], d)
@@ -143,13 +149,14 @@ class RuntimeParameters:
             if p.name.startswith(EXTRINSICS):
                 errors += self._extrinsics_error(p)
             elif spec is not None and spec.read_only and configured:
-                errors.append(f"{p.name}: read-only while the node is configured (set it at start-up, "
-                              "or cleanup -> set -> configure)")
+                errors.append(f"{p.name}: read-only while the node is configured (set it at "
+                              "start-up, or cleanup -> set -> configure)")
             elif spec is not None:
                 proposed[p.name] = p.value
                 errors += [err] if (err := spec.check(p.value)) else []
         if configured:
-            errors += [e for e in P.check_all(proposed, num_cameras=len(node.cameras)) if e not in errors]
+            cross = P.check_all(proposed, num_cameras=len(node.cameras))
+            errors += [e for e in cross if e not in errors]
         if errors:
             return SetParametersResult(successful=False, reason="; ".join(dict.fromkeys(errors)))
         return SetParametersResult(successful=True)
@@ -177,8 +184,10 @@ class RuntimeParameters:
                 why.append(err)
             elif reason.startswith("Wrong parameter type") and node.has_parameter(p.name):
                 want = Parameter.Type(node.describe_parameter(p.name).type).name.lower()
-                hint = " (write 1.0, not 1)" if want == "double" and p.type_ == Parameter.Type.INTEGER else ""
-                why.append(f"{p.name}: expected {want}, got {p.type_.name.lower()} {shown(p.value)}{hint}")
+                integer = p.type_ == Parameter.Type.INTEGER
+                hint = " (write 1.0, not 1)" if want == "double" and integer else ""
+                got = f"{p.type_.name.lower()} {shown(p.value)}"
+                why.append(f"{p.name}: expected {want}, got {got}{hint}")
         return "; ".join(why) or reason
 
     def apply(self, changes) -> None:
@@ -187,7 +196,8 @@ class RuntimeParameters:
             return  # unconfigured: configure reads every value
         for p in changes:
             if p.name.startswith(EXTRINSICS) and p.value:
-                if node.calibration.update_extrinsics_vector(p.name.split(".", 1)[1], list(p.value)):
+                camera = p.name.split(".", 1)[1]
+                if node.calibration.update_extrinsics_vector(camera, list(p.value)):
                     node.report.count("calibration_changes")
             elif p.name in P.BY_NAME:
                 node.cfg[p.name] = p.value

@@ -26,7 +26,6 @@ from ..scatter_map import scatter_map_for
 from .calibration import LiveCalibration
 from .sync import CameraSet
 
-
 E4M3_WIRE = np.dtype(np.uint8)
 
 

@@ -40,9 +40,9 @@ class Outputs:
         from .handoff_output import HandoffOutput
 
         try:
+            qos = make_qos(cfg["output.qos_reliability"], cfg["output.qos_depth"])
             self.handoff = HandoffOutput(self.node, backend, cfg["output.handoff_topic"],
-                                         cfg["output.handoff_ring_size"],
-                                         make_qos(cfg["output.qos_reliability"], cfg["output.qos_depth"]))
+                                         cfg["output.handoff_ring_size"], qos)
         except Exception as e:  # HandoffUnsupported, or a driver refusing the export
             self.node.get_logger().warning(f"output.gpu_handoff is off: {e}")
             self.handoff_off_reason = str(e)
@@ -75,8 +75,8 @@ class Outputs:
             return  # deactivated while this set was pooled: nothing leaves an inactive node
         if s.epoch is not None:
             if self._last is not None and self._last[0] == s.epoch and s.stamp_ns <= self._last[1]:
-                node.report.drop("stamp_regression", f"set {s.stamp_ns} ns is not newer than the last "
-                                 f"published {self._last[1]} ns")
+                node.report.drop("stamp_regression", f"set {s.stamp_ns} ns is not newer than the "
+                                 f"last published {self._last[1]} ns")
                 return
             self._last = (s.epoch, s.stamp_ns)
         if self.handoff is not None:  # first: its consumers wait for no host copy or message build
@@ -95,13 +95,14 @@ class Outputs:
         self.published += 1
         cfg = node.cfg
         if cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
-            if self.image_pub.get_subscription_count() > 0:  # the image costs a few ms: only when watched
+            if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), msg.header))
 
     def _publish_handoff(self, r: PoolResult) -> None:
         from std_msgs.msg import Header
 
-        header = Header(stamp=ns_to_time(r.camera_set.stamp_ns), frame_id=self.node.cfg["ego_frame"])
+        header = Header(stamp=ns_to_time(r.camera_set.stamp_ns),
+                        frame_id=self.node.cfg["ego_frame"])
         try:
             self.handoff.publish(header, r.rig)
         except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid

@@ -60,7 +60,8 @@ class Report:
     def subscription_events(self, topic: str):
         """What the middleware tells about an input topic (docs/ros_interface.md, "What the
         middleware reports"): samples lost, publishers offering incompatible QoS, and publishers
-        of an incompatible type (an event rmw_fastrtps does not raise: the graph watch finds them)."""
+        of an incompatible type (an event rmw_fastrtps does not raise: the graph watch finds
+        them)."""
         try:
             from rclpy.event_handler import SubscriptionEventCallbacks
         except ImportError:
@@ -70,11 +71,12 @@ class Report:
             from rclpy.qos import qos_policy_name_from_kind
 
             self.count("dds_incompatible_qos", max(1, int(info.total_count_change)))
-            self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS incompatible "
-                      f"with this node's ({qos_policy_name_from_kind(info.last_policy_kind)}): its "
-                      "messages never arrive")
+            policy = qos_policy_name_from_kind(info.last_policy_kind)
+            self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS "
+                      f"incompatible with this node's ({policy}): its messages never arrive")
         return SubscriptionEventCallbacks(
-            message_lost=lambda info: self.count("dds_message_lost", max(1, int(info.total_count_change))),
+            message_lost=lambda info: self.count("dds_message_lost",
+                                                 max(1, int(info.total_count_change))),
             incompatible_qos=incompatible_qos,
             incompatible_type=lambda info: self.count("dds_incompatible_type",
                                                       max(1, int(info.total_count_change))))
@@ -130,7 +132,8 @@ class Report:
         values = {
             "state": node.state_label, "backend": d.get("backend", backend.name),
             "backend_requested": node.backend_requested,
-            "precision": d.get("precision", ""), "regime": d.get("regime", "n/a"), "device": d.get("device", ""),
+            "precision": d.get("precision", ""), "regime": d.get("regime", "n/a"),
+            "device": d.get("device", ""),
             "cameras": len(node.cameras), "calibration": node.calibration.rig.digest(),
             "sets_published": counts["published"] + counts["published_partial"],
             "sets_published_partial": counts["published_partial"],
@@ -175,11 +178,13 @@ class Report:
             level, text = "WARN", "publisher(s) of the wrong type on input topics: " + clip(
                 "; ".join(f"{k}: {v}" for k, v in sorted(self.wrong_types.items())), 300)
         elif level == "OK" and node.backend_requested not in ("best", node.backend.name):
-            level, text = "WARN", f"running {node.backend.name}, {node.backend_requested} unavailable"
+            level = "WARN"
+            text = f"running {node.backend.name}, {node.backend_requested} unavailable"
         elif level == "OK" and node.cfg["processing.skip_without_subscribers"] and not listening:
-            text = f"idle: no subscriber to the BEV ({values.get('skipped_no_subscribers', 0)} sets skipped)"
+            skipped = values.get("skipped_no_subscribers", 0)
+            text = f"idle: no subscriber to the BEV ({skipped} sets skipped)"
         elif level == "OK":
             text = f"{values['sets_published']} sets published"
-        self.diag_pub.publish(diagnostic_array(node.get_clock().now().to_msg(),
-                                               f"{node.get_name()}: bev pooling", str(values["device"]),
-                                               level, text, values))
+        self.diag_pub.publish(diagnostic_array(
+            node.get_clock().now().to_msg(), f"{node.get_name()}: bev pooling",
+            str(values["device"]), level, text, values))

@@ -134,7 +134,8 @@ class CameraSetSynchronizer:
             return []
         key = (camera, stream)
         newest = self._newest.get(key)
-        if newest is not None and (stamp_ns < newest - CLOCK_RESET_NS or self._continues_held(key, stamp_ns)):
+        jumped = newest is not None and stamp_ns < newest - CLOCK_RESET_NS
+        if jumped or (newest is not None and self._continues_held(key, stamp_ns)):
             return self._jumped_back(camera, stream, stamp_ns, payload, now, newest)
         if key in self._held:  # this stream goes on on the old timeline: its jump was stray
             self._drop_held(key, "its stream went on without it")
@@ -209,8 +210,8 @@ class CameraSetSynchronizer:
         held.append((stamp_ns, payload, now))
         if len(held) > CONFIRM_SETS:  # bounded: only the newest few are kept for the restart
             old = held.pop(0)[0]
-            self._dropped("stray_stamp", f"{camera}/{stream} stamp {old} ns: more than {CONFIRM_SETS} "
-                          "messages held while the reset is unconfirmed")
+            self._dropped("stray_stamp", f"{camera}/{stream} stamp {old} ns: more than "
+                          f"{CONFIRM_SETS} messages held while the reset is unconfirmed")
         confirmed = sum(1 for v in self._held.values() if len(v) >= CONFIRM_SETS)
         if 2 * confirmed <= len(self.cameras) * len(STREAMS):
             return []  # not yet (or never: a few streams alone do not restart every camera)
@@ -219,23 +220,24 @@ class CameraSetSynchronizer:
         self.reset()
         self.epoch += 1
         self._dropped("clock_reset", f"{confirmed} streams jumped back (e.g. {camera}/{stream} by "
-                      f"{(newest - stamp_ns) / 1e9:.1f} s) for {CONFIRM_SETS} messages each: starting "
-                      f"over, {pending} pending set(s) discarded")
+                      f"{(newest - stamp_ns) / 1e9:.1f} s) for {CONFIRM_SETS} messages each: "
+                      f"starting over, {pending} pending set(s) discarded")
         messages = sorted(((arrival, cam, st, s, p) for (cam, st), msgs in candidate.items()
                            for s, p, arrival in msgs), key=lambda m: m[0])
         out = []
-        for _, cam, st, s, p in messages:  # arrival order; their sets start now (timeout from the reset)
+        for _, cam, st, s, p in messages:  # arrival order; their sets' timeouts start now
             out += self.add(cam, st, s, p, now)
         return out
 
     def _continues_held(self, key: tuple[str, str], stamp_ns: int) -> bool:
-        """Newer than the stream's held messages but not beyond its old timeline: still the new one."""
+        """Newer than the stream's held messages, not beyond its old timeline: the new one."""
         held = self._held.get(key)
         return bool(held) and held[-1][0] < stamp_ns <= self._newest[key]
 
     def _drop_held(self, key: tuple[str, str], why: str) -> None:
         for stamp_ns, _, _ in self._held.pop(key):
-            self._dropped("stray_stamp", f"{key[0]}/{key[1]} stamp {stamp_ns} ns jumped back ({why})")
+            self._dropped("stray_stamp",
+                          f"{key[0]}/{key[1]} stamp {stamp_ns} ns jumped back ({why})")
 
     def _is_complete(self, p: _Pending) -> bool:
         return all(len(p.frames.get(c, {})) == len(STREAMS) for c in self.cameras)
