@@ -1,16 +1,21 @@
 """ROS 2 glue for bevpool_ros (docs/ros_interface.md is the contract).
 
 No ROS import, testable alone:
-  tensor_codec        numpy <-> bevpool_msgs/Tensor, CameraTensor (zero-copy reads, size checks first)
-  sync                camera-set synchroniser (slop, timeout, missing-camera policy, counters)
+  sync                camera-set synchroniser (slop, timeout, missing-camera policy, confirmed
+                      clock resets, counters)
   params              every parameter: type, default, range, description, validation
   calibration         rig YAML + CameraInfo + TF/parameter extrinsics, versioned
-  pooling             the pooling thread: set -> stacked tensors -> backend.pool
+  configure           what the configure transition builds: rig, depth-image converters, backend
+  pooling             the pooling thread: set -> per-camera tensors -> backend.pool_cameras
   latency, throttle, diagnostics   rolling percentiles, throttled logs, DiagnosticArray + its level
-  logtext             input-derived text cut short before it reaches a log line
   dds_guard           the Fast DDS profile that refuses oversized input samples before reassembly
 With rclpy and the generated messages:
-  node, main          bevpool_node (``bevpool_node`` console script)
-  outputs, qos        BevFeature / Image messages, QoS profiles
+  node, main          bevpool_node, a managed lifecycle node (``bevpool_node`` console script)
+  parameters          declaration and the run-time parameter rules
+  inputs              subscriptions, input checks, CameraInfo/TF, hand-over to the pooling thread
+  publishing          BevFeature, image and GPU hand-off out (dtype from the pooled grid)
+  reporting           counters, throttled drop logs, /diagnostics
+  graph_watch         publishers of the wrong type on the input topics
+  qos                 QoS profiles
 The demo / benchmark / test counterparts (publisher, consumer, session) live in bevpool_ros.demo.
 """
