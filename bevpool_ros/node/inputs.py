@@ -77,7 +77,7 @@ class Inputs:
         self.camera_frames: dict[str, str] = {}
         self._camera_info_seen: dict[str, tuple] = {}
         self._poll_timer = None
-        self._tf_buffer = self._tf_timer = None
+        self._tf_buffer = self._tf_timer = self._tf_listener = None
         if cfg["calibration.use_tf"]:
             self._setup_tf()
 
@@ -142,6 +142,8 @@ class Inputs:
         if self._tf_timer is not None:
             self.node.destroy_timer(self._tf_timer)
             self._tf_timer = None
+        if hasattr(self._tf_listener, "unregister"):  # tf2_ros: its /tf subscriptions go too
+            self._tf_listener.unregister()
         self._tf_buffer = self._tf_listener = None
 
     def _restart_poll_timer(self) -> None:

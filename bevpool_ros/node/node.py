@@ -118,9 +118,16 @@ class BevPoolNode(LifecycleNode):
     def on_activate(self, state) -> TransitionCallbackReturn:
         super().on_activate(state)  # lifecycle publishers on
         self.active = True
-        self.inputs.subscribe()
-        self.watch = WrongTypeWatch(self, self._input_types())
-        self.watch.check()
+        try:
+            self.inputs.subscribe()
+            self.watch = WrongTypeWatch(self, self._input_types())
+            self.watch.check()
+        except Exception as e:  # rclpy would turn it into a silent ERROR: say it, stay inactive
+            self._failure = f"activate failed: {type(e).__name__}: {e}"
+            self.get_logger().error(clip(self._failure, 600))
+            self._stop_input()
+            super().on_deactivate(state)
+            return FAILURE
         cfg, rig, d = self.cfg, self.calibration.rig, self.backend.describe()
         self.get_logger().info(
             f"ready: {len(self.cameras)} cameras {list(self.cameras)}, rig {rig.name}, "
