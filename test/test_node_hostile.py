@@ -183,7 +183,8 @@ def test_grid_dtype_label_comes_from_the_pooled_grid(nuscenes_rig):
     node.backend.pool_cameras = pool_then_flip
     smap = build_scatter_map(nuscenes_rig)
     try:
-        matched = lambda: pub.subscribers_matched() and con.publisher_matched()  # noqa: E731
+        def matched():
+            return pub.subscribers_matched() and con.publisher_matched()
         assert spin_until(ex, matched, DISCOVERY_TIMEOUT)
         stamp = 10**12
         while con.count < 4 and stamp < 10**12 + 200 * 10**8:  # resent until grids come back

@@ -21,7 +21,8 @@ class Lifecycle:
         self.graph = graph
         self.change = graph.con.create_client(ChangeState, f"{NODE}/change_state")
         self.get = graph.con.create_client(GetState, f"{NODE}/get_state")
-        ready = lambda: self.change.service_is_ready() and self.get.service_is_ready()  # noqa: E731
+        def ready():
+            return self.change.service_is_ready() and self.get.service_is_ready()
         assert graph.spin_until(ready, DISCOVERY_TIMEOUT), graph.node.output()[-3000:]
 
     def _call(self, client, request):
@@ -82,8 +83,9 @@ def test_transitions_over_dds_from_another_process():
         assert len(got.msg.cameras) == 6
 
         assert lc.transition("deactivate") and lc.state() == "inactive"
-        unsubscribed = lambda: not any(p.get_subscription_count() for p in g.pub.pubs.values())  # noqa: E731
-        assert g.spin_until(unsubscribed, DISCOVERY_TIMEOUT)  # every input subscription gone
+        def unsubscribed():  # every input subscription gone
+            return not any(p.get_subscription_count() for p in g.pub.pubs.values())
+        assert g.spin_until(unsubscribed, DISCOVERY_TIMEOUT)
         assert no_grid_while_sending(g)
 
         assert lc.transition("activate") and lc.state() == "active"
