@@ -21,7 +21,7 @@ from ..logtext import clip
 from . import configure, dds_guard
 from .configure import StartupError
 from .graph_watch import WrongTypeWatch
-from .inputs import Inputs, check_depth_range  # noqa: F401  (check_depth_range: its old home)
+from .inputs import Inputs
 from .parameters import (
     RuntimeParameters,
     current_values,
