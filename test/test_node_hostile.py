@@ -208,3 +208,39 @@ def test_grid_dtype_label_comes_from_the_pooled_grid(nuscenes_rig):
         for n in (con, pub, node):
             n.destroy_node()
         rclpy.try_shutdown(context=ctx)
+
+
+def test_a_camera_tensor_publisher_on_an_image_mode_depth_topic_is_reported():
+    """input.depth_mode image: the depth topic carries sensor_msgs/Image; a producer still sending
+    CameraTensor there is named with both types (the watch checks every input topic's type)."""
+    isolate_ros_env()
+    import rclpy
+    import rclpy.node
+    from bevpool_msgs.msg import CameraTensor
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.parameter import Parameter
+
+    from bevpool_ros.node.node import BevPoolNode
+
+    ctx, other = rclpy.Context(), rclpy.Context()
+    rclpy.init(context=ctx)
+    rclpy.init(context=other)  # another participant, as another process would be
+    node = BevPoolNode(context=ctx, parameter_overrides=[
+        Parameter("backend", value="cpu"), Parameter("input.depth_mode", value=["image"])])
+    producer = rclpy.node.Node("tensor_depth_producer", context=other)
+    producer.create_publisher(CameraTensor, "cameras/CAM_BACK/depth", 5)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    key = "/cameras/CAM_BACK/depth <- /tensor_depth_producer"
+    try:
+        assert spin_until(ex, lambda: key in node.report.wrong_types, DISCOVERY_TIMEOUT)
+        assert node.report.wrong_types[key] == ("bevpool_msgs/msg/CameraTensor "
+                                                "(expected sensor_msgs/msg/Image)")
+        assert node.snapshot()["wrong_type " + key] == node.report.wrong_types[key]
+        assert node.counts["wrong_type_publishers"] == 1
+    finally:
+        ex.shutdown()
+        producer.destroy_node()
+        node.destroy_node()
+        rclpy.try_shutdown(context=other)
+        rclpy.try_shutdown(context=ctx)
