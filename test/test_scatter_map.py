@@ -7,8 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bevpool_ros.scatter_map import (ScatterMap, ScatterMapCache, ScatterMapError, build_scatter_map,
-                                     frustum_points_ego, scatter_map_from_ranks)
+from bevpool_ros.scatter_map import (
+    ScatterMap,
+    ScatterMapCache,
+    ScatterMapError,
+    build_scatter_map,
+    frustum_points_ego,
+    scatter_map_from_ranks,
+)
 
 
 def test_canonical_matches_independent_cross_check(canonical_map):
@@ -183,8 +189,9 @@ def test_a_zip_bomb_in_the_disk_cache_is_refused_before_it_inflates(tmp_path):
     refused on the members' declared sizes (no inflating), rebuilt, overwritten."""
     import tracemalloc
 
-    from bevpool_ros.private_cache import write_trusted
     from rig_variants import rig as variant_rig
+
+    from bevpool_ros.private_cache import write_trusted
 
     rig = variant_rig("mono_c1_d1")
     assert 20 * np.prod(rig.depth_shape) < 1 << 20  # five int32 arrays of one entry per frustum point

@@ -4,7 +4,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bevpool_ros.node.sync import CONFIRM_SETS, STREAMS, CameraSetSynchronizer
 
