@@ -10,11 +10,10 @@ lifecycle_manager, or ``ros2 lifecycle set``) to configure and activate. Needs l
 """
 import os
 
+from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
-
-from launch import LaunchDescription
 
 PACKAGE = "bevpool_ros"
 ARGUMENTS = {
