@@ -1,9 +1,11 @@
 """ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [namespace:=...] [backend:=...] [precision:=...]
-                                           [occupancy:=true]
+                                           [occupancy:=true] [autostart:=false]
 
 Starts bevpool_node with a parameter file (default: config/cpu.yaml from the package share);
 ``backend`` and ``precision``, when given, override the file; ``occupancy:=true`` also starts
-bevpool_occupancy (bev/features -> occupancy/grid) in the same namespace. Needs launch + launch_ros
+bevpool_occupancy (bev/features -> occupancy/grid) in the same namespace. ``autostart:=false``
+starts it as a launch_ros LifecycleNode left unconfigured, for a lifecycle manager (Nav2's
+lifecycle_manager, or ``ros2 lifecycle set``) to configure and activate. Needs launch + launch_ros
 (every ROS 2 install has them; they are not on PyPI).
 """
 import os
@@ -11,7 +13,7 @@ import os
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
 
 PACKAGE = "bevpool_ros"
 ARGUMENTS = {
@@ -21,7 +23,9 @@ ARGUMENTS = {
     "backend": ("", "Override: best | tensorrt | cuda | cpu (empty: keep the config file's)"),
     "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),
     "occupancy": ("false", "true: also start bevpool_occupancy (nav_msgs/OccupancyGrid on occupancy/grid)"),
+    "autostart": ("true", "false: a managed node left unconfigured for a lifecycle manager"),
 }
+TRUE = ("true", "1", "yes")
 OVERRIDES = ("backend", "precision")  # launch arguments that are also node parameters
 
 
@@ -47,11 +51,15 @@ def _node(context, *args, **kwargs):
     value = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
     parameters = [_resolve_config(value["config_file"])]
     overrides = {k: value[k] for k in OVERRIDES if value[k]}
+    managed = value["autostart"].lower() not in TRUE
+    if managed:
+        overrides["autostart"] = False
     if overrides:
         parameters.append(overrides)  # later entries win over the file
-    nodes = [Node(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
+    kind = LifecycleNode if managed else Node
+    nodes = [kind(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
                   namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True)]
-    if value["occupancy"].lower() in ("true", "1", "yes"):
+    if value["occupancy"].lower() in TRUE:
         nodes.append(Node(package=PACKAGE, executable="bevpool_occupancy", name="bevpool_occupancy",
                           namespace=value["namespace"], output="screen", emulate_tty=True))
     return nodes

@@ -303,10 +303,21 @@ class DepthImageGraph:
                 self.pubs[(cam.name, stream)].publish(m)
         return self.stamp, images, depth, feat
 
-    def publish_and_wait(self, index, timeout=10.0, edit_image=None):
-        stamp, images, depth, feat = self.publish(index, edit_image)
-        self.spin_until(lambda: stamp in self.con.by_stamp(), timeout)
-        return self.con.by_stamp().get(stamp), images, depth, feat
+    def publish_and_wait(self, index, timeout=30.0, edit_image=None, resend_s=2.0):
+        """Publish frame ``index`` (resent, fresh stamps: one send is never trusted on a busy
+        machine) until a grid comes back; (ReceivedBev or None, images, depth, feat)."""
+        import time
+
+        sent, deadline = [], time.monotonic() + timeout
+
+        def arrived():
+            return any(s in self.con.by_stamp() for s in sent)
+        while time.monotonic() < deadline and not arrived():
+            stamp, images, depth, feat = self.publish(index, edit_image)
+            sent.append(stamp)
+            self.spin_until(arrived, min(resend_s, max(0.0, deadline - time.monotonic())))
+        got = next((self.con.by_stamp()[s] for s in sent if s in self.con.by_stamp()), None)
+        return got, images, depth, feat
 
     def expected(self, images, depth, feat):
         from bevpool_ros.reference import pool_reference

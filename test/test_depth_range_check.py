@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from bevpool_ros import fp8
-from bevpool_ros.node.node import check_depth_range
+from bevpool_ros.node.inputs import check_depth_range
 from bevpool_ros.io.tensor_codec import TensorError
 
 

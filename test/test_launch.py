@@ -1,5 +1,5 @@
 """launch/bevpool.launch.py without launch/launch_ros (not installable here): it compiles, its
-arguments are the documented five, and, run against minimal stand-ins for the launch API, it
+arguments are the documented six, and, run against minimal stand-ins for the launch API, it
 starts bevpool_node with the config file and only the overrides that were given, all of which
 are parameters the node declares."""
 from __future__ import annotations
@@ -17,11 +17,11 @@ from bevpool_ros.node import params as P
 LAUNCH = Path(__file__).resolve().parent.parent / "launch" / "bevpool.launch.py"
 
 
-def test_compiles_and_declares_the_five_arguments():
+def test_compiles_and_declares_the_six_arguments():
     tree = ast.parse(LAUNCH.read_text())
     compile(tree, str(LAUNCH), "exec")
     src = LAUNCH.read_text()
-    for arg in ("config_file", "namespace", "backend", "precision", "occupancy"):
+    for arg in ("config_file", "namespace", "backend", "precision", "occupancy", "autostart"):
         assert f'"{arg}"' in src
 
 
@@ -50,9 +50,12 @@ def fake_launch(monkeypatch):
 
     class Node:
         def __init__(self, **kw):
-            made.setdefault("nodes", []).append(kw)
+            made.setdefault("nodes", []).append(dict(kw, kind=type(self).__name__))
             if kw["executable"] == "bevpool_node":
-                made.update(kw)
+                made.update(kw, kind=type(self).__name__)
+
+    class LifecycleNode(Node):
+        pass
 
     mods = {"launch": types.ModuleType("launch"), "launch.actions": types.ModuleType("launch.actions"),
             "launch.substitutions": types.ModuleType("launch.substitutions"),
@@ -62,6 +65,7 @@ def fake_launch(monkeypatch):
     mods["launch.actions"].OpaqueFunction = OpaqueFunction
     mods["launch.substitutions"].LaunchConfiguration = LaunchConfiguration
     mods["launch_ros.actions"].Node = Node
+    mods["launch_ros.actions"].LifecycleNode = LifecycleNode
     for k, v in mods.items():
         monkeypatch.setitem(sys.modules, k, v)
     spec = importlib.util.spec_from_file_location("bevpool_launch", LAUNCH)
@@ -73,7 +77,7 @@ def fake_launch(monkeypatch):
 def run(module, made, **given):
     ld = module.generate_launch_description()
     args = {a.name: a.default_value for a in ld if hasattr(a, "default_value")}
-    assert set(args) == {"config_file", "namespace", "backend", "precision", "occupancy"}
+    assert set(args) == {"config_file", "namespace", "backend", "precision", "occupancy", "autostart"}
     opaque = [a for a in ld if hasattr(a, "function")]
     opaque[0].function(args | given)
     return made
@@ -112,3 +116,13 @@ def test_occupancy_option_adds_the_consumer_in_the_same_namespace(fake_launch):
     # read from the file, so this holds where the package runs from a checkout without an install)
     setup_py = (Path(__file__).resolve().parent.parent / "setup.py").read_text()
     assert '"bevpool_occupancy = bevpool_ros.occupancy.node:main"' in setup_py.replace("'", '"')
+
+
+def test_autostart_false_starts_a_lifecycle_node_left_unconfigured(fake_launch):
+    made = run(*fake_launch)
+    assert made["kind"] == "Node" and len(made["parameters"]) == 1  # default: starts as before
+    fake_launch[1].clear()
+    made = run(*fake_launch, autostart="false", namespace="rig_a")
+    assert made["kind"] == "LifecycleNode" and made["namespace"] == "rig_a"
+    assert made["parameters"][1] == {"autostart": False}
+    assert P.check("autostart", False) is None and P.BY_NAME["autostart"].default is True

@@ -94,7 +94,7 @@ def test_without_message_filters_the_builtin_synchroniser_runs(ros_context, monk
     monkeypatch.setitem(sys.modules, "message_filters", None)  # import fails
     node = make_node(ros_context, **{"sync.use_message_filters": True})
     try:
-        assert not hasattr(node, "_mf_sync") and len(node._subs) == 18  # 12 tensor + 6 CameraInfo
+        assert node.inputs.mf_sync is None and len(node.inputs.subs) == 18  # 12 tensor + 6 CameraInfo
     finally:
         node.destroy_node()
 
@@ -122,12 +122,12 @@ def test_tf_extrinsics_update_the_calibration(ros_context, monkeypatch):
     try:
         v0 = node.calibration.version
         info = camera_info_msg(node.calibration.rig, 0, node.get_clock().now().to_msg(), "cam_front_optical")
-        node._on_camera_info(info, "CAM_FRONT")
-        node._update_from_tf()
+        node.inputs.on_camera_info(info, "CAM_FRONT")
+        node.inputs.update_from_tf()
         assert calls == [("ego", "cam_front_optical")]
         assert node.calibration.version == v0 + 1
         assert node.calibration.camera("CAM_FRONT").translation == (1.5, 0.25, 1.6)
-        node._update_from_tf()  # same transform again: no change, no rebuild
+        node.inputs.update_from_tf()  # same transform again: no change, no rebuild
         assert node.calibration.version == v0 + 1
     finally:
         node.destroy_node()

@@ -25,7 +25,7 @@ class Param:
     choices: tuple = ()
     low: float | None = None  # inclusive range for numbers
     high: float | None = None
-    read_only: bool = False   # fixed after start-up (changing it needs a restart)
+    read_only: bool = False   # configure-time: changes only while the node is unconfigured
 
     def check(self, value: Any) -> str | None:
         """None when ``value`` is acceptable, else a message naming the parameter."""
@@ -53,6 +53,9 @@ class Param:
 
 MiB = 1 << 20
 PARAMS: tuple[Param, ...] = (
+    # lifecycle
+    Param("autostart", "bool", True, "Configure and activate at start (as a plain node). false: stay "
+          "unconfigured for a lifecycle manager (<node>/change_state).", read_only=True),
     # calibration and geometry
     Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
           f"config/{DEFAULT_RIG} from the package.", read_only=True),
