@@ -198,7 +198,8 @@ PluginConfig config_from_fields(const std::vector<RawField>& fields) {
     c.grid_shape = ints(fields, "grid_shape", 3);
     c.channels = ints(fields, "channels", 1)[0];
     c.inputs = split_names(text(fields, "input_names"));
-    for (const JsonValue& s : json_array(parse_json(text(fields, "input_shapes")), "input_shapes")) {
+    const JsonValue shapes = parse_json(text(fields, "input_shapes"));  // alive for the loop
+    for (const JsonValue& s : json_array(shapes, "input_shapes")) {
       Shape shape;
       for (const JsonValue& d : json_array(s, "input shape")) shape.push_back(json_int(d, "input shape"));
       c.input_shapes.push_back(shape);
