@@ -229,7 +229,9 @@ class BevPoolNode(Node):
         with _captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
             try:
                 backend = create_backend(requested, self.cfg["precision"], fallback=fallback,
-                                         check_finite=self.cfg["input.check_finite"])
+                                         check_finite=self.cfg["input.check_finite"],
+                                         trt_plugin=self.cfg["tensorrt.plugin"],
+                                         trt_plugin_library=self.cfg["tensorrt.plugin_library"])
             except (BackendUnavailable, ValueError) as e:
                 raise StartupError(f"backend {requested!r}: {e}") from None
             except Exception as e:  # a backend that breaks while probing must not take the node down
@@ -562,8 +564,9 @@ class BevPoolNode(Node):
             ("off" if not self.cfg["output.gpu_handoff"] else f"refused: {self.handoff_off_reason}"[:200]),
             "input_size_guard": self.input_size_guard,
         }
-        if "describe_error" in d:
-            values["describe_error"] = d["describe_error"]
+        for key in ("describe_error", "trt_plugin"):  # trt_plugin: which BEVPoolV3 plugin TensorRT runs
+            if key in d:
+                values[key] = d[key]
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
             values[f"{k}_p50_ms"], values[f"{k}_p99_ms"] = pk[50], pk[99]

@@ -444,7 +444,6 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   rep.check("field names and types", names_ok);
 
   const Case c = load_case(dir);
-  const bevpool::PluginConfig cfg = bevpool::config_from_fields(c.fields);
   std::vector<nvinfer1::PluginField> pf = as_plugin_fields(c.fields);
   nvinfer1::PluginFieldCollection fc{static_cast<int32_t>(pf.size()), pf.data()};
 
@@ -452,6 +451,7 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   std::unique_ptr<nvinfer1::IPluginV3> built(creator->createPlugin("bevpool", &fc, nvinfer1::TensorRTPhase::kBUILD));
   rep.check("createPlugin (build)", built != nullptr);
   if (!built) throw std::runtime_error("createPlugin failed: " + finder.logger.last_error);
+  const bevpool::PluginConfig cfg = bevpool::config_from_fields(c.fields);  // the test's own view
   auto* core = static_cast<nvinfer1::IPluginV3OneCore*>(built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kCORE));
   auto* build = static_cast<nvinfer1::IPluginV3OneBuild*>(built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kBUILD));
   rep.check("core and build capabilities", core && build && std::string(core->getPluginName()) == "BEVPoolV3");
