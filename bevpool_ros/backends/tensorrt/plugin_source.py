@@ -22,7 +22,7 @@ from pathlib import Path
 PLUGIN_SOURCES = ("auto", "library", "python")
 LIBRARY_NAME = "libbevpool_trt_plugin.so"
 _CHECKOUT_BUILD = Path(__file__).resolve().parents[3] / "build" / "trt_plugin"
-_installed: dict[int, "PluginSource"] = {}  # id(trt module) -> what this process registered
+_installed: dict = {}  # trt module -> the PluginSource this process registered with it
 
 
 class PluginSourceError(RuntimeError):
@@ -41,10 +41,14 @@ class PluginSource:
         return f"python ({self.reason})" if self.reason else "python"
 
 
+def default_dirs() -> list[Path]:
+    """Where a build or an install puts the library (scripts/build_trt_plugin.sh, cmake --install)."""
+    return [_CHECKOUT_BUILD, Path(sys.prefix) / "lib", Path("/usr/local/lib")]
+
+
 def candidate_paths(explicit: str | None = None) -> list[Path]:
     paths = [Path(p) for p in (explicit, os.environ.get("BEVPOOL_TRT_PLUGIN_LIBRARY")) if p]
-    return paths + [_CHECKOUT_BUILD / LIBRARY_NAME, Path(sys.prefix) / "lib" / LIBRARY_NAME,
-                    Path("/usr/local/lib") / LIBRARY_NAME]
+    return paths + [d / LIBRARY_NAME for d in default_dirs()]
 
 
 def choose(requested: str, lib, explicit: str | None = None) -> PluginSource:
@@ -76,7 +80,7 @@ def install(lib, source: PluginSource) -> PluginSource:
     from .plugin import _registered, register_plugin
 
     trt = lib.trt
-    held = _installed.get(id(trt))
+    held = _installed.get(trt)
     if held is not None:
         if held.kind != source.kind:
             raise PluginSourceError(f"the {held.describe()} plugin is already registered in this process")
@@ -89,7 +93,7 @@ def install(lib, source: PluginSource) -> PluginSource:
             raise PluginSourceError(f"TensorRT refused {source.library} (see its log)")
     else:
         register_plugin(trt)
-    _installed[id(trt)] = source
+    _installed[trt] = source
     return source
 
 
