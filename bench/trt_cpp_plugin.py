@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The TensorRT C++ plugin library on a real GPU, without TensorRT: enqueue checked and timed.
 
-    python bench/trt_cpp_plugin.py [--build-dir DIR] [--headers INCLUDE_DIR] [--iters 300] [--out DIR]
+    python bench/trt_cpp_plugin.py [--build-dir DIR] [--headers INCLUDE_DIR] [--iters 300]
+                                   [--out DIR]
 
 Builds libbevpool_trt_plugin.so for this GPU (scripts/build_trt_plugin.sh) unless --build-dir
 already holds it, then for the nuScenes rig (two calibrations through one plugin config) and two
@@ -13,6 +14,7 @@ host time per enqueue call. Each output is also compared with the NVRTC build's 
 plugin's enqueue through backends/tensorrt/standin.py on the same inputs): identical bits.
 Writes h200_trt_cpp_plugin.json (trt_cpp_plugin.json on another GPU) with all_ok under --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +46,11 @@ SEED = 40
 
 def rig_maps() -> dict:
     rig = base_rig()
-    return {"nuscenes": [build_scatter_map(rig), build_scatter_map(recalibrated(rig))],
-            "tri_c17": [build_scatter_map(V.rig("tri_c17"))],
-            "quad_c64_d40_z2": [build_scatter_map(V.rig("quad_c64_d40_z2"))]}
+    return {
+        "nuscenes": [build_scatter_map(rig), build_scatter_map(recalibrated(rig))],
+        "tri_c17": [build_scatter_map(V.rig("tri_c17"))],
+        "quad_c64_d40_z2": [build_scatter_map(V.rig("quad_c64_d40_z2"))],
+    }
 
 
 def nvrtc_outputs(rt, cfg, maps, scheds) -> list[np.ndarray]:
@@ -68,19 +72,29 @@ def run_case(rt, target, lib, driver, name, maps, precision, iters, work: Path) 
     cfg, scheds = T.config(maps, precision, target)
     case = T.write_case(work / f"{name}_{precision}", cfg, maps, scheds, with_data=True, seed=SEED)
     res = T.run_driver(driver, lib, case, gpu=True, iters=iters)
-    rec = {"kernel": cfg.plan.kernel, "block": cfg.plan.block[0], "channels": cfg.channels,
-           "points": [m.num_points for m in maps], "driver_ok": bool(res.get("ok")),
-           "runs": res.get("runs", []), "failed_steps": [s for s, ok in res.get("steps", {}).items() if not ok]}
+    rec = {
+        "kernel": cfg.plan.kernel,
+        "block": cfg.plan.block[0],
+        "channels": cfg.channels,
+        "points": [m.num_points for m in maps],
+        "driver_ok": bool(res.get("ok")),
+        "runs": res.get("runs", []),
+        "failed_steps": [s for s, ok in res.get("steps", {}).items() if not ok],
+    }
     if not res.get("ok"):
         rec["error"] = res.get("error") or res.get("stderr", "")[-600:]
     try:
         reference = nvrtc_outputs(rt, cfg, maps, scheds)
         ours = [T.read_output(case, k, precision, cfg.output_shape) for k in range(len(maps))]
-        rec["equals_nvrtc_build"] = [bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(ours, reference)]
+        rec["equals_nvrtc_build"] = [
+            bool(np.array_equal(a, b, equal_nan=True)) for a, b in zip(ours, reference)
+        ]
     except Exception as e:  # report, never hide the driver's own results
         rec["equals_nvrtc_build"] = [False]
         rec["nvrtc_error"] = f"{type(e).__name__}: {e}"[:400]
-    rec["ok"] = rec["driver_ok"] and all(rec["equals_nvrtc_build"]) and len(rec["runs"]) == len(maps)
+    rec["ok"] = (
+        rec["driver_ok"] and all(rec["equals_nvrtc_build"]) and len(rec["runs"]) == len(maps)
+    )
     print(f"{name} {precision}: {json.dumps(rec)}", flush=True)
     return rec
 
@@ -88,14 +102,19 @@ def run_case(rt, target, lib, driver, name, maps, precision, iters, work: Path) 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", type=Path, default=ROOT / "build" / "trt_plugin_gpu")
-    ap.add_argument("--headers", type=Path, default=None, help="TensorRT include folder (default 10.13 set)")
+    ap.add_argument(
+        "--headers", type=Path, default=None, help="TensorRT include folder (default 10.13 set)"
+    )
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--out", type=Path, default=Path("."))
     args = ap.parse_args(argv)
     rt = get_runtime(0)
     dev = rt.device
     sm = dev.major * 10 + dev.minor
-    lib, driver = args.build_dir / "libbevpool_trt_plugin.so", args.build_dir / "bevpool_trt_plugin_driver"
+    lib, driver = (
+        args.build_dir / "libbevpool_trt_plugin.so",
+        args.build_dir / "bevpool_trt_plugin_driver",
+    )
     build_s = 0.0
     if not (lib.is_file() and driver.is_file()):
         headers = args.headers or T.headers("10.13")
@@ -111,15 +130,23 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bevpool_trt_cpp_") as work:
         for name, maps in rig_maps().items():
             for p in precisions:
-                results[f"{name}_{p}"] = run_case(rt, target, lib, driver, name, maps, p, args.iters, Path(work))
-    report = {"device": dev.name, "arch": dev.arch, "python": platform.python_version(),
-              "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "build_s": round(build_s, 1),
-              "iters": args.iters,
-              "what": "libbevpool_trt_plugin.so driven as TensorRT would (no TensorRT): creator -> build phase -> "
-                      "serialize -> runtime plugin -> clone -> onShapeChange -> attachToContext -> enqueue "
-                      "(eager and CUDA graph) over NaN-poisoned outputs vs the FP64 reference, and bitwise "
-                      "vs the NVRTC build (Python plugin) on the same inputs; host time per enqueue call",
-              "results": results, "all_ok": all(r["ok"] for r in results.values())}
+                results[f"{name}_{p}"] = run_case(
+                    rt, target, lib, driver, name, maps, p, args.iters, Path(work)
+                )
+    report = {
+        "device": dev.name,
+        "arch": dev.arch,
+        "python": platform.python_version(),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_s": round(build_s, 1),
+        "iters": args.iters,
+        "what": "libbevpool_trt_plugin.so driven as TensorRT would (no TensorRT): creator -> "
+        "build phase -> serialize -> runtime plugin -> clone -> onShapeChange -> attachToContext -> enqueue "
+        "(eager and CUDA graph) over NaN-poisoned outputs vs the FP64 reference, and bitwise "
+        "vs the NVRTC build (Python plugin) on the same inputs; host time per enqueue call",
+        "results": results,
+        "all_ok": all(r["ok"] for r in results.values()),
+    }
     name = "h200_trt_cpp_plugin.json" if "H200" in dev.name else "trt_cpp_plugin.json"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / name).write_text(json.dumps(report, indent=1) + "\n")

@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build/trt_plugin}
 args=(-S plugin -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release)
 if [ $# -ge 1 ] && [ -n "$1" ]; then
-  [ -f "$1/NvInferRuntime.h" ] || { echo "build_trt_plugin: no NvInferRuntime.h in $1" >&2; exit 2; }
+  if [ ! -f "$1/NvInferRuntime.h" ]; then
+    echo "build_trt_plugin: no NvInferRuntime.h in $1" >&2
+    exit 2
+  fi
   args+=("-DTENSORRT_INCLUDE_DIR=$(cd "$1" && pwd)")
 fi
 if [ -n "${CUDA_ARCHS:-}" ]; then args+=("-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS// /;}"); fi

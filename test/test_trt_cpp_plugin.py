@@ -7,6 +7,7 @@ FP16 and FP8: everything but enqueue (test_trt_cpp_plugin_gpu.py runs that on a 
 launch it binds per calibration is compared with the Python plugin's bind_plan, its machine code
 with the NVRTC build's, and bad fields are refused by both plugins alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,12 @@ from tensorrt_helpers import recalibrated
 
 from bevpool_ros.backends.cuda import launch as L
 from bevpool_ros.backends.tensorrt import cpp_tables
-from bevpool_ros.backends.tensorrt.plugin_config import (PluginConfig, PluginConfigError, bind_plan,
-                                                         map_inputs)
+from bevpool_ros.backends.tensorrt.plugin_config import (
+    PluginConfig,
+    PluginConfigError,
+    bind_plan,
+    map_inputs,
+)
 from bevpool_ros.backends.tensorrt.targets import known_target
 from bevpool_ros.scatter_map import build_scatter_map
 from bevpool_ros.workloads import base_rig
@@ -56,7 +61,10 @@ def builds(tmp_path_factory):
     for version, archs in BUILDS.items():
         include = T.headers(version)
         if include is None:
-            pytest.skip(f"TensorRT {version} headers not found (../shared/third_party or BEVPOOL_TRT_HEADERS)")
+            pytest.skip(
+                f"TensorRT {version} headers not found "
+                "(../shared/third_party or BEVPOOL_TRT_HEADERS)"
+            )
         t0 = time.monotonic()
         lib, driver, log = T.build(tmp_path_factory.mktemp(f"trt{version}"), include, archs)
         out[version] = {"lib": lib, "driver": driver, "log": log, "seconds": time.monotonic() - t0}
@@ -73,11 +81,18 @@ def test_builds_without_warnings(builds, version):
 @pytest.mark.parametrize("version", sorted(BUILDS))
 def test_library_exports_the_tensorrt_entry_points_and_links_no_tensorrt(builds, version):
     lib = str(builds[version]["lib"])
-    dynamic = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
+    dynamic = subprocess.run(
+        ["readelf", "-d", lib], capture_output=True, text=True, check=True
+    ).stdout
     needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
     assert not any("nvinfer" in n or "cudart" in n or "cuda" in n for n in needed), needed
-    symbols = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
-    assert sorted(line.split()[-1] for line in symbols.splitlines()) == ["getCreators", "setLoggerFinder"]
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True
+    ).stdout
+    assert sorted(line.split()[-1] for line in symbols.splitlines()) == [
+        "getCreators",
+        "setLoggerFinder",
+    ]
 
 
 def test_library_holds_every_kernel_for_every_architecture(builds):
@@ -98,7 +113,11 @@ def test_machine_code_equals_the_nvrtc_build(builds):
     assert set(nvrtc.code) - identical <= FRONTEND_DIFFERENT
     assert {k: ours.registers[k] for k in identical} == {k: nvrtc.registers[k] for k in identical}
     for k in set(nvrtc.code) - identical:  # same source, same launch bounds: close register use
-        assert abs(ours.registers[k] - nvrtc.registers[k]) <= 4, (k, ours.registers[k], nvrtc.registers[k])
+        assert abs(ours.registers[k] - nvrtc.registers[k]) <= 4, (
+            k,
+            ours.registers[k],
+            nvrtc.registers[k],
+        )
 
 
 def cases():
@@ -112,10 +131,15 @@ CASES = dict(cases())
 
 
 def launch_as_record(plan) -> dict:
-    return {"kernel": plan.kernel, "grid": list(plan.grid), "block": list(plan.block),
-            "shared_bytes": plan.shared_bytes, "out_dtype": plan.out_dtype,
-            "zero_output_first": plan.zero_output_first,
-            "args": [[k, float(np.float32(v)) if k == "f32" else v] for k, v in plan.args]}
+    return {
+        "kernel": plan.kernel,
+        "grid": list(plan.grid),
+        "block": list(plan.block),
+        "shared_bytes": plan.shared_bytes,
+        "out_dtype": plan.out_dtype,
+        "zero_output_first": plan.zero_output_first,
+        "args": [[k, float(np.float32(v)) if k == "f32" else v] for k, v in plan.args],
+    }
 
 
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
@@ -131,9 +155,19 @@ def test_driver_plays_tensorrt_and_binds_the_python_launch(builds, tmp_path, nam
         failed = [step for step, ok in result["steps"].items() if not ok]
         assert not failed and len(result["steps"]) >= 20, failed
         assert "attachToContext without a GPU: refused with a logged reason" in result["steps"]
-        python = [launch_as_record(bind_plan(cfg, [cfg.input_shapes[0], cfg.input_shapes[1],
-                                                   *(a.shape for a in map_inputs(cfg, m, s).values())]))
-                  for m, s in zip(maps, scheds)]
+        python = [
+            launch_as_record(
+                bind_plan(
+                    cfg,
+                    [
+                        cfg.input_shapes[0],
+                        cfg.input_shapes[1],
+                        *(a.shape for a in map_inputs(cfg, m, s).values()),
+                    ],
+                )
+            )
+            for m, s in zip(maps, scheds)
+        ]
         assert json.loads(record.read_text()) == python
 
 
@@ -151,6 +185,7 @@ def plan_edit(**changes):
         plan = json.loads(text)
         plan.update(changes)
         return json.dumps(plan, sort_keys=True)
+
     return edit
 
 

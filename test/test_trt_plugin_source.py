@@ -3,6 +3,7 @@
 No full TensorRT can be installed here: its part is played by a module made of the stand-in base
 classes (backends/tensorrt/standin.py) whose plugin registry also records load_library calls, the
 way TensorRT's IPluginRegistry loads a plugin library."""
+
 from __future__ import annotations
 
 import types
@@ -66,7 +67,9 @@ def test_auto_without_library_runs_the_python_plugin(library):
 
 def test_library_requested_but_missing_is_a_clear_error(library):
     library.unlink()
-    with pytest.raises(S.PluginSourceError, match="not found .*searched .*prefix_lib.*build_trt_plugin.sh"):
+    with pytest.raises(
+        S.PluginSourceError, match="not found .*searched .*prefix_lib.*build_trt_plugin.sh"
+    ):
         S.select_and_install(full_tensorrt(), "library")
 
 
@@ -92,7 +95,9 @@ def test_python_requested_never_looks_for_the_library(library):
 
 def test_tensorrt_rtx_always_runs_the_python_plugin(library):
     rtx = SimpleNamespace(trt=None, is_rtx=True, tag="tensorrt-rtx 1.7")
-    assert S.choose("auto", rtx).describe() == "python (auto: tensorrt-rtx 1.7 runs the Python plugin)"
+    assert (
+        S.choose("auto", rtx).describe() == "python (auto: tensorrt-rtx 1.7 runs the Python plugin)"
+    )
     with pytest.raises(S.PluginSourceError, match="built for full TensorRT"):
         S.choose("library", rtx)
 
@@ -112,7 +117,9 @@ def test_one_plugin_per_process_and_module(library):
     with pytest.raises(S.PluginSourceError, match="already registered"):
         S.select_and_install(lib, "python")
     py = full_tensorrt()
-    register_plugin(py.trt)  # e.g. a network built with the Python plugin before the backend started
+    register_plugin(
+        py.trt
+    )  # e.g. a network built with the Python plugin before the backend started
     with pytest.raises(S.PluginSourceError, match="Python plugin is already registered"):
         S.install(py, S.PluginSource("library", library))
 
@@ -138,5 +145,9 @@ def test_backend_reports_the_plugin_and_refuses_a_missing_library(library, monke
     assert be.describe()["trt_plugin"] == f"library {library.resolve()}"
     library.unlink()
     monkeypatch.setattr(B, "load_tensorrt", lambda module=None: full_tensorrt())
-    with pytest.raises(BackendUnavailable, match="tensorrt.plugin=library: libbevpool_trt_plugin.so not found"):
-        TensorRTBackend("fp16", cache_dir=tmp_path / "engines", autotune=False, trt_plugin="library")
+    with pytest.raises(
+        BackendUnavailable, match="tensorrt.plugin=library: libbevpool_trt_plugin.so not found"
+    ):
+        TensorRTBackend(
+            "fp16", cache_dir=tmp_path / "engines", autotune=False, trt_plugin="library"
+        )

@@ -4,6 +4,7 @@ A case is a folder with case.json, one file per plugin field (the bytes PluginCo
 gives TensorRT) and, per run (one calibration through the same fields): the input shapes and,
 for GPU runs, the inputs, the expected output and a per-element tolerance (float64).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,18 @@ from bevpool_ros.backends.tensorrt.plugin_config import map_inputs
 from bevpool_ros.reference import pool_reference
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADERS = {v: ROOT.parent / "shared" / "third_party" / "tensorrt-oss-headers" / v / "include"
-           for v in ("10.13", "11.1")}
+HEADERS = {
+    v: ROOT.parent / "shared" / "third_party" / "tensorrt-oss-headers" / v / "include"
+    for v in ("10.13", "11.1")
+}
 ALL_ARCHS = "87-real 89-real 90-real 110-real 120-real"
 
 
 def nvcc() -> str | None:
-    return shutil.which("nvcc") or next((p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc")
-                                         if os.access(p, os.X_OK)), None)
+    return shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc") if os.access(p, os.X_OK)),
+        None,
+    )
 
 
 def headers(version: str) -> Path | None:
@@ -40,19 +45,38 @@ def headers(version: str) -> Path | None:
     return path if (path / "NvInferRuntime.h").is_file() else None
 
 
-def build(build_dir: Path, include_dir: Path, archs: str, timeout: float = 900) -> tuple[Path, Path, str]:
+def build(
+    build_dir: Path, include_dir: Path, archs: str, timeout: float = 900
+) -> tuple[Path, Path, str]:
     """(library, driver, build log) built by scripts/build_trt_plugin.sh."""
-    env = {**os.environ, "BUILD_DIR": str(build_dir), "CUDA_ARCHS": archs, "CUDACXX": nvcc() or "nvcc"}
-    proc = subprocess.run([str(ROOT / "scripts" / "build_trt_plugin.sh"), str(include_dir)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "BUILD_DIR": str(build_dir),
+        "CUDA_ARCHS": archs,
+        "CUDACXX": nvcc() or "nvcc",
+    }
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "build_trt_plugin.sh"), str(include_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     log = proc.stdout + proc.stderr
     if proc.returncode:
         raise RuntimeError(f"build failed ({proc.returncode}):\n{log[-4000:]}")
     return build_dir / "libbevpool_trt_plugin.so", build_dir / "bevpool_trt_plugin_driver", log
 
 
-def run_driver(driver: Path, lib: Path, case: Path, gpu: bool = False, record: Path | None = None,
-               iters: int = 200, timeout: float = 300) -> dict:
+def run_driver(
+    driver: Path,
+    lib: Path,
+    case: Path,
+    gpu: bool = False,
+    record: Path | None = None,
+    iters: int = 200,
+    timeout: float = 300,
+) -> dict:
     cmd = [str(driver), str(lib), str(case), "--iters", str(iters)] + ["--gpu"] * gpu
     if record is not None:
         cmd += ["--launch-record", str(record)]
@@ -64,14 +88,18 @@ def run_driver(driver: Path, lib: Path, case: Path, gpu: bool = False, record: P
 
 
 def out_scale(precision: str) -> float:
-    return FP8_KERNEL_OUT_SCALE if precision == "fp8" else 1.0  # as TensorRTBackend builds its engines
+    return (
+        FP8_KERNEL_OUT_SCALE if precision == "fp8" else 1.0
+    )  # as TensorRTBackend builds its engines
 
 
 def config(smaps, precision: str, target):
     """The one plugin config the calibrations share, and each calibration's schedule."""
     scale = out_scale(precision)
     pairs = [plugin_config_for(m, precision, target, out_scale=scale) for m in smaps]
-    assert all(c == pairs[0][0] for c, _ in pairs), "calibrations of one rig must share the plugin config"
+    assert all(c == pairs[0][0] for c, _ in pairs), (
+        "calibrations of one rig must share the plugin config"
+    )
     return pairs[0][0], [s for _, s in pairs]
 
 
@@ -108,9 +136,13 @@ def write_case(directory: Path, cfg, smaps, scheds, with_data: bool = False, see
     runs = []
     for k, (smap, sched) in enumerate(zip(smaps, scheds)):
         arrays = map_inputs(cfg, smap, sched)
-        run = {"inputs": [{"name": "depth", "shape": list(cfg.input_shapes[0])},
-                          {"name": "feat", "shape": list(cfg.input_shapes[1])}]
-               + [{"name": n, "shape": list(a.shape)} for n, a in arrays.items()]}
+        run = {
+            "inputs": [
+                {"name": "depth", "shape": list(cfg.input_shapes[0])},
+                {"name": "feat", "shape": list(cfg.input_shapes[1])},
+            ]
+            + [{"name": n, "shape": list(a.shape)} for n, a in arrays.items()]
+        }
         if with_data:
             depth, feat, d_in, f_in = random_inputs(smap, cfg.precision, seed + k)
             data = [np.asarray(d_in), np.asarray(f_in), *arrays.values()]

@@ -7,9 +7,9 @@
 // enqueue writes the device pointers into the prepared arguments and launches: no allocation, no
 // synchronisation, no host reads, so it can be captured in a CUDA graph.
 #pragma once
-#include <vector>
-
 #include <NvInferRuntime.h>
+
+#include <vector>
 
 #include "launch_binding.h"
 #include "plugin_config.h"
@@ -24,7 +24,8 @@ class BevPoolPlugin final : public nvinfer1::IPluginV3,
   BevPoolPlugin(PluginConfig cfg, std::vector<RawField> fields);
 
   // IPluginV3
-  nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
+  nvinfer1::IPluginCapability* getCapabilityInterface(
+      nvinfer1::PluginCapabilityType type) noexcept override;
   nvinfer1::IPluginV3* clone() noexcept override;
 
   // core
@@ -35,23 +36,27 @@ class BevPoolPlugin final : public nvinfer1::IPluginV3,
   // build
   int32_t getNbOutputs() const noexcept override { return 1; }
   int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
-                             nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
-  int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs, nvinfer1::DimsExprs const* shapeInputs,
-                          int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs, int32_t nbOutputs,
+                             nvinfer1::DataType const* inputTypes,
+                             int32_t nbInputs) const noexcept override;
+  int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+                          nvinfer1::DimsExprs const* shapeInputs, int32_t nbShapeInputs,
+                          nvinfer1::DimsExprs* outputs, int32_t nbOutputs,
                           nvinfer1::IExprBuilder& exprBuilder) noexcept override;
-  bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
-                                 int32_t nbOutputs) noexcept override;
+  bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut,
+                                 int32_t nbInputs, int32_t nbOutputs) noexcept override;
   int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
-                          nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+                          nvinfer1::DynamicPluginTensorDesc const* out,
+                          int32_t nbOutputs) noexcept override;
   size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
-                          nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+                          nvinfer1::DynamicPluginTensorDesc const* outputs,
+                          int32_t nbOutputs) const noexcept override;
 
   // runtime
-  int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs, nvinfer1::PluginTensorDesc const* out,
-                        int32_t nbOutputs) noexcept override;
-  int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
-                  void const* const* inputs, void* const* outputs, void* workspace,
-                  cudaStream_t stream) noexcept override;
+  int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs,
+                        nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+  int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc,
+                  nvinfer1::PluginTensorDesc const* outputDesc, void const* const* inputs,
+                  void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
   nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
   nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
 
@@ -64,7 +69,7 @@ class BevPoolPlugin final : public nvinfer1::IPluginV3,
   std::vector<RawField> fields_;  // INT32 / CHAR, as the Python plugin writes them
   std::vector<nvinfer1::PluginField> serialized_;
   nvinfer1::PluginFieldCollection collection_{};
-  LaunchPlan launch_;             // bound to the current map lengths
+  LaunchPlan launch_;  // bound to the current map lengths
   bool bound_ = false;
   KernelArgs args_;
   void const* function_ = nullptr;  // resolved in attachToContext

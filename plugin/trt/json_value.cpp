@@ -25,7 +25,8 @@ class Reader {
     throw std::runtime_error("json: " + std::string(why) + " at offset " + std::to_string(pos_));
   }
   void skip_space() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' || s_[pos_] == '\r'))
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' || s_[pos_] == '\r'))
       ++pos_;
   }
   bool eat(char c) {
@@ -132,19 +133,21 @@ const JsonValue* JsonValue::find(const std::string& key) const {
 JsonValue parse_json(const std::string& text) { return Reader(text).document(); }
 
 long long json_int(const JsonValue& v, const char* what) {
-  const bool integral = v.kind == JsonValue::Kind::kNumber && std::nearbyint(v.number) == v.number &&
-                        std::fabs(v.number) < 9.0e15;
+  const bool integral = v.kind == JsonValue::Kind::kNumber &&
+                        std::nearbyint(v.number) == v.number && std::fabs(v.number) < 9.0e15;
   if (!integral) throw std::runtime_error(std::string(what) + ": expected an integer");
   return static_cast<long long>(v.number);
 }
 
 const std::string& json_string(const JsonValue& v, const char* what) {
-  if (v.kind != JsonValue::Kind::kString) throw std::runtime_error(std::string(what) + ": expected a string");
+  if (v.kind != JsonValue::Kind::kString)
+    throw std::runtime_error(std::string(what) + ": expected a string");
   return v.text;
 }
 
 const std::vector<JsonValue>& json_array(const JsonValue& v, const char* what) {
-  if (v.kind != JsonValue::Kind::kArray) throw std::runtime_error(std::string(what) + ": expected a list");
+  if (v.kind != JsonValue::Kind::kArray)
+    throw std::runtime_error(std::string(what) + ": expected a list");
   return v.items;
 }
 

@@ -7,13 +7,13 @@ namespace bevpool {
 
 struct KernelInfo {
   const char* name;
-  bool v3;                  // a V3 entry (map inputs of any length); else a hand-written kernel
-  const char* precision;    // V3 rows: "fp16" | "fp8"
-  int vec;                  // channels per lane
-  int g_fixed;              // lanes per group compiled in (0: from the launch)
-  int c_fixed;              // compiled for this channel count only (0: any)
-  bool depth_pairs;         // reads depth-pair schedules
-  int max_threads;          // __launch_bounds__
+  bool v3;                // a V3 entry (map inputs of any length); else a hand-written kernel
+  const char* precision;  // V3 rows: "fp16" | "fp8"
+  int vec;                // channels per lane
+  int g_fixed;            // lanes per group compiled in (0: from the launch)
+  int c_fixed;            // compiled for this channel count only (0: any)
+  bool depth_pairs;       // reads depth-pair schedules
+  int max_threads;        // __launch_bounds__
 };
 
 // nullptr for a name the library does not contain

@@ -14,10 +14,11 @@ LaunchPlan bind_plan(const PluginConfig& cfg, const std::vector<Shape>& shapes) 
     if (a.kind == ArgKind::kI32 && n < 5) ints[n++] = &a;
   // groups per block, the kernel's own definition: (blockDim.x / 32) warps x (32 / G) groups
   const int64_t groups = p.block[0] / 32 * (32 / ints[3]->integer);
-  const int64_t slots = shapes[2][0], empty = shapes[4][0] - 1;  // empty_cells ends with one pad entry
+  const int64_t slots = shapes[2][0],
+                empty = shapes[4][0] - 1;  // empty_cells ends with one pad entry
   if (slots % groups)
-    throw ConfigError("BEVPool plugin: slots: " + std::to_string(slots) + " rows is not a multiple of the block (" +
-                      std::to_string(groups) + ")");
+    throw ConfigError("BEVPool plugin: slots: " + std::to_string(slots) +
+                      " rows is not a multiple of the block (" + std::to_string(groups) + ")");
   const int64_t compute_blocks = slots / groups;
   p.grid[0] = compute_blocks + (empty + groups - 1) / groups;
   ints[0]->integer = empty;

@@ -8,7 +8,7 @@
 
 namespace bevpool {
 
-const char* const kFieldNames[7] = {"precision", "depth_shape", "grid_shape", "channels",
+const char* const kFieldNames[7] = {"precision",   "depth_shape",  "grid_shape", "channels",
                                     "input_names", "input_shapes", "plan"};
 
 bool is_int_field(const std::string& name) {
@@ -34,17 +34,21 @@ std::string text(const std::vector<RawField>& fields, const char* name) {
 Shape ints(const std::vector<RawField>& fields, const char* name, size_t count) {
   const RawField& f = field(fields, name);
   if (f.ints.size() != count)
-    fail(std::string(name) + ": expected " + std::to_string(count) + " ints, got " + std::to_string(f.ints.size()));
+    fail(std::string(name) + ": expected " + std::to_string(count) + " ints, got " +
+         std::to_string(f.ints.size()));
   Shape s(f.ints.begin(), f.ints.end());
-  if (std::any_of(s.begin(), s.end(), [](int64_t v) { return v <= 0; })) fail(std::string(name) + " must be > 0");
+  if (std::any_of(s.begin(), s.end(), [](int64_t v) { return v <= 0; }))
+    fail(std::string(name) + " must be > 0");
   return s;
 }
 
 std::vector<std::string> split_names(const std::string& s) {
   std::vector<std::string> out(1);
   for (char c : s) {
-    if (c == ',') out.emplace_back();
-    else out.back().push_back(c);
+    if (c == ',')
+      out.emplace_back();
+    else
+      out.back().push_back(c);
   }
   return out;
 }
@@ -63,8 +67,9 @@ PlanArg plan_arg(const JsonValue& pair) {
   } else if (kind == "i32" || kind == "u32" || kind == "i64") {
     a.kind = kind == "i32" ? ArgKind::kI32 : kind == "u32" ? ArgKind::kU32 : ArgKind::kI64;
     a.integer = json_int(kv[1], "plan int arg");
-    const bool fits = kind == "i64" || (kind == "i32" ? a.integer == static_cast<int32_t>(a.integer)
-                                                      : a.integer == static_cast<uint32_t>(a.integer));
+    const bool fits =
+        kind == "i64" || (kind == "i32" ? a.integer == static_cast<int32_t>(a.integer)
+                                        : a.integer == static_cast<uint32_t>(a.integer));
     if (!fits) fail("plan " + kind + " arg out of range");
   } else {
     fail("plan arg kind '" + kind + "' unknown");
@@ -82,16 +87,18 @@ void triple(const JsonValue* v, const char* what, int64_t (&out)[3]) {
 LaunchPlan parse_plan(const std::string& json) {
   const JsonValue doc = parse_json(json);
   if (doc.kind != JsonValue::Kind::kObject) fail("plan: expected an object");
-  static const std::set<std::string> known = {"kernel", "grid", "block", "args", "zero_output_first",
-                                              "out_dtype", "shared_bytes"};
-  for (const auto& m : doc.members)  // a plan from a newer launch description: refuse, never mis-launch
+  static const std::set<std::string> known = {
+      "kernel", "grid", "block", "args", "zero_output_first", "out_dtype", "shared_bytes"};
+  for (const auto& m :
+       doc.members)  // a plan from a newer launch description: refuse, never mis-launch
     if (!known.count(m.first)) fail("unknown LaunchPlan field '" + m.first + "'");
   LaunchPlan p;
   const JsonValue* kernel = doc.find("kernel");
   const JsonValue* args = doc.find("args");
   const JsonValue* out = doc.find("out_dtype");
   const JsonValue* zero = doc.find("zero_output_first");
-  if (!kernel || !args || !out || !zero) fail("plan lacks kernel, args, out_dtype or zero_output_first");
+  if (!kernel || !args || !out || !zero)
+    fail("plan lacks kernel, args, out_dtype or zero_output_first");
   p.kernel = json_string(*kernel, "plan kernel");
   triple(doc.find("grid"), "grid", p.grid);
   triple(doc.find("block"), "block", p.block);
@@ -99,7 +106,8 @@ LaunchPlan parse_plan(const std::string& json) {
   p.out_dtype = json_string(*out, "plan out_dtype");
   if (zero->kind != JsonValue::Kind::kBool) fail("plan zero_output_first: expected true/false");
   p.zero_output_first = zero->boolean;
-  if (const JsonValue* smem = doc.find("shared_bytes")) p.shared_bytes = json_int(*smem, "plan shared_bytes");
+  if (const JsonValue* smem = doc.find("shared_bytes"))
+    p.shared_bytes = json_int(*smem, "plan shared_bytes");
   return p;
 }
 
@@ -119,11 +127,14 @@ void check_v3_template(const PluginConfig& c) {
   int f32 = 0;
   for (const PlanArg& a : p.args) f32 += a.kind == ArgKind::kF32;
   if (p.args.size() != 12 || i32.size() != 5 || f32 != 1)
-    fail("plan args do not match a V3 entry (5 buffers, n_empty, blocks, C, G, pair_stride, scale, out)");
+    fail(
+        "plan args do not match a V3 entry (5 buffers, n_empty, blocks, C, G, pair_stride, scale, "
+        "out)");
   const int64_t C = c.channels, G = i32[3], pair_stride = i32[4];
   if (k.precision != c.precision) fail(p.kernel + " is not a " + c.precision + " kernel");
   if (i32[2] != C) fail("plan C = " + std::to_string(i32[2]) + ", channels = " + std::to_string(C));
-  if (G < 1 || G > 32 || (k.g_fixed && k.g_fixed != G)) fail("plan G = " + std::to_string(G) + " invalid");
+  if (G < 1 || G > 32 || (k.g_fixed && k.g_fixed != G))
+    fail("plan G = " + std::to_string(G) + " invalid");
   if ((k.c_fixed && k.c_fixed != C) || C % k.vec || (C / k.vec) % G)
     fail(p.kernel + " cannot run C = " + std::to_string(C) + " with G = " + std::to_string(G));
   if (p.grid[1] * G * k.vec != C || p.grid[2] != 1)
@@ -133,21 +144,25 @@ void check_v3_template(const PluginConfig& c) {
     fail("plan block " + std::to_string(threads) + " invalid for " + p.kernel);
   if (p.shared_bytes < threads / 32 * G * k.vec * 4 || p.shared_bytes > 48 * 1024)
     fail("plan shared memory " + std::to_string(p.shared_bytes) + " does not fit the block");
-  if (pair_stride < 0 || (pair_stride && !k.depth_pairs)) fail(p.kernel + " cannot read depth pairs");
+  if (pair_stride < 0 || (pair_stride && !k.depth_pairs))
+    fail(p.kernel + " cannot read depth pairs");
   const std::vector<std::string> want = {"depth", "feat", "slots", "pidx", "empty_cells"};
   if (c.inputs != want) fail("V3 plugin inputs must be depth,feat,slots,pidx,empty_cells");
   const std::vector<size_t> ranks = {4, 4, 2, 2, 1};
   for (size_t i = 2; i < want.size(); ++i)
-    if (c.input_shapes[i].size() != ranks[i] || (ranks[i] == 2 && c.input_shapes[i][1] != (i == 2 ? 4 : 2)))
+    if (c.input_shapes[i].size() != ranks[i] ||
+        (ranks[i] == 2 && c.input_shapes[i][1] != (i == 2 ? 4 : 2)))
       fail("input " + want[i] + " bound " + shape_text(c.input_shapes[i]) + " has the wrong shape");
 }
 
 void validate(PluginConfig& c) {
-  if (c.precision != "fp16" && c.precision != "fp8") fail("precision must be fp16 or fp8, got '" + c.precision + "'");
+  if (c.precision != "fp16" && c.precision != "fp8")
+    fail("precision must be fp16 or fp8, got '" + c.precision + "'");
   c.kernel = find_kernel(c.plan.kernel);
   if (c.kernel == nullptr) fail("plan names unknown kernel '" + c.plan.kernel + "'");
   const std::string out = c.fp8() ? "float16" : "float32";
-  if (c.plan.out_dtype != out) fail("plan writes " + c.plan.out_dtype + ", " + c.precision + " output is " + out);
+  if (c.plan.out_dtype != out)
+    fail("plan writes " + c.plan.out_dtype + ", " + c.precision + " output is " + out);
   if (c.inputs.size() < 2 || c.inputs[0] != "depth" || c.inputs[1] != "feat" ||
       c.inputs.size() != c.input_shapes.size())
     fail("inputs must start with depth,feat and have one shape each");
@@ -161,7 +176,8 @@ void validate(PluginConfig& c) {
   for (const PlanArg& a : c.plan.args)
     if (a.kind == ArgKind::kBuffer) bound.insert(a.buffer);
   have.insert(kOutputBuffer);
-  if (bound != have || have.size() != c.inputs.size() + 1) fail("plan binds other buffers than the inputs + out");
+  if (bound != have || have.size() != c.inputs.size() + 1)
+    fail("plan binds other buffers than the inputs + out");
   const int64_t* b = c.plan.block;
   if (b[0] <= 0 || b[1] <= 0 || b[2] <= 0 || b[0] * b[1] * b[2] > 1024) fail("bad block");
   for (int64_t g : c.plan.grid)
@@ -177,7 +193,9 @@ std::string shape_text(const Shape& s) {
   return t + "]";
 }
 
-Shape PluginConfig::output_shape() const { return {grid_shape[0], grid_shape[1], grid_shape[2], channels}; }
+Shape PluginConfig::output_shape() const {
+  return {grid_shape[0], grid_shape[1], grid_shape[2], channels};
+}
 
 int64_t PluginConfig::output_bytes() const {
   const Shape s = output_shape();
@@ -201,7 +219,8 @@ PluginConfig config_from_fields(const std::vector<RawField>& fields) {
     const JsonValue shapes = parse_json(text(fields, "input_shapes"));  // alive for the loop
     for (const JsonValue& s : json_array(shapes, "input_shapes")) {
       Shape shape;
-      for (const JsonValue& d : json_array(s, "input shape")) shape.push_back(json_int(d, "input shape"));
+      for (const JsonValue& d : json_array(s, "input shape"))
+        shape.push_back(json_int(d, "input shape"));
       c.input_shapes.push_back(shape);
     }
     c.plan = parse_plan(text(fields, "plan"));
@@ -216,14 +235,17 @@ PluginConfig config_from_fields(const std::vector<RawField>& fields) {
 
 void check_input_shapes(const PluginConfig& cfg, const std::vector<Shape>& shapes, bool build) {
   if (shapes.size() != cfg.inputs.size())
-    fail(std::to_string(shapes.size()) + " inputs, configured " + std::to_string(cfg.inputs.size()));
+    fail(std::to_string(shapes.size()) + " inputs, configured " +
+         std::to_string(cfg.inputs.size()));
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape& g = shapes[i];
     const Shape lo = cfg.profile_min(i), &hi = cfg.input_shapes[i];
     bool ok = g.size() == hi.size();
-    for (size_t d = 0; ok && d < g.size(); ++d) ok = (build && g[d] == -1) || (lo[d] <= g[d] && g[d] <= hi[d]);
-    if (!ok) fail("input " + cfg.inputs[i] + ": shape " + shape_text(g) + " outside " + shape_text(lo) + ".." +
-                  shape_text(hi));
+    for (size_t d = 0; ok && d < g.size(); ++d)
+      ok = (build && g[d] == -1) || (lo[d] <= g[d] && g[d] <= hi[d]);
+    if (!ok)
+      fail("input " + cfg.inputs[i] + ": shape " + shape_text(g) + " outside " + shape_text(lo) +
+           ".." + shape_text(hi));
   }
 }
 

@@ -13,7 +13,8 @@ namespace bevpool {
 
 constexpr char kPluginName[] = "BEVPoolV3";
 constexpr char kPluginVersion[] = "1";
-constexpr char kPluginNamespace[] = "";  // the ONNX parser looks plugins up in the default namespace
+constexpr char kPluginNamespace[] =
+    "";  // the ONNX parser looks plugins up in the default namespace
 constexpr char kOutputBuffer[] = "out";
 
 // Every field name, in the Python plugin's order (plugin_config.FIELDS).
@@ -65,9 +66,9 @@ struct PluginConfig {
 
   bool dynamic() const { return kernel->v3; }  // map inputs of any length within the profile
   bool fp8() const { return precision == "fp8"; }
-  Shape output_shape() const;                   // Z, Y, X, C
-  int64_t output_bytes() const;                 // float32 (fp16) or float16 (fp8) grid
-  Shape profile_min(size_t input) const;        // one row for dynamic map inputs
+  Shape output_shape() const;             // Z, Y, X, C
+  int64_t output_bytes() const;           // float32 (fp16) or float16 (fp8) grid
+  Shape profile_min(size_t input) const;  // one row for dynamic map inputs
 };
 
 // Fields -> checked config; throws ConfigError with a one-line reason.

@@ -8,7 +8,9 @@
 
 #define BEVPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
-BEVPOOL_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) { bevpool::set_logger_finder(finder); }
+BEVPOOL_EXPORT void setLoggerFinder(nvinfer1::ILoggerFinder* finder) {
+  bevpool::set_logger_finder(finder);
+}
 
 BEVPOOL_EXPORT nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t& nbCreators) {
   static bevpool::BevPoolCreator creator;

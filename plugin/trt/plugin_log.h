@@ -1,9 +1,9 @@
 // Messages to TensorRT's logger (found through the ILoggerFinder TensorRT hands the library),
 // or to stderr when the library is driven without TensorRT.
 #pragma once
-#include <string>
-
 #include <NvInferRuntime.h>
+
+#include <string>
 
 namespace bevpool {
 

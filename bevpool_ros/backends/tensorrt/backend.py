@@ -66,8 +66,9 @@ class TensorRTBackend(CudaBackend):
         except TensorRTMissing as e:
             raise BackendUnavailable(str(e)) from e
         _check_network_route(self.lib)
-        try:  # before any engine is built or loaded: one plugin creator per process (plugin_source.py)
-            self.plugin_source = select_and_install(self.lib, trt_plugin, trt_plugin_library or None)
+        try:  # before any engine is built or loaded: one plugin creator per process
+            self.plugin_source = select_and_install(self.lib, trt_plugin,
+                                                    trt_plugin_library or None)
         except PluginSourceError as e:
             raise BackendUnavailable(str(e)) from e
         dev = self.rt.device

@@ -12,6 +12,7 @@ always gets the Python plugin. Search order for the library: ``tensorrt.plugin_l
 <sys.prefix>/lib, /usr/local/lib. A process registers one of them, once per TensorRT module:
 TensorRT's registry refuses a second creator of the same name.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,9 +32,9 @@ class PluginSourceError(RuntimeError):
 
 @dataclass(frozen=True)
 class PluginSource:
-    kind: str                   # library | python
+    kind: str  # library | python
     library: Path | None = None
-    reason: str = ""            # why python runs when auto was asked
+    reason: str = ""  # why python runs when auto was asked
 
     def describe(self) -> str:
         if self.kind == "library":
@@ -42,7 +43,7 @@ class PluginSource:
 
 
 def default_dirs() -> list[Path]:
-    """Where a build or an install puts the library (scripts/build_trt_plugin.sh, cmake --install)."""
+    """Where a build or an install puts the library (build_trt_plugin.sh, cmake --install)."""
     return [_CHECKOUT_BUILD, Path(sys.prefix) / "lib", Path("/usr/local/lib")]
 
 
@@ -54,23 +55,31 @@ def candidate_paths(explicit: str | None = None) -> list[Path]:
 def choose(requested: str, lib, explicit: str | None = None) -> PluginSource:
     """The plugin for ``requested`` with TensorRT module ``lib`` (trt_import), from the files."""
     if requested not in PLUGIN_SOURCES:
-        raise PluginSourceError(f"tensorrt.plugin: expected one of {PLUGIN_SOURCES}, got {requested!r}")
+        raise PluginSourceError(
+            f"tensorrt.plugin: expected one of {PLUGIN_SOURCES}, got {requested!r}"
+        )
     if requested == "python":
         return PluginSource("python")
     if lib.is_rtx:
         if requested == "library":
-            raise PluginSourceError(f"tensorrt.plugin=library: {LIBRARY_NAME} is built for full TensorRT, "
-                                    f"this is {lib.tag}")
+            raise PluginSourceError(
+                f"tensorrt.plugin=library: {LIBRARY_NAME} is built for full TensorRT, "
+                f"this is {lib.tag}"
+            )
         return PluginSource("python", reason=f"auto: {lib.tag} runs the Python plugin")
     searched = candidate_paths(explicit)
-    if explicit and not Path(explicit).is_file():  # a configured path that is wrong is an error, not a fallback
+    if (
+        explicit and not Path(explicit).is_file()
+    ):  # a configured path that is wrong is an error, not a fallback
         raise PluginSourceError(f"tensorrt.plugin_library: no file {explicit}")
     found = next((p for p in searched if p.is_file()), None)
     if found is not None:
         return PluginSource("library", found.resolve())
     if requested == "library":
-        raise PluginSourceError(f"tensorrt.plugin=library: {LIBRARY_NAME} not found (searched "
-                                f"{', '.join(map(str, searched))}); build it with scripts/build_trt_plugin.sh")
+        raise PluginSourceError(
+            f"tensorrt.plugin=library: {LIBRARY_NAME} not found (searched "
+            f"{', '.join(map(str, searched))}); build it with scripts/build_trt_plugin.sh"
+        )
     return PluginSource("python", reason=f"auto: no {LIBRARY_NAME} found")
 
 
@@ -83,10 +92,14 @@ def install(lib, source: PluginSource) -> PluginSource:
     held = _installed.get(trt)
     if held is not None:
         if held.kind != source.kind:
-            raise PluginSourceError(f"the {held.describe()} plugin is already registered in this process")
+            raise PluginSourceError(
+                f"the {held.describe()} plugin is already registered in this process"
+            )
         return held
     if source.kind == "library":
-        if id(trt) in _registered:  # the Python creator came first: TensorRT would refuse the library's
+        if (
+            id(trt) in _registered
+        ):  # the Python creator came first: TensorRT would refuse the library's
             raise PluginSourceError("the Python plugin is already registered in this process")
         handle = trt.get_plugin_registry().load_library(str(source.library))
         if handle is None:

@@ -10,10 +10,9 @@
 // runs (one calibration each: input files and shapes, expected output and tolerance as float64).
 // Without --gpu everything but enqueue runs, and attachToContext must refuse (no CUDA device).
 // Prints one JSON object: every step's result, per run the errors and host time per enqueue.
+#include <NvInferRuntime.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
-
-#include <NvInferRuntime.h>
 
 #include <algorithm>
 #include <chrono>
@@ -80,7 +79,8 @@ class ExprBuilderImpl : public nvinfer1::apiv::VExprBuilder {
     exprs_.push_back(std::make_unique<Expr>(value));
     return exprs_.back().get();
   }
-  nvinfer1::IDimensionExpr const* operation(nvinfer1::DimensionOperation, nvinfer1::IDimensionExpr const&,
+  nvinfer1::IDimensionExpr const* operation(nvinfer1::DimensionOperation,
+                                            nvinfer1::IDimensionExpr const&,
                                             nvinfer1::IDimensionExpr const&) override {
     return nullptr;
   }
@@ -132,9 +132,12 @@ int64_t volume(const Shape& s) {
 float half_to_float(uint16_t h) {
   const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
-  else if (exp == 31) v = man ? NAN : INFINITY;
-  else v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
   return sign ? -v : v;
 }
 
@@ -175,7 +178,8 @@ Case load_case(const std::string& dir) {
   for (const JsonValue& f : bevpool::json_array(*doc.find("fields"), "fields")) {
     bevpool::RawField r;
     r.name = bevpool::json_string(*f.find("name"), "field name");
-    const std::string bytes = read_file(dir + "/" + bevpool::json_string(*f.find("file"), "field file"));
+    const std::string bytes =
+        read_file(dir + "/" + bevpool::json_string(*f.find("file"), "field file"));
     if (bevpool::is_int_field(r.name)) {
       r.ints.resize(bytes.size() / 4);
       std::memcpy(r.ints.data(), bytes.data(), r.ints.size() * 4);
@@ -188,13 +192,15 @@ Case load_case(const std::string& dir) {
     Run run;
     for (const JsonValue& in : bevpool::json_array(*r.find("inputs"), "inputs")) {
       Shape s;
-      for (const JsonValue& d : bevpool::json_array(*in.find("shape"), "shape")) s.push_back(bevpool::json_int(d, "dim"));
+      for (const JsonValue& d : bevpool::json_array(*in.find("shape"), "shape"))
+        s.push_back(bevpool::json_int(d, "dim"));
       run.shapes.push_back(s);
       const JsonValue* file = in.find("file");
       run.files.push_back(file ? dir + "/" + bevpool::json_string(*file, "file") : "");
     }
     for (auto [key, dst] : {std::pair<const char*, std::string*>{"expected", &run.expected},
-                            {"tolerance", &run.tolerance}, {"output", &run.output}})
+                            {"tolerance", &run.tolerance},
+                            {"output", &run.output}})
       if (const JsonValue* v = r.find(key)) *dst = dir + "/" + bevpool::json_string(*v, key);
     c.runs.push_back(run);
   }
@@ -222,7 +228,8 @@ std::vector<bevpool::RawField> copy_fields(const nvinfer1::PluginFieldCollection
     bevpool::RawField r;
     r.name = f.name;
     if (f.type == nvinfer1::PluginFieldType::kINT32)
-      r.ints.assign(static_cast<const int32_t*>(f.data), static_cast<const int32_t*>(f.data) + f.length);
+      r.ints.assign(static_cast<const int32_t*>(f.data),
+                    static_cast<const int32_t*>(f.data) + f.length);
     else
       r.text.assign(static_cast<const char*>(f.data), static_cast<size_t>(f.length));
     out.push_back(r);
@@ -239,31 +246,36 @@ bool same_fields(const std::vector<bevpool::RawField>& a, const std::vector<bevp
 
 std::string launch_json(const bevpool::LaunchPlan& p) {
   std::ostringstream s;
-  s << "{\"kernel\": " << json_text(p.kernel) << ", \"grid\": [" << p.grid[0] << ", " << p.grid[1] << ", "
-    << p.grid[2] << "], \"block\": [" << p.block[0] << ", " << p.block[1] << ", " << p.block[2]
-    << "], \"shared_bytes\": " << p.shared_bytes << ", \"out_dtype\": " << json_text(p.out_dtype)
+  s << "{\"kernel\": " << json_text(p.kernel) << ", \"grid\": [" << p.grid[0] << ", " << p.grid[1]
+    << ", " << p.grid[2] << "], \"block\": [" << p.block[0] << ", " << p.block[1] << ", "
+    << p.block[2] << "], \"shared_bytes\": " << p.shared_bytes
+    << ", \"out_dtype\": " << json_text(p.out_dtype)
     << ", \"zero_output_first\": " << (p.zero_output_first ? "true" : "false") << ", \"args\": [";
   const char* kinds[] = {"buf", "i32", "u32", "i64", "f32"};
   for (size_t i = 0; i < p.args.size(); ++i) {
     const bevpool::PlanArg& a = p.args[i];
     s << (i ? ", " : "") << "[\"" << kinds[static_cast<int>(a.kind)] << "\", ";
-    if (a.kind == bevpool::ArgKind::kBuffer) s << json_text(a.buffer);
+    if (a.kind == bevpool::ArgKind::kBuffer)
+      s << json_text(a.buffer);
     else if (a.kind == bevpool::ArgKind::kF32) {
       char buf[32];
       std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(a.real));
       s << buf;
-    } else s << a.integer;
+    } else
+      s << a.integer;
     s << "]";
   }
   s << "]}";
   return s.str();
 }
 
-// ---- the GPU half --------------------------------------------------------------------------------
-#define CUDA_OK(call)                                                                              \
-  do {                                                                                             \
-    const cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
+// ---- the GPU half
+// --------------------------------------------------------------------------------
+#define CUDA_OK(call)                                                               \
+  do {                                                                              \
+    const cudaError_t e_ = (call);                                                  \
+    if (e_ != cudaSuccess)                                                          \
+      throw std::runtime_error(std::string(#call) + ": " + cudaGetErrorString(e_)); \
   } while (0)
 
 struct RunResult {
@@ -308,8 +320,8 @@ void compare(const std::vector<double>& out, const Run& run, RunResult& r) {
   }
 }
 
-RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginConfig& cfg, const Run& run,
-                     int iters) {
+RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginConfig& cfg,
+                     const Run& run, int iters) {
   RunResult r;
   const size_t n_in = run.shapes.size();
   std::vector<void*> dev(n_in, nullptr);
@@ -359,8 +371,9 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginCon
   CUDA_OK(cudaMemset(out, 0xff, out_bytes));
   CUDA_OK(cudaGraphLaunch(exec, stream));
   const std::vector<double> replayed = result();
-  r.graph_ok = std::equal(eager.begin(), eager.end(), replayed.begin(), replayed.end(),
-                          [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); });
+  r.graph_ok =
+      std::equal(eager.begin(), eager.end(), replayed.begin(), replayed.end(),
+                 [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); });
 
   // host time of one enqueue call (TensorRT calls it every inference without a graph)
   std::vector<double> us;
@@ -393,8 +406,8 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginCon
   return r;
 }
 
-std::vector<nvinfer1::DynamicPluginTensorDesc> build_descs(const bevpool::PluginConfig& cfg, bool fp8,
-                                                           int64_t extra_rows) {
+std::vector<nvinfer1::DynamicPluginTensorDesc> build_descs(const bevpool::PluginConfig& cfg,
+                                                           bool fp8, int64_t extra_rows) {
   std::vector<nvinfer1::DynamicPluginTensorDesc> d(cfg.inputs.size() + 1);
   for (size_t i = 0; i < cfg.inputs.size(); ++i) {
     Shape dims = cfg.input_shapes[i], mx = dims;
@@ -415,7 +428,8 @@ std::vector<nvinfer1::DynamicPluginTensorDesc> build_descs(const bevpool::Plugin
   return d;
 }
 
-int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, const std::string& record_path) {
+int drive(const std::string& lib, const std::string& dir, bool gpu, int iters,
+          const std::string& record_path) {
   Report rep;
   Finder finder;
   void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -425,22 +439,26 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   auto get_creators = reinterpret_cast<GetCreators>(dlsym(handle, "getCreators"));
   auto set_finder = reinterpret_cast<SetLoggerFinder>(dlsym(handle, "setLoggerFinder"));
   rep.check("exports getCreators and setLoggerFinder", get_creators && set_finder);
-  if (!get_creators || !set_finder) throw std::runtime_error("library lacks the TensorRT entry points");
+  if (!get_creators || !set_finder)
+    throw std::runtime_error("library lacks the TensorRT entry points");
   set_finder(&finder);
   int32_t n = 0;
   nvinfer1::IPluginCreatorInterface* const* creators = get_creators(n);
   rep.check("one creator", n == 1 && creators && creators[0]);
   const nvinfer1::InterfaceInfo info = creators[0]->getInterfaceInfo();
-  rep.check("creator is IPluginCreatorV3One", std::string(info.kind) == "PLUGIN CREATOR_V3ONE" && info.major == 1);
+  rep.check("creator is IPluginCreatorV3One",
+            std::string(info.kind) == "PLUGIN CREATOR_V3ONE" && info.major == 1);
   auto* creator = static_cast<nvinfer1::IPluginCreatorV3One*>(creators[0]);
-  rep.check("name/version/namespace BEVPoolV3/1/''", std::string(creator->getPluginName()) == "BEVPoolV3" &&
-                                                         std::string(creator->getPluginVersion()) == "1" &&
-                                                         std::string(creator->getPluginNamespace()).empty());
+  rep.check("name/version/namespace BEVPoolV3/1/''",
+            std::string(creator->getPluginName()) == "BEVPoolV3" &&
+                std::string(creator->getPluginVersion()) == "1" &&
+                std::string(creator->getPluginNamespace()).empty());
   const nvinfer1::PluginFieldCollection* names = creator->getFieldNames();
   bool names_ok = names && names->nbFields == 7;
   for (int32_t i = 0; names_ok && i < 7; ++i)
     names_ok = std::string(names->fields[i].name) == bevpool::kFieldNames[i] &&
-               (names->fields[i].type == nvinfer1::PluginFieldType::kINT32) == bevpool::is_int_field(names->fields[i].name);
+               (names->fields[i].type == nvinfer1::PluginFieldType::kINT32) ==
+                   bevpool::is_int_field(names->fields[i].name);
   rep.check("field names and types", names_ok);
 
   const Case c = load_case(dir);
@@ -448,13 +466,17 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   nvinfer1::PluginFieldCollection fc{static_cast<int32_t>(pf.size()), pf.data()};
 
   // ---- build phase ----
-  std::unique_ptr<nvinfer1::IPluginV3> built(creator->createPlugin("bevpool", &fc, nvinfer1::TensorRTPhase::kBUILD));
+  std::unique_ptr<nvinfer1::IPluginV3> built(
+      creator->createPlugin("bevpool", &fc, nvinfer1::TensorRTPhase::kBUILD));
   rep.check("createPlugin (build)", built != nullptr);
   if (!built) throw std::runtime_error("createPlugin failed: " + finder.logger.last_error);
   const bevpool::PluginConfig cfg = bevpool::config_from_fields(c.fields);  // the test's own view
-  auto* core = static_cast<nvinfer1::IPluginV3OneCore*>(built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kCORE));
-  auto* build = static_cast<nvinfer1::IPluginV3OneBuild*>(built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kBUILD));
-  rep.check("core and build capabilities", core && build && std::string(core->getPluginName()) == "BEVPoolV3");
+  auto* core = static_cast<nvinfer1::IPluginV3OneCore*>(
+      built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kCORE));
+  auto* build = static_cast<nvinfer1::IPluginV3OneBuild*>(
+      built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kBUILD));
+  rep.check("core and build capabilities",
+            core && build && std::string(core->getPluginName()) == "BEVPoolV3");
   const int32_t nin = static_cast<int32_t>(cfg.inputs.size());
   rep.check("one output", build->getNbOutputs() == 1);
   std::vector<DataType> in_types(static_cast<size_t>(nin), DataType::kINT32);
@@ -468,7 +490,8 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   bool shape_ok = build->getOutputShapes(in_exprs.data(), nin, nullptr, 0, &out_expr, 1, eb) == 0 &&
                   out_expr.nbDims == 4;
   for (int32_t i = 0; shape_ok && i < 4; ++i)
-    shape_ok = out_expr.d[i]->isConstant() && out_expr.d[i]->getConstantValue() == cfg.output_shape()[static_cast<size_t>(i)];
+    shape_ok = out_expr.d[i]->isConstant() &&
+               out_expr.d[i]->getConstantValue() == cfg.output_shape()[static_cast<size_t>(i)];
   rep.check("output shape [Z, Y, X, C]", shape_ok);
 
   std::vector<nvinfer1::DynamicPluginTensorDesc> io = build_descs(cfg, cfg.fp8(), 0);
@@ -488,10 +511,12 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
     auto beyond = build_descs(cfg, cfg.fp8(), 1);
     const int before = finder.logger.errors;
     rep.check("configurePlugin refuses a profile beyond the map bounds",
-              build->configurePlugin(beyond.data(), nin, &beyond.back(), 1) != 0 && finder.logger.errors > before);
+              build->configurePlugin(beyond.data(), nin, &beyond.back(), 1) != 0 &&
+                  finder.logger.errors > before);
   }
   rep.check("workspace 0", build->getWorkspaceSize(io.data(), nin, &io.back(), 1) == 0);
-  auto* build_rt = static_cast<nvinfer1::IPluginV3OneRuntime*>(built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  auto* build_rt = static_cast<nvinfer1::IPluginV3OneRuntime*>(
+      built->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
   const std::vector<bevpool::RawField> serialized = copy_fields(build_rt->getFieldsToSerialize());
   rep.check("serialized fields equal the given fields", same_fields(serialized, c.fields));
   built.reset();
@@ -499,12 +524,14 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   // ---- runtime: deserialize (creator from the serialized fields), clone, per calibration ----
   std::vector<nvinfer1::PluginField> spf = as_plugin_fields(serialized);
   nvinfer1::PluginFieldCollection sfc{static_cast<int32_t>(spf.size()), spf.data()};
-  std::unique_ptr<nvinfer1::IPluginV3> runtime(creator->createPlugin("bevpool", &sfc, nvinfer1::TensorRTPhase::kRUNTIME));
+  std::unique_ptr<nvinfer1::IPluginV3> runtime(
+      creator->createPlugin("bevpool", &sfc, nvinfer1::TensorRTPhase::kRUNTIME));
   rep.check("createPlugin (runtime) from serialized fields", runtime != nullptr);
   std::unique_ptr<nvinfer1::IPluginV3> twin(runtime->clone());
   runtime.reset();
   rep.check("clone outlives its original", twin != nullptr);
-  auto* rt = static_cast<nvinfer1::IPluginV3OneRuntime*>(twin->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  auto* rt = static_cast<nvinfer1::IPluginV3OneRuntime*>(
+      twin->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
 
   // attachToContext: the kernel is resolved for the current GPU (none: a logged refusal)
   const int before_attach = finder.logger.errors;
@@ -517,7 +544,8 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
                   finder.logger.last_error.find("cannot run on this GPU") != std::string::npos);
     attached.reset(twin->clone());  // the rest runs on an unattached clone: enqueue must refuse
   }
-  auto* art = static_cast<nvinfer1::IPluginV3OneRuntime*>(attached->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+  auto* art = static_cast<nvinfer1::IPluginV3OneRuntime*>(
+      attached->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
 
   std::ostringstream runs_json;
   std::vector<std::string> records;
@@ -528,8 +556,10 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
     nvinfer1::PluginTensorDesc out{};
     out.dims = dims_of(cfg.output_shape());
     const std::string tag = "run " + std::to_string(k) + ": ";
-    rep.check(tag + "onShapeChange", art->onShapeChange(in.data(), static_cast<int32_t>(in.size()), &out, 1) == 0);
-    records.push_back(launch_json(bevpool::bind_plan(cfg, run.shapes)));  // what onShapeChange bound
+    rep.check(tag + "onShapeChange",
+              art->onShapeChange(in.data(), static_cast<int32_t>(in.size()), &out, 1) == 0);
+    records.push_back(
+        launch_json(bevpool::bind_plan(cfg, run.shapes)));  // what onShapeChange bound
     if (cfg.dynamic()) {  // a slots length off the block: refused, logged
       auto bad = in;
       bad[2].dims.d[0] -= 1;
@@ -537,24 +567,28 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
       rep.check(tag + "onShapeChange refuses a slots length off the block",
                 art->onShapeChange(bad.data(), static_cast<int32_t>(bad.size()), &out, 1) != 0 &&
                     finder.logger.errors > before);
-      rep.check(tag + "onShapeChange again", art->onShapeChange(in.data(), static_cast<int32_t>(in.size()), &out, 1) == 0);
+      rep.check(tag + "onShapeChange again",
+                art->onShapeChange(in.data(), static_cast<int32_t>(in.size()), &out, 1) == 0);
     }
     if (!gpu) {
       void* fake = nullptr;
-      rep.check(tag + "enqueue before attach refuses", art->enqueue(in.data(), &out, nullptr, &fake, nullptr, nullptr) != 0);
+      rep.check(tag + "enqueue before attach refuses",
+                art->enqueue(in.data(), &out, nullptr, &fake, nullptr, nullptr) != 0);
       continue;
     }
     const RunResult r = run_on_gpu(art, cfg, run, iters);
     rep.check(tag + "output within tolerance of the FP64 reference", r.ok);
     rep.check(tag + "CUDA graph replay equals the eager output", r.graph_ok);
     char buf[400];
-    std::snprintf(buf, sizeof buf,
-                  "%s{\"ok\": %s, \"graph_ok\": %s, \"max_abs_err\": %.6g, \"over_tolerance\": %lld, "
-                  "\"not_finite\": %lld, \"host_us_per_enqueue_p50\": %.3f, \"host_us_per_enqueue_mean\": %.3f, "
-                  "\"gpu_us_per_enqueue\": %.3f}",
-                  k ? ", " : "", r.ok ? "true" : "false", r.graph_ok ? "true" : "false", r.max_abs_err,
-                  static_cast<long long>(r.over_tolerance), static_cast<long long>(r.not_finite), r.host_us_p50,
-                  r.host_us_mean, r.gpu_us_per_enqueue);
+    std::snprintf(
+        buf, sizeof buf,
+        "%s{\"ok\": %s, \"graph_ok\": %s, \"max_abs_err\": %.6g, \"over_tolerance\": %lld, "
+        "\"not_finite\": %lld, \"host_us_per_enqueue_p50\": %.3f, \"host_us_per_enqueue_mean\": "
+        "%.3f, "
+        "\"gpu_us_per_enqueue\": %.3f}",
+        k ? ", " : "", r.ok ? "true" : "false", r.graph_ok ? "true" : "false", r.max_abs_err,
+        static_cast<long long>(r.over_tolerance), static_cast<long long>(r.not_finite),
+        r.host_us_p50, r.host_us_mean, r.gpu_us_per_enqueue);
     runs_json << buf;
   }
   if (!record_path.empty()) {
@@ -566,10 +600,12 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
   attached.reset();
   twin.reset();
 
-  std::printf("{\"kernel\": %s, \"precision\": %s, \"gpu\": %s, \"runs\": [%s], \"steps\": {", json_text(cfg.plan.kernel).c_str(),
-              json_text(cfg.precision).c_str(), gpu ? "true" : "false", runs_json.str().c_str());
+  std::printf("{\"kernel\": %s, \"precision\": %s, \"gpu\": %s, \"runs\": [%s], \"steps\": {",
+              json_text(cfg.plan.kernel).c_str(), json_text(cfg.precision).c_str(),
+              gpu ? "true" : "false", runs_json.str().c_str());
   for (size_t i = 0; i < rep.steps.size(); ++i)
-    std::printf("%s%s: %s", i ? ", " : "", json_text(rep.steps[i].first).c_str(), rep.steps[i].second ? "true" : "false");
+    std::printf("%s%s: %s", i ? ", " : "", json_text(rep.steps[i].first).c_str(),
+                rep.steps[i].second ? "true" : "false");
   std::printf("}, \"ok\": %s}\n", rep.ok ? "true" : "false");
   return rep.ok ? 0 : 1;
 }
@@ -578,7 +614,8 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters, c
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s LIB CASE_DIR [--gpu] [--iters N] [--launch-record FILE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s LIB CASE_DIR [--gpu] [--iters N] [--launch-record FILE]\n",
+                 argv[0]);
     return 2;
   }
   bool gpu = false;
@@ -586,9 +623,12 @@ int main(int argc, char** argv) {
   std::string record;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--gpu") gpu = true;
-    else if (a == "--iters" && i + 1 < argc) iters = std::max(0, std::atoi(argv[++i]));
-    else if (a == "--launch-record" && i + 1 < argc) record = argv[++i];
+    if (a == "--gpu")
+      gpu = true;
+    else if (a == "--iters" && i + 1 < argc)
+      iters = std::max(0, std::atoi(argv[++i]));
+    else if (a == "--launch-record" && i + 1 < argc)
+      record = argv[++i];
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
