@@ -141,7 +141,8 @@ def main(argv=None) -> int:
         "build_s": round(build_s, 1),
         "iters": args.iters,
         "what": "libbevpool_trt_plugin.so driven as TensorRT would (no TensorRT): creator -> "
-        "build phase -> serialize -> runtime plugin -> clone -> onShapeChange -> attachToContext -> enqueue "
+        "build phase -> serialize -> runtime plugin -> clone -> onShapeChange -> attachToContext "
+        "-> enqueue "
         "(eager and CUDA graph) over NaN-poisoned outputs vs the FP64 reference, and bitwise "
         "vs the NVRTC build (Python plugin) on the same inputs; host time per enqueue call",
         "results": results,

@@ -564,7 +564,7 @@ class BevPoolNode(Node):
             ("off" if not self.cfg["output.gpu_handoff"] else f"refused: {self.handoff_off_reason}"[:200]),
             "input_size_guard": self.input_size_guard,
         }
-        for key in ("describe_error", "trt_plugin"):  # trt_plugin: the BEVPoolV3 plugin TensorRT runs
+        for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
             if key in d:
                 values[key] = d[key]
         for k, st in self.stages.items():
