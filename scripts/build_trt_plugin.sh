@@ -3,13 +3,15 @@
 # Usage: scripts/build_trt_plugin.sh [TENSORRT_INCLUDE_DIR]
 #   TENSORRT_INCLUDE_DIR  folder with NvInferRuntime.h; omitted: CMake searches the usual
 #                         install places (JetPack/DriveOS: /usr/include/aarch64-linux-gnu)
-#   BUILD_DIR             output folder (default build/trt_plugin)
+#   BUILD_DIR             output folder (default <repo>/build/trt_plugin; relative: to the caller)
 #   CUDA_ARCHS            e.g. "90-real" (default: 87 89 90 110 120, machine code only)
 #   CUDACXX               nvcc to use (default: the one on PATH, else /usr/local/cuda/bin/nvcc)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build/trt_plugin}
-args=(-S plugin -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release)
+repo=$(cd "$(dirname "$0")/.." && pwd)
+build_dir=${BUILD_DIR:-$repo/build/trt_plugin}
+mkdir -p "$build_dir"
+build_dir=$(cd "$build_dir" && pwd)
+args=(-S "$repo/plugin" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release)
 if [ $# -ge 1 ] && [ -n "$1" ]; then
   if [ ! -f "$1/NvInferRuntime.h" ]; then
     echo "build_trt_plugin: no NvInferRuntime.h in $1" >&2
@@ -22,5 +24,5 @@ if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 cmake "${args[@]}"
-cmake --build "$BUILD_DIR" -j "$(nproc)"
-echo "built $BUILD_DIR/libbevpool_trt_plugin.so"
+cmake --build "$build_dir" -j "$(nproc)"
+echo "built $build_dir/libbevpool_trt_plugin.so"

@@ -130,8 +130,25 @@ def cases():
 CASES = dict(cases())
 
 
-def launch_as_record(plan) -> dict:
+def packed(cfg, plan) -> list[str]:
+    """The argument bytes driver.launch_args hands cuLaunchKernel (pointer or _SCALAR dtype),
+    with input k at 0x1000 * (k + 1) and the output at 0xF000, as 8-byte hex words."""
+    from bevpool_ros.backends.cuda.driver import _SCALAR
+
+    address = {name: 0x1000 * (k + 1) for k, name in enumerate(cfg.inputs)} | {"out": 0xF000}
+    words = []
+    for kind, value in plan.args:
+        if kind == "buf":
+            raw = np.array([address[value]], np.uint64).tobytes()
+        else:
+            raw = np.array([value], _SCALAR[kind]).tobytes()
+        words.append(f"{int.from_bytes(raw.ljust(8, bytes(1)), 'little'):016x}")
+    return words
+
+
+def launch_as_record(cfg, plan) -> dict:
     return {
+        "packed": packed(cfg, plan),
         "kernel": plan.kernel,
         "grid": list(plan.grid),
         "block": list(plan.block),
@@ -155,20 +172,26 @@ def test_driver_plays_tensorrt_and_binds_the_python_launch(builds, tmp_path, nam
         failed = [step for step, ok in result["steps"].items() if not ok]
         assert not failed and len(result["steps"]) >= 20, failed
         assert "attachToContext without a GPU: refused with a logged reason" in result["steps"]
-        python = [
-            launch_as_record(
-                bind_plan(
-                    cfg,
-                    [
-                        cfg.input_shapes[0],
-                        cfg.input_shapes[1],
-                        *(a.shape for a in map_inputs(cfg, m, s).values()),
-                    ],
-                )
-            )
-            for m, s in zip(maps, scheds)
-        ]
+        python = []  # what the Python plugin's on_shape_change binds, per calibration
+        for smap, sched in zip(maps, scheds):
+            shapes = [
+                *cfg.input_shapes[:2],
+                *(a.shape for a in map_inputs(cfg, smap, sched).values()),
+            ]
+            python.append(launch_as_record(cfg, bind_plan(cfg, shapes)))
         assert json.loads(record.read_text()) == python
+
+
+def test_driver_runs_a_static_v2_plan(builds, tmp_path):
+    """A V2 plan (fixed map lengths, output zeroed by a memset first) through the same steps."""
+    smap = CASES["nuscenes"][0]
+    cfg, scheds = T.v2_config(smap, known_target("sm_89"))
+    assert not cfg.dynamic and cfg.plan.zero_output_first
+    case = T.write_case(tmp_path / "case", cfg, [smap], scheds)
+    record = tmp_path / "launch.json"
+    result = T.run_driver(builds["11.1"]["driver"], builds["11.1"]["lib"], case, record=record)
+    assert result["ok"], result
+    assert json.loads(record.read_text()) == [launch_as_record(cfg, cfg.plan)]
 
 
 def mutate(fields: dict, name: str, edit) -> dict:

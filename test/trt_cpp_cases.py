@@ -103,6 +103,16 @@ def config(smaps, precision: str, target):
     return pairs[0][0], [s for _, s in pairs]
 
 
+def v2_config(smap, target):
+    """A static plan (BEVDet's V2 kernel: output zeroed first, then atomics) at this map's lengths:
+    the other kind of plan the Python plugin serves (plugin_config.config_for_plan)."""
+    from bevpool_ros.backends.cuda.launch import plan_v2
+    from bevpool_ros.backends.tensorrt.plugin_config import config_for_plan
+
+    _, sched = plugin_config_for(smap, "fp16", target)
+    return config_for_plan(smap, sched, plan_v2(smap), "fp16"), [sched]
+
+
 def random_inputs(smap, precision: str, seed: int):
     """(depth, feat) float32 and the plugin's input arrays (float16, or E4M3 bytes at scale 1)."""
     rng = np.random.default_rng(seed)

@@ -32,7 +32,6 @@ void KernelArgs::prepare(const PluginConfig& cfg, const LaunchPlan& plan) {
   for (size_t i = 0; i < count_; ++i) {
     const PlanArg& a = plan.args[i];
     std::memset(values_[i], 0, sizeof values_[i]);
-    pointers_[i] = values_[i];
     source_[i] = kScalar;
     if (a.kind == ArgKind::kBuffer) {
       source_[i] = kOutput;
@@ -51,6 +50,8 @@ void KernelArgs::prepare(const PluginConfig& cfg, const LaunchPlan& plan) {
 
 void** KernelArgs::bind(void const* const* inputs, void* output) {
   for (size_t i = 0; i < count_; ++i) {
+    pointers_[i] =
+        values_[i];  // set here, not in prepare: a copied plugin points at its own values
     if (source_[i] == kScalar) continue;
     const void* p = source_[i] == kOutput ? output : inputs[source_[i]];
     std::memcpy(values_[i], &p, sizeof p);

@@ -244,9 +244,34 @@ bool same_fields(const std::vector<bevpool::RawField>& a, const std::vector<bevp
   return true;
 }
 
-std::string launch_json(const bevpool::LaunchPlan& p) {
+// The kernel argument bytes enqueue would pass, with input k at 0x1000 * (k + 1) and the output at
+// 0xF000, from a copy of the prepared arguments (as a cloned plugin holds them): 8 bytes each, hex.
+std::string packed_args(const bevpool::PluginConfig& cfg, const bevpool::LaunchPlan& plan) {
+  bevpool::KernelArgs prepared;
+  prepared.prepare(cfg, plan);
+  bevpool::KernelArgs copy = prepared;
+  std::vector<const void*> inputs;
+  for (size_t k = 0; k < cfg.inputs.size(); ++k)
+    inputs.push_back(reinterpret_cast<const void*>(0x1000 * (k + 1)));
+  void** args = copy.bind(inputs.data(), reinterpret_cast<void*>(0xF000));
   std::ostringstream s;
-  s << "{\"kernel\": " << json_text(p.kernel) << ", \"grid\": [" << p.grid[0] << ", " << p.grid[1]
+  for (size_t i = 0; i < copy.size(); ++i) {
+    const auto* at = static_cast<const unsigned char*>(args[i]);
+    const auto* own = reinterpret_cast<const unsigned char*>(&copy);
+    if (at < own || at >= own + sizeof copy) return "\"argument outside its KernelArgs\"";
+    uint64_t v = 0;
+    std::memcpy(&v, at, 8);
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "\"%016llx\"", static_cast<unsigned long long>(v));
+    s << (i ? ", " : "") << hex;
+  }
+  return "[" + s.str() + "]";
+}
+
+std::string launch_json(const bevpool::PluginConfig& cfg, const bevpool::LaunchPlan& p) {
+  std::ostringstream s;
+  s << "{\"packed\": " << packed_args(cfg, p) << ", ";
+  s << "\"kernel\": " << json_text(p.kernel) << ", \"grid\": [" << p.grid[0] << ", " << p.grid[1]
     << ", " << p.grid[2] << "], \"block\": [" << p.block[0] << ", " << p.block[1] << ", "
     << p.block[2] << "], \"shared_bytes\": " << p.shared_bytes
     << ", \"out_dtype\": " << json_text(p.out_dtype)
@@ -558,8 +583,7 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters,
     const std::string tag = "run " + std::to_string(k) + ": ";
     rep.check(tag + "onShapeChange",
               art->onShapeChange(in.data(), static_cast<int32_t>(in.size()), &out, 1) == 0);
-    records.push_back(
-        launch_json(bevpool::bind_plan(cfg, run.shapes)));  // what onShapeChange bound
+    records.push_back(launch_json(cfg, bevpool::bind_plan(cfg, run.shapes)));  // onShapeChange's
     if (cfg.dynamic()) {  // a slots length off the block: refused, logged
       auto bad = in;
       bad[2].dims.d[0] -= 1;
