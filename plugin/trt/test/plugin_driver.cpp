@@ -304,7 +304,7 @@ std::string launch_json(const bevpool::PluginConfig& cfg, const bevpool::LaunchP
   } while (0)
 
 struct RunResult {
-  bool ok = false, graph_ok = false;
+  bool ok = false, graph_ok = false, graph_same = false;
   double max_abs_err = 0;
   int64_t over_tolerance = 0, not_finite = 0;
   double host_us_p50 = 0, host_us_mean = 0, gpu_us_per_enqueue = 0;
@@ -386,7 +386,8 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginCon
   compare(eager, run, r);
   r.ok = r.not_finite == 0 && r.over_tolerance == 0;
 
-  // captured in a CUDA graph (what TensorRT does under --useCudaGraph), replayed: same bytes
+  // captured in a CUDA graph (what TensorRT does under --useCudaGraph), replayed: within the
+  // tolerance, and the same bytes unless the kernel sums with atomics (V2 plans)
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -396,9 +397,12 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginCon
   CUDA_OK(cudaMemset(out, 0xff, out_bytes));
   CUDA_OK(cudaGraphLaunch(exec, stream));
   const std::vector<double> replayed = result();
-  r.graph_ok =
+  r.graph_same =
       std::equal(eager.begin(), eager.end(), replayed.begin(), replayed.end(),
                  [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); });
+  RunResult replay_check;
+  compare(replayed, run, replay_check);
+  r.graph_ok = replay_check.not_finite == 0 && replay_check.over_tolerance == 0;
 
   // host time of one enqueue call (TensorRT calls it every inference without a graph)
   std::vector<double> us;
@@ -602,17 +606,16 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters,
     }
     const RunResult r = run_on_gpu(art, cfg, run, iters);
     rep.check(tag + "output within tolerance of the FP64 reference", r.ok);
-    rep.check(tag + "CUDA graph replay equals the eager output", r.graph_ok);
-    char buf[400];
+    rep.check(tag + "CUDA graph replay within tolerance of the FP64 reference", r.graph_ok);
+    char buf[480];
     std::snprintf(
         buf, sizeof buf,
-        "%s{\"ok\": %s, \"graph_ok\": %s, \"max_abs_err\": %.6g, \"over_tolerance\": %lld, "
-        "\"not_finite\": %lld, \"host_us_per_enqueue_p50\": %.3f, \"host_us_per_enqueue_mean\": "
-        "%.3f, "
-        "\"gpu_us_per_enqueue\": %.3f}",
-        k ? ", " : "", r.ok ? "true" : "false", r.graph_ok ? "true" : "false", r.max_abs_err,
-        static_cast<long long>(r.over_tolerance), static_cast<long long>(r.not_finite),
-        r.host_us_p50, r.host_us_mean, r.gpu_us_per_enqueue);
+        "%s{\"ok\": %s, \"graph_ok\": %s, \"graph_equals_eager\": %s, \"max_abs_err\": %.6g, "
+        "\"over_tolerance\": %lld, \"not_finite\": %lld, \"host_us_per_enqueue_p50\": %.3f, "
+        "\"host_us_per_enqueue_mean\": %.3f, \"gpu_us_per_enqueue\": %.3f}",
+        k ? ", " : "", r.ok ? "true" : "false", r.graph_ok ? "true" : "false",
+        r.graph_same ? "true" : "false", r.max_abs_err, static_cast<long long>(r.over_tolerance),
+        static_cast<long long>(r.not_finite), r.host_us_p50, r.host_us_mean, r.gpu_us_per_enqueue);
     runs_json << buf;
   }
   if (!record_path.empty()) {
