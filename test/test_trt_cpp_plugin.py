@@ -237,3 +237,34 @@ def test_both_plugins_refuse_the_same_bad_fields(builds, tmp_path, what):
     result = T.run_driver(builds["11.1"]["driver"], builds["11.1"]["lib"], case)
     assert not result["ok"] and result["returncode"] == 1
     assert result["error"].startswith("createPlugin failed: BEVPool plugin:"), result
+
+
+def test_trtexec_inputs_and_the_onnx_node_drive_the_library(builds, tmp_path):
+    """bevpool-trtexec-inputs: input files of the engine's dtypes and the schedule's shapes, flags
+    naming them; its ONNX node's attributes are the plugin fields the library accepts."""
+    import onnx
+
+    from bevpool_ros.backends.tensorrt import trtexec_inputs
+
+    rig = T.ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
+    onnx_path = tmp_path / "op.onnx"
+    args = ["--rig", str(rig), "--precision", "fp8", "--arch", "sm_89", "--out", str(tmp_path)]
+    assert trtexec_inputs.main([*args, "--onnx", str(onnx_path)]) == 0
+    smap = CASES["nuscenes"][0]
+    cfg, scheds = T.config([smap], "fp8", known_target("sm_89"))
+    arrays = map_inputs(cfg, smap, scheds[0])
+    for name, arr in arrays.items():
+        assert (tmp_path / f"{name}.bin").read_bytes() == arr.tobytes()
+    assert (tmp_path / "depth.bin").stat().st_size == int(np.prod(cfg.depth_shape))  # E4M3 bytes
+    (node,) = onnx.load(str(onnx_path)).graph.node
+    fields = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    as_fields = {
+        k: np.asarray(v, np.int32) if isinstance(v, list) else np.frombuffer(v, np.int8).copy()
+        for k, v in fields.items()
+    }
+    assert PluginConfig.from_fields(as_fields) == cfg
+    case = T.write_case(tmp_path / "case", cfg, [smap], scheds)
+    for name, arr in as_fields.items():
+        (case / f"field_{name}.bin").write_bytes(arr.tobytes())
+    result = T.run_driver(builds["11.1"]["driver"], builds["11.1"]["lib"], case)
+    assert result["ok"], result
