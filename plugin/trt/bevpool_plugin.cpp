@@ -75,8 +75,9 @@ RawField read_field(nvinfer1::PluginField const& f) {
 
 }  // namespace
 
-BevPoolPlugin::BevPoolPlugin(PluginConfig cfg, std::vector<RawField> fields)
-    : cfg_(std::move(cfg)), fields_(std::move(fields)) {
+BevPoolPlugin::BevPoolPlugin(PluginConfig cfg, std::vector<RawField> fields,
+                             nvinfer1::TensorRTPhase phase)
+    : cfg_(std::move(cfg)), fields_(std::move(fields)), phase_(phase) {
   if (!cfg_.dynamic()) {  // a static plan (fixed map lengths) needs no binding
     launch_ = cfg_.plan;
     args_.prepare(cfg_, launch_);
@@ -160,8 +161,8 @@ int32_t BevPoolPlugin::configurePlugin(nvinfer1::DynamicPluginTensorDesc const* 
           maxima.push_back(shape_of(in[i].max));
         }
         check_input_shapes(cfg_, dims, true);
-        check_input_shapes(cfg_, maxima,
-                           true);  // a profile beyond the bounds would fail at run time
+        // a profile beyond the bounds would fail at run time: refuse it now
+        check_input_shapes(cfg_, maxima, true);
         if (nbOutputs != 1) throw ConfigError("BEVPool plugin: one output");
         check_output(out[0].desc.dims);
         return 0;
@@ -222,6 +223,12 @@ int32_t BevPoolPlugin::enqueue(nvinfer1::PluginTensorDesc const* /*inputDesc*/,
                                nvinfer1::PluginTensorDesc const* /*outputDesc*/,
                                void const* const* inputs, void* const* outputs, void* /*workspace*/,
                                cudaStream_t stream) noexcept {
+  if (phase_ == nvinfer1::TensorRTPhase::kBUILD) {  // builder timing: never read the map inputs
+    const cudaError_t err =
+        cudaMemsetAsync(outputs[0], 0, static_cast<size_t>(cfg_.output_bytes()), stream);
+    if (err != cudaSuccess) log_error(std::string("BEVPool plugin: ") + cudaGetErrorString(err));
+    return err == cudaSuccess ? 0 : -1;
+  }
   if (function_ == nullptr || !bound_) {
     log_error("BEVPool plugin: enqueue before attachToContext / onShapeChange");
     return -1;
@@ -273,7 +280,7 @@ BevPoolCreator::BevPoolCreator() {
 
 nvinfer1::IPluginV3* BevPoolCreator::createPlugin(char const* name,
                                                   nvinfer1::PluginFieldCollection const* fc,
-                                                  nvinfer1::TensorRTPhase /*phase*/) noexcept {
+                                                  nvinfer1::TensorRTPhase phase) noexcept {
   return guarded(
       [&]() -> nvinfer1::IPluginV3* {
         if (fc == nullptr || fc->nbFields < 0 || (fc->nbFields > 0 && fc->fields == nullptr))
@@ -289,7 +296,7 @@ nvinfer1::IPluginV3* BevPoolCreator::createPlugin(char const* name,
         }
         try {
           PluginConfig cfg = config_from_fields(fields);
-          return new BevPoolPlugin(std::move(cfg), std::move(fields));
+          return new BevPoolPlugin(std::move(cfg), std::move(fields), phase);
         } catch (const ConfigError& e) {
           throw ConfigError(std::string(e.what()) + " (layer " + (name ? name : "?") + ")");
         }

@@ -5,7 +5,9 @@
 // INT32, output FLOAT (fp16) or HALF (fp8). Runtime: onShapeChange binds the launch to the map
 // lengths (once per calibration); attachToContext resolves the kernel for the current GPU;
 // enqueue writes the device pointers into the prepared arguments and launches: no allocation, no
-// synchronisation, no host reads, so it can be captured in a CUDA graph.
+// synchronisation, no host reads, so it can be captured in a CUDA graph. A build-phase plugin's
+// enqueue (the builder timing the layer, over inputs holding anything) only zeroes the output:
+// the map inputs are indices, and no tactic depends on the timing.
 #pragma once
 #include <NvInferRuntime.h>
 
@@ -21,7 +23,7 @@ class BevPoolPlugin final : public nvinfer1::IPluginV3,
                             public nvinfer1::IPluginV3OneBuild,
                             public nvinfer1::IPluginV3OneRuntime {
  public:
-  BevPoolPlugin(PluginConfig cfg, std::vector<RawField> fields);
+  BevPoolPlugin(PluginConfig cfg, std::vector<RawField> fields, nvinfer1::TensorRTPhase phase);
 
   // IPluginV3
   nvinfer1::IPluginCapability* getCapabilityInterface(
@@ -69,7 +71,8 @@ class BevPoolPlugin final : public nvinfer1::IPluginV3,
   std::vector<RawField> fields_;  // INT32 / CHAR, as the Python plugin writes them
   std::vector<nvinfer1::PluginField> serialized_;
   nvinfer1::PluginFieldCollection collection_{};
-  LaunchPlan launch_;  // bound to the current map lengths
+  LaunchPlan launch_;              // bound to the current map lengths
+  nvinfer1::TensorRTPhase phase_;  // kBUILD: enqueue is the builder timing the layer
   bool bound_ = false;
   KernelArgs args_;
   void const* function_ = nullptr;  // resolved in attachToContext

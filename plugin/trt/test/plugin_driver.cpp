@@ -304,7 +304,7 @@ std::string launch_json(const bevpool::PluginConfig& cfg, const bevpool::LaunchP
   } while (0)
 
 struct RunResult {
-  bool ok = false, graph_ok = false, graph_same = false;
+  bool ok = false, graph_ok = false, graph_same = false, timing_zeroes = false;
   double max_abs_err = 0;
   int64_t over_tolerance = 0, not_finite = 0;
   double host_us_p50 = 0, host_us_mean = 0, gpu_us_per_enqueue = 0;
@@ -345,8 +345,9 @@ void compare(const std::vector<double>& out, const Run& run, RunResult& r) {
   }
 }
 
-RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginConfig& cfg,
-                     const Run& run, int iters) {
+// `timing`: a build-phase plugin (what the builder times): its enqueue must only zero the output.
+RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, nvinfer1::IPluginV3OneRuntime* timing,
+                     const bevpool::PluginConfig& cfg, const Run& run, int iters) {
   RunResult r;
   const size_t n_in = run.shapes.size();
   std::vector<void*> dev(n_in, nullptr);
@@ -403,6 +404,13 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, const bevpool::PluginCon
   RunResult replay_check;
   compare(replayed, run, replay_check);
   r.graph_ok = replay_check.not_finite == 0 && replay_check.over_tolerance == 0;
+
+  CUDA_OK(cudaMemset(out, 0xff, out_bytes));
+  const bool timed =
+      timing->enqueue(in_desc.data(), &out_desc, dev.data(), &out, nullptr, stream) == 0;
+  const std::vector<double> timing_out = result();
+  r.timing_zeroes =
+      timed && std::all_of(timing_out.begin(), timing_out.end(), [](double v) { return v == 0; });
 
   // host time of one enqueue call (TensorRT calls it every inference without a graph)
   std::vector<double> us;
@@ -604,8 +612,13 @@ int drive(const std::string& lib, const std::string& dir, bool gpu, int iters,
                 art->enqueue(in.data(), &out, nullptr, &fake, nullptr, nullptr) != 0);
       continue;
     }
-    const RunResult r = run_on_gpu(art, cfg, run, iters);
+    std::unique_ptr<nvinfer1::IPluginV3> timing(
+        creator->createPlugin("bevpool", &sfc, nvinfer1::TensorRTPhase::kBUILD));
+    auto* timing_rt = static_cast<nvinfer1::IPluginV3OneRuntime*>(
+        timing->getCapabilityInterface(nvinfer1::PluginCapabilityType::kRUNTIME));
+    const RunResult r = run_on_gpu(art, timing_rt, cfg, run, iters);
     rep.check(tag + "output within tolerance of the FP64 reference", r.ok);
+    rep.check(tag + "build-phase enqueue (builder timing) only zeroes the output", r.timing_zeroes);
     rep.check(tag + "CUDA graph replay within tolerance of the FP64 reference", r.graph_ok);
     char buf[480];
     std::snprintf(
