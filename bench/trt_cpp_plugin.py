@@ -135,7 +135,11 @@ def main(argv=None) -> int:
             print("no TensorRT headers: pass --headers or set BEVPOOL_TRT_HEADERS", file=sys.stderr)
             return 2
         t0 = time.monotonic()
-        lib, driver, _ = T.build(args.build_dir, headers, f"{sm}-real")
+        try:
+            lib, driver, _ = T.build(args.build_dir, headers, f"{sm}-real")
+        except (RuntimeError, OSError) as e:  # the report says why, with the build log's tail
+            print(f"build failed: {e}", file=sys.stderr)
+            return 1
         build_s = time.monotonic() - t0
     target = Target(dev.arch, int(dev.l2_bytes), dev.name)
     precisions = ["fp16"] + (["fp8"] if sm >= 89 else [])

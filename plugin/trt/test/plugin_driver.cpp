@@ -365,7 +365,8 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, nvinfer1::IPluginV3OneRu
   void* out = nullptr;
   CUDA_OK(cudaMalloc(&out, out_bytes));
   cudaStream_t stream;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_OK(cudaStreamCreate(&stream));  // blocking: ordered after the copies above
+  CUDA_OK(cudaDeviceSynchronize());
   nvinfer1::PluginTensorDesc out_desc{};
   out_desc.dims = dims_of(cfg.output_shape());
   std::vector<unsigned char> host(out_bytes);
@@ -380,7 +381,7 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, nvinfer1::IPluginV3OneRu
     return output_values(host, cfg.fp8());
   };
   // eager: output poisoned with NaN (all ones) first, so an unwritten cell cannot pass
-  CUDA_OK(cudaMemset(out, 0xff, out_bytes));
+  CUDA_OK(cudaMemsetAsync(out, 0xff, out_bytes, stream));
   enqueue();
   const std::vector<double> eager = result();
   if (!run.output.empty()) write_file(run.output, host.data(), host.size());
@@ -395,7 +396,7 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, nvinfer1::IPluginV3OneRu
   enqueue();
   CUDA_OK(cudaStreamEndCapture(stream, &graph));
   CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_OK(cudaMemset(out, 0xff, out_bytes));
+  CUDA_OK(cudaMemsetAsync(out, 0xff, out_bytes, stream));
   CUDA_OK(cudaGraphLaunch(exec, stream));
   const std::vector<double> replayed = result();
   r.graph_same =
@@ -405,7 +406,7 @@ RunResult run_on_gpu(nvinfer1::IPluginV3OneRuntime* rt, nvinfer1::IPluginV3OneRu
   compare(replayed, run, replay_check);
   r.graph_ok = replay_check.not_finite == 0 && replay_check.over_tolerance == 0;
 
-  CUDA_OK(cudaMemset(out, 0xff, out_bytes));
+  CUDA_OK(cudaMemsetAsync(out, 0xff, out_bytes, stream));
   const bool timed =
       timing->enqueue(in_desc.data(), &out_desc, dev.data(), &out, nullptr, stream) == 0;
   const std::vector<double> timing_out = result();
