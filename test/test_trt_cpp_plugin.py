@@ -250,9 +250,12 @@ def test_trtexec_inputs_and_the_onnx_node_drive_the_library(builds, tmp_path):
     onnx_path = tmp_path / "op.onnx"
     args = ["--rig", str(rig), "--precision", "fp8", "--arch", "sm_89", "--out", str(tmp_path)]
     assert trtexec_inputs.main([*args, "--onnx", str(onnx_path)]) == 0
+    from bevpool_ros.backends.tensorrt.builder import plugin_config_for
+
     smap = CASES["nuscenes"][0]
-    cfg, scheds = T.config([smap], "fp8", known_target("sm_89"))
-    arrays = map_inputs(cfg, smap, scheds[0])
+    cfg, sched = plugin_config_for(smap, "fp8", known_target("sm_89"))  # as bevpool-onnx-insert
+    scheds = [sched]
+    arrays = map_inputs(cfg, smap, sched)
     for name, arr in arrays.items():
         assert (tmp_path / f"{name}.bin").read_bytes() == arr.tobytes()
     assert (tmp_path / "depth.bin").stat().st_size == int(np.prod(cfg.depth_shape))  # E4M3 bytes
