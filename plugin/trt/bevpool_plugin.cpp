@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <new>
@@ -19,7 +20,10 @@ using nvinfer1::PluginFieldType;
 
 nvinfer1::IPluginV3* const kNoPlugin = nullptr;
 
-Shape shape_of(nvinfer1::Dims const& d) { return Shape(d.d, d.d + d.nbDims); }
+// An unknown rank (nbDims -1) reads as an empty shape, which every shape check refuses.
+Shape shape_of(nvinfer1::Dims const& d) {
+  return Shape(d.d, d.d + std::clamp<int32_t>(d.nbDims, 0, nvinfer1::Dims::MAX_DIMS));
+}
 
 // Every interface method is noexcept: a failure is logged and reported by TensorRT's convention.
 template <typename F, typename R>
