@@ -11,6 +11,7 @@ with the NVRTC build's, and bad fields are refused by both plugins alike.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 
@@ -118,6 +119,58 @@ def test_machine_code_equals_the_nvrtc_build(builds):
             ours.registers[k],
             nvrtc.registers[k],
         )
+
+
+# floating-point instructions of a PTX entry (type, rounding), in program order
+FP_OP = re.compile(
+    r"^\s*(?:@!?%p\w* )?((?:add|sub|mul|fma|mad|cvt|neg|abs|min|max|div|rcp|sqrt)"
+    r"\.\S*(?:f16|f32|f64|bf16|e4m3)\S*)",
+    re.M,
+)
+
+
+def fp_sequences(ptx: str) -> dict[str, list[str]]:
+    out = {}
+    for m in re.finditer(r"\.entry (\w+)\(", ptx):
+        out[m.group(1)] = FP_OP.findall(ptx[m.start() : ptx.index("\n}\n", m.start())])
+    return out
+
+
+def test_ptx_does_the_same_arithmetic_as_the_nvrtc_build(tmp_path):
+    """nvcc on the library's kernel source with its flags vs NVRTC: every entry performs the same
+    floating-point instructions in the same order (the front ends differ only in register
+    numbering and address arithmetic), so the two builds compute the same bits."""
+    pytest.importorskip("cuda.bindings.nvrtc")
+    if T.nvcc() is None:
+        pytest.skip("no nvcc")
+    from bevpool_ros.backends.cuda.nvrtc_build import compile_source
+
+    out = tmp_path / "kernels.ptx"
+    defines = list(cpp_tables.kernel_table.compile_defines())  # "-D..." as NVRTC gets them
+    plugin = T.ROOT / "plugin"
+    subprocess.run(
+        [
+            T.nvcc(),
+            "-ptx",
+            "-arch=sm_90",
+            "-std=c++17",
+            "-O3",
+            "-DNDEBUG",
+            *defines,
+            f"-I{plugin}",
+            f"-I{plugin / 'generated'}",
+            "-o",
+            str(out),
+            str(plugin / "trt" / "kernel_functions.cu"),
+        ],
+        check=True,
+        timeout=600,
+    )
+    ours = fp_sequences(out.read_text())
+    nvrtc = fp_sequences(compile_source("sm_90", want="ptx")[0].decode(errors="replace"))
+    assert set(ours) == set(nvrtc) == set(L.ALL_KERNELS)
+    assert sum(len(v) for v in nvrtc.values()) > 1000
+    assert {k for k in nvrtc if ours[k] != nvrtc[k]} == set()
 
 
 def cases():
