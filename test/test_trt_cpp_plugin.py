@@ -23,8 +23,8 @@ import rig_variants as V
 import trt_cpp_cases as T
 from tensorrt_helpers import recalibrated
 
-from bevpool_ros.backends.cuda import launch as L
 from bevpool_ros.backends.tensorrt import cpp_tables
+from bevpool_ros.backends.tensorrt.cpp_tables import kernel_table as L  # the one import
 from bevpool_ros.backends.tensorrt.plugin_config import (
     PluginConfig,
     PluginConfigError,
