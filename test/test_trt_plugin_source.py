@@ -24,6 +24,8 @@ class Registry(standin._Registry):
 
     def load_library(self, path: str):
         self.loaded.append(path)
+        if self.accept == "raise":
+            raise RuntimeError("dlopen failed")
         return object() if self.accept else None
 
 
@@ -108,6 +110,8 @@ def test_a_refused_library_falls_back_only_under_auto(library):
     assert got.kind == "python" and "refused" in got.reason
     with pytest.raises(S.PluginSourceError, match="refused"):
         S.select_and_install(full_tensorrt(accept=False), "library")
+    raising = S.select_and_install(full_tensorrt(accept="raise"), "auto")
+    assert raising.kind == "python" and "dlopen failed" in raising.reason
 
 
 def test_one_plugin_per_process_and_module(library):

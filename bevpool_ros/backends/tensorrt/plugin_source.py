@@ -101,7 +101,10 @@ def install(lib, source: PluginSource) -> PluginSource:
             id(trt) in _registered
         ):  # the Python creator came first: TensorRT would refuse the library's
             raise PluginSourceError("the Python plugin is already registered in this process")
-        handle = trt.get_plugin_registry().load_library(str(source.library))
+        try:
+            handle = trt.get_plugin_registry().load_library(str(source.library))
+        except Exception as e:  # the bindings may raise instead of returning None
+            raise PluginSourceError(f"TensorRT refused {source.library}: {e}") from e
         if handle is None:
             raise PluginSourceError(f"TensorRT refused {source.library} (see its log)")
     else:
