@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
-#include <new>
 #include <string>
 #include <utility>
 
