@@ -49,6 +49,7 @@ setup(
             "bevpool_node = bevpool_ros.node.main:main",
             "bevpool-trt-build = bevpool_ros.backends.tensorrt.prebuild:main",
             "bevpool-onnx-insert = bevpool_ros.backends.tensorrt.onnx_insert:main",
+            "bevpool-trtexec-inputs = bevpool_ros.backends.tensorrt.trtexec_inputs:main",
             "bevpool-bag = bevpool_ros.cli.bag:main",
             "bevpool_occupancy = bevpool_ros.occupancy.node:main",
         ],

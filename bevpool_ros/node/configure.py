@@ -85,7 +85,9 @@ def make_backend(cfg: dict, logger):
     with captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
         try:
             backend = create_backend(requested, cfg["precision"], fallback=fallback,
-                                     check_finite=cfg["input.check_finite"])
+                                     check_finite=cfg["input.check_finite"],
+                                     trt_plugin=cfg["tensorrt.plugin"],
+                                     trt_plugin_library=cfg["tensorrt.plugin_library"])
         except (BackendUnavailable, ValueError) as e:
             raise StartupError(f"backend {requested!r}: {e}") from None
         except Exception as e:  # a backend that breaks while probing must not take the node down

@@ -76,6 +76,13 @@ PARAMS: tuple[Param, ...] = (
           "fp8 only where it measures faster and within tolerance.",
           choices=("fp32", "fp16", "fp8", "auto"), read_only=True),
     Param("backend_fallback", "bool", True, "Allow falling back to a simpler backend (else exit).", read_only=True),
+    Param("tensorrt.plugin", "string", "auto", "BEVPoolV3 plugin of the tensorrt backend: "
+          "'library' (libbevpool_trt_plugin.so, C++), 'python', or 'auto' = the library when "
+          "found (full TensorRT only).",
+          choices=("auto", "library", "python"), read_only=True),
+    Param("tensorrt.plugin_library", "string", "", "Path of libbevpool_trt_plugin.so. Empty: "
+          "$BEVPOOL_TRT_PLUGIN_LIBRARY, build/trt_plugin/, <prefix>/lib, /usr/local/lib.",
+          read_only=True),
     # synchronisation
     Param("sync.slop_s", "double", 0.02, "Largest stamp spread inside one camera set, seconds.", low=0.0, high=1.0),
     Param("sync.camera_timeout_s", "double", 0.1, "A set still incomplete this long after its first "
