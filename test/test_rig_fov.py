@@ -161,3 +161,30 @@ def test_the_mixed_sizes_variant_keeps_every_cameras_view():
     names = [c.name for c in r.cameras]
     assert kept[names.index("CAM_FRONT")] == pytest.approx(reference)
     assert all(n for n in build_scatter_map(r).points_per_camera())
+
+
+def test_inspect_reports_each_cameras_view_and_warns_on_a_lost_field_of_view(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = V.write_rig("mixed_sizes_nuscenes", tmp_path)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", str(path), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    r = run()
+    assert r.returncode == 0, r.stderr
+    lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("    CAM_")}
+    assert "1920x1080 (rig, scaled: x0.3667, crop 0,140)  x 0-1920 (100%)  y 382-1080 (65%)" in lines["CAM_FRONT"]
+    assert "(own: x0.5, crop 48,190)  x 96-1504 (88%)" in lines["CAM_BACK_LEFT"]
+    warnings = [line for line in r.stdout.splitlines() if line.startswith("  warning:")]
+    assert len(warnings) == 2
+    assert "CAM_BACK loses 25% of the vertical field of view" in warnings[0]
+    assert "CAM_BACK_LEFT loses 12% of the horizontal field of view" in warnings[1]
+    s = json.loads(run("--json").stdout)
+    views = s["camera_views"]
+    assert views["CAM_FRONT"]["fov_loss"] == pytest.approx([0.0, 0.0], abs=1e-9) and not views["CAM_FRONT"]["warning"]
+    assert views["CAM_FRONT"]["fov_deg"]["horizontal"][0] == pytest.approx(
+        views["CAM_FRONT"]["fov_deg"]["horizontal"][1])  # the whole width reaches the network
+    assert len(s["warnings"]) == 2
+    # the threshold is the user's: at 30 % nothing is worth a warning here
+    assert json.loads(run("--json", "--fov-warn", "30").stdout)["warnings"] == []

@@ -1,4 +1,5 @@
-"""The cuda backend on rigs unlike the shipped one (test/rig_variants.py): every variant, FP16 and
+"""The cuda backend on rigs unlike the shipped one (test/rig_variants.py): every variant (cameras of
+mixed image sizes that keep their field of view among them), FP16 and
 FP8, launch autotuning off and on, whole frames (staging, conversion, kernel, epilogue) against
 the FP64 reference with the output poisoned first. Odd channel counts run the vec-1/vec-2 tiles;
 the rig that sees nothing must publish zeros."""
@@ -66,3 +67,28 @@ def test_narrow_kernels_at_every_schedule(name):
         for k_min, threads in ((4, 64), (16, 256), (64, 512)):
             assert p.check("v3", info.precision, info.acc, f"{name}-{kernel}-{k_min}-{threads}",
                            kernel=kernel, k_min=k_min, threads=threads) is not None
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_tensorrt_backend_keeps_every_cameras_field_of_view(precision, tmp_path):
+    """The mixed-sizes rig (a 1920x1080 camera with the 1600x900 ones' field of view, a 4:3 one,
+    one with its own resize and crop) through a TensorRT engine, against the FP64 reference; the
+    cuda backend runs it in the test above."""
+    from bevpool_ros.backends import BackendUnavailable
+    from bevpool_ros.backends.tensorrt import TensorRTBackend
+
+    r = V.rig("mixed_sizes_nuscenes")
+    smap = build_scatter_map(r)
+    try:
+        be = TensorRTBackend(precision, cache_dir=tmp_path)
+    except BackendUnavailable as e:
+        pytest.skip(f"tensorrt backend unavailable on this GPU machine: {e}")
+    try:
+        be.prepare(smap)
+        d, f = (a.astype(np.float32) for a in V.random_inputs(r, 7))
+        out = be.pool(d, f)
+        if precision == "fp16":
+            d, f = d.astype(np.float16), f.astype(np.float16)
+        assert_matches(out, smap, precision, d, f, f"tensorrt {precision} mixed_sizes_nuscenes")
+    finally:
+        be.close()
