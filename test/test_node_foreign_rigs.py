@@ -213,3 +213,50 @@ def test_without_fallback_the_refusal_is_a_startup_error_naming_c(node_with_refu
 
     with pytest.raises(StartupError, match=r"backend 'cuda' cannot run rig solo_c17_z3 \(C = 17.*UnsupportedShape"):
         node_with_refusing_backend(fallback=False)
+
+
+# --- cameras of mixed image sizes ----------------------------------------------------------------
+def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
+    """A rig file whose CAM_FRONT is a 1920x1080 camera with the 1600x900 ones' field of view, then
+    a CameraInfo that makes CAM_FRONT_LEFT one mid-stream: every grid equals the FP64 reference of
+    the all-1600x900 rig (a scatter map without any scaling), as the same world seen by the same
+    network input must give."""
+    from dataclasses import replace as dc_replace
+
+    import yaml
+    from ros_harness import RosGraph
+    from test_rig_fov import SCALE, front_at_1920
+
+    from bevpool_ros.demo.synthetic_publisher import camera_info_msg
+    from bevpool_ros.rig import rig_from_dict
+
+    from conftest import NUSCENES_RIG
+
+    same = yaml.safe_load(NUSCENES_RIG.read_text()) | {"name": "mixed_front", "channels": 16}
+    path = tmp_path / "mixed_front.yaml"
+    path.write_text(yaml.safe_dump(front_at_1920(same), sort_keys=False))
+    want_map = build_scatter_map(rig_from_dict(same))
+    g = RosGraph({"diagnostics.period_s": 0.2}, rig_path=path)
+    try:
+        assert (g.rig.cameras[0].width, g.rig.cameras[0].height) == (1920, 1080)
+        got = g.publish_and_wait(1, timeout=30.0)
+        assert got is not None, g.node.output()[-3000:]
+        assert_bev_matches(got.bev, pool_reference(*g.pub.arrays(1), want_map), got.msg)
+        # CameraInfo mid-stream: CAM_FRONT_LEFT becomes 1920x1080 with the same field of view
+        left = g.rig.cameras[2]
+        K = np.asarray(left.K) * np.array([[SCALE], [SCALE], [1.0]])
+        bigger = g.rig.with_cameras([dc_replace(c, width=1920, height=1080, K=K) if c is left else c
+                                     for c in g.rig.cameras])
+        g.pub.pubs[(left.name, "camera_info")].publish(
+            camera_info_msg(bigger, 2, g.pub.get_clock().now().to_msg(), f"{left.name}_optical"))
+        d = g.diagnostics_where(lambda d: g.counter(d, "calibration_changes") > 0, 30.0)
+        assert d is not None and g.counter(d, "dropped_camera_info_rejected") == 0, g.node.output()[-3000:]
+        got = None
+        for _ in range(10):  # a set may race the re-preparation: resend until one comes back
+            got = g.publish_and_wait(2, timeout=10.0, camera_info=False)
+            if got is not None:
+                break
+        assert got is not None, g.node.output()[-3000:]
+        assert_bev_matches(got.bev, pool_reference(*g.pub.arrays(2), want_map), got.msg)
+    finally:
+        assert g.close() == 0
