@@ -189,7 +189,7 @@ class BevPoolNode(Node):
         try:
             calib = LiveCalibration(load_rig(path), self.cfg["camera_names"])
         except RigError as e:
-            raise StartupError(f"rig_file {path}: {e}") from None
+            raise StartupError(f"rig_file: {e}") from None  # e starts with the path
         errors = P.check_all(self.cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
         if errors:
             raise StartupError("; ".join(errors))
