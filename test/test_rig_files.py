@@ -150,3 +150,9 @@ def test_bevpool_demo(tmp_path, what):
     r = run_tool(["bevpool_ros.cli.demo", "--rig", str(path), "--frames", "2", "--png", str(tmp_path / "d.png")])
     assert_one_line_exit_2(r, "bevpool-demo", path, message)
     assert not (tmp_path / "d.png").exists()
+
+
+def test_bevpool_trt_build(tmp_path):
+    path, message = write_bad(tmp_path, "rotation_words")
+    r = run_tool(["bevpool_ros.backends.tensorrt.prebuild", "--rig", str(path), "--arch", "sm_89"])
+    assert_one_line_exit_2(r, "bevpool-trt-build", path, message)
