@@ -188,3 +188,16 @@ def test_inspect_reports_each_cameras_view_and_warns_on_a_lost_field_of_view(tmp
     assert len(s["warnings"]) == 2
     # the threshold is the user's: at 30 % nothing is worth a warning here
     assert json.loads(run("--json", "--fov-warn", "30").stdout)["warnings"] == []
+
+
+def test_the_docs_example_scales_its_larger_camera():
+    """docs/rigs.md's example: front_right (1344x756, K x 1.05) gets resize 0.5 / 1.05, crop [0, 4]."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "rigs.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    r = rig_from_dict(yaml.safe_load(block))
+    left, right = (r.transform_of(c) for c in r.cameras)
+    assert (left.resize, left.crop_left, left.crop_top) == (0.5, 0, 4)
+    assert right.resize == pytest.approx(0.5 / 1.05) and (right.crop_left, right.crop_top) == (0, 4)
