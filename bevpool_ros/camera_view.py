@@ -19,7 +19,7 @@ def _angle_deg(lo: float, hi: float, centre: float, focal: float) -> float:
 
 
 def camera_view(rig: Rig, camera: Camera, warn_loss: float = DEFAULT_WARN_LOSS) -> dict:
-    """One camera's window, kept fractions, angles and field-of-view loss (plus a warning or None)."""
+    """One camera's window, kept fractions, angles and field-of-view loss; a warning or None."""
     t = rig.transform_of(camera)
     iw, ih = rig.input_width, rig.input_height
     left, top, right, bottom = t.source_window(iw, ih)
@@ -30,22 +30,24 @@ def camera_view(rig: Rig, camera: Camera, warn_loss: float = DEFAULT_WARN_LOSS) 
     w, h = camera.width, camera.height
     view = {
         "image_size": [w, h],
-        "transform": "own" if camera.transform else ("rig" if (w, h) == rig.image_size else "rig, scaled"),
+        "transform": "own" if camera.transform else "rig" if (w, h) == rig.image_size
+        else "rig, scaled",
         "resize": t.resize, "crop": [t.crop_left, t.crop_top],
         "source_window": [left, top, right, bottom],
         "kept_fraction": list(kept),
-        "fov_deg": {"horizontal": [_angle_deg(max(left, 0), min(right, w), cx, fx), _angle_deg(0, w, cx, fx)],
-                    "vertical": [_angle_deg(max(top, 0), min(bottom, h), cy, fy), _angle_deg(0, h, cy, fy)]},
+        "fov_deg": {  # [kept, whole], degrees
+            "horizontal": [_angle_deg(left, right, cx, fx), _angle_deg(0, w, cx, fx)],
+            "vertical": [_angle_deg(top, bottom, cy, fy), _angle_deg(0, h, cy, fy)]},
         "fov_loss": loss,
         "warning": None,
     }
     lost = [(axis, v) for axis, v in zip(("horizontal", "vertical"), loss) if v > warn_loss]
     if lost:
         axis, v = max(lost, key=lambda a: a[1])
-        view["warning"] = (f"{camera.name} loses {100 * v:.0f}% of the {axis} field of view the rig's "
-                           f"input transform keeps (source window x {left:.0f}-{right:.0f}, "
-                           f"y {top:.0f}-{bottom:.0f} of {w}x{h}): check its image_size, intrinsics "
-                           f"and input")
+        view["warning"] = (
+            f"{camera.name} loses {100 * v:.0f}% of the {axis} field of view the rig's input "
+            f"transform keeps (source window x {left:.0f}-{right:.0f}, y {top:.0f}-{bottom:.0f} "
+            f"of {w}x{h}): check its image_size, intrinsics and input")
     return view
 
 

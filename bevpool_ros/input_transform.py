@@ -29,10 +29,12 @@ class InputTransform:
         return (self.image_width, self.image_height)
 
     def resized_size(self) -> tuple[int, int]:
-        return (int(round(self.image_width * self.resize)), int(round(self.image_height * self.resize)))
+        w, h = self.image_size
+        return (int(round(w * self.resize)), int(round(h * self.resize)))
 
-    def for_image(self, width: int, height: int, input_width: int, input_height: int) -> "InputTransform":
-        """This transform scaled to a ``width`` x ``height`` source image (itself when the size is its own)."""
+    def for_image(self, width: int, height: int, input_width: int,
+                  input_height: int) -> "InputTransform":
+        """This transform scaled to a ``width`` x ``height`` image (itself for its own size)."""
         if (width, height) == self.image_size:
             return self
         ratio = min(width / self.image_width, height / self.image_height)
@@ -45,13 +47,14 @@ class InputTransform:
             return min(max(c, 0), max(int(round(new * resize)) - window, 0))
 
         return InputTransform(resize, crop(self.crop_left, self.image_width, width, input_width),
-                              crop(self.crop_top, self.image_height, height, input_height), width, height)
+                              crop(self.crop_top, self.image_height, height, input_height),
+                              width, height)
 
-    def source_window(self, input_width: int, input_height: int) -> tuple[float, float, float, float]:
+    def source_window(self, input_width: int, input_height: int) -> tuple[float, ...]:
         """(left, top, right, bottom) of the network input in source pixels (BEVDet convention:
         source = (input + crop) / resize)."""
-        return (self.crop_left / self.resize, self.crop_top / self.resize,
-                (self.crop_left + input_width) / self.resize, (self.crop_top + input_height) / self.resize)
+        left, top, r = self.crop_left, self.crop_top, self.resize
+        return (left / r, top / r, (left + input_width) / r, (top + input_height) / r)
 
     def kept_fraction(self, input_width: int, input_height: int) -> tuple[float, float]:
         """Fraction of the source image's width and height that reaches the network."""

@@ -2,7 +2,8 @@
 
 A rig is pure geometry (no ROS import): per-camera intrinsics and camera->ego extrinsics,
 the network's input transform (resize, crop: the rig's, scaled to each camera's image size, or
-the camera's own) and feature stride, the depth bins, the BEV grid and the channel count. It loads from YAML (``config/rigs/*.yaml``) or is built from
+the camera's own) and feature stride, the depth bins, the BEV grid and the channel count. It
+loads from YAML (``config/rigs/*.yaml``, read by rig_yaml.py) or is built from
 sensor_msgs/CameraInfo-like data. Every invalid value raises :class:`RigError` naming the
 field, because a silently wrong rig means a silently wrong BEV tensor.
 """
@@ -281,7 +282,7 @@ class Rig:
         return InputTransform(self.resize, self.crop_left, self.crop_top, *self.image_size)
 
     def transform_of(self, camera: Camera) -> InputTransform:
-        """The transform ``camera``'s image goes through: its own or the rig's, scaled to its size."""
+        """The transform ``camera``'s image goes through: its own or the rig's, scaled to it."""
         own = camera.transform or self.transform
         return own.for_image(camera.width, camera.height, self.input_width, self.input_height)
 

@@ -27,11 +27,11 @@ BEV_GRID_KEYS = ("x", "y", "z")
 
 # what an unknown key most likely meant, beyond its nearest spelling
 _HINTS = {
-    "distortion": "distortion is not modelled: rectify the images and give the rectified intrinsics",
+    "distortion": "distortion is not modelled: rectify the images, give the rectified intrinsics",
     "yaw": "give the rotation as extrinsics.rotation_wxyz [w, x, y, z] or extrinsics.camera_to_ego",
 }
 _HINTS.update({k: _HINTS["distortion"] for k in ("d", "dist", "dist_coeffs", "distortion_model")})
-_HINTS.update({k: _HINTS["yaw"] for k in ("pitch", "roll", "rpy", "euler", "rotation", "quaternion")})
+_HINTS.update({k: _HINTS["yaw"] for k in ("pitch", "roll", "rpy", "euler", "rotation")})
 
 
 def _shown(value: Any) -> str:
@@ -52,7 +52,8 @@ def _mapping(where: str, value: Any, keys: Sequence[str]) -> Mapping:
 
 def _unknown_key(where: str, key: str, keys: Sequence[str]) -> str:
     nearest = difflib.get_close_matches(key, keys, n=1, cutoff=0.0)
-    text = f"{_at(where, key)}: unknown key (nearest valid key: {nearest[0]!r}; valid: {', '.join(keys)})"
+    text = (f"{_at(where, key)}: unknown key (nearest valid key: {nearest[0]!r}; "
+            f"valid: {', '.join(keys)})")
     hint = _HINTS.get(key.lower())
     return f"{text}; {hint}" if hint else text
 
@@ -88,8 +89,10 @@ def _matrix(where: str, value: Any, n: int) -> list[list]:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) == n * n:
         flat = _numbers(where, value, n * n, f"({n}x{n}, row-major)")
         return [flat[r * n:(r + 1) * n] for r in range(n)]
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or len(value) != n:
-        raise RigError(f"{where}: expected a {n}x{n} matrix (a list of {n} rows), got {_shown(value)}")
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) \
+            or len(value) != n:
+        raise RigError(f"{where}: expected a {n}x{n} matrix (a list of {n} rows), "
+                       f"got {_shown(value)}")
     return [_numbers(f"{where}[{r}]", row, n, "(one row)") for r, row in enumerate(value)]
 
 
@@ -119,10 +122,13 @@ def _camera(index: int, c: Any, default_size: tuple | None) -> Camera:
     if "camera_to_ego" in ext:
         if "rotation_wxyz" in ext or "translation" in ext:
             raise RigError(f"{where}: give camera_to_ego or rotation_wxyz + translation, not both")
+        matrix = _matrix(f"{where}.camera_to_ego", ext["camera_to_ego"], 4)
         return Camera.from_camera_info(name, k, size[0], size[1], transform=transform,
-                                       camera_to_ego=_matrix(f"{where}.camera_to_ego", ext["camera_to_ego"], 4))
-    rotation = _numbers(f"{where}.rotation_wxyz", _get(where, ext, "rotation_wxyz"), 4, "[w, x, y, z]")
-    translation = _numbers(f"{where}.translation", _get(where, ext, "translation"), 3, "[x, y, z] (metres)")
+                                       camera_to_ego=matrix)
+    rotation = _numbers(f"{where}.rotation_wxyz", _get(where, ext, "rotation_wxyz"), 4,
+                        "[w, x, y, z]")
+    translation = _numbers(f"{where}.translation", _get(where, ext, "translation"), 3,
+                           "[x, y, z] (metres)")
     return Camera.from_camera_info(name, k, size[0], size[1], rotation_wxyz=rotation,
                                    translation=translation, transform=transform)
 
@@ -132,7 +138,8 @@ def _intrinsics(where: str, value: Any) -> list:
     if "K" in intr:
         extra = [k for k in ("fx", "fy", "cx", "cy") if k in intr]
         if extra:
-            raise RigError(f"{where}: give K or fx/fy/cx/cy, not both (found K and {', '.join(extra)})")
+            raise RigError(f"{where}: give K or fx/fy/cx/cy, not both "
+                           f"(found K and {', '.join(extra)})")
         return [v for row in _matrix(f"{where}.K", intr["K"], 3) for v in row]
     fx = _number(f"{where}.fx", _get(where, intr, "fx"))
     fy = _number(f"{where}.fy", intr.get("fy", fx))
@@ -152,7 +159,8 @@ def _own_transform(where: str, value: Any, size: tuple) -> InputTransform:
 
 
 def _axis(grid: Mapping, name: str) -> Axis:
-    lower, upper, step = _numbers(f"bev_grid.{name}", _get("bev_grid", grid, name), 3, "[lower, upper, step]")
+    where = f"bev_grid.{name}"
+    lower, upper, step = _numbers(where, _get("bev_grid", grid, name), 3, "[lower, upper, step]")
     return Axis(name, lower, upper, step)
 
 

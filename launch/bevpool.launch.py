@@ -1,5 +1,5 @@
-"""ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [rig_file:=...] [namespace:=...] [backend:=...]
-                                           [precision:=...] [occupancy:=true]
+"""ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [rig_file:=...] [namespace:=...]
+                                           [backend:=...] [precision:=...] [occupancy:=true]
 
 Starts bevpool_node with a parameter file (default: config/cpu.yaml from the package share);
 ``rig_file``, ``backend`` and ``precision``, when given, override the file; ``occupancy:=true``
@@ -18,8 +18,9 @@ PACKAGE = "bevpool_ros"
 ARGUMENTS = {
     "config_file": ("", "Parameter YAML for bevpool_node: a path, or a file name in the package's config/ "
                         "(cpu.yaml, desktop_rtx.yaml, drive_thor.yaml); empty: cpu.yaml"),
-    "rig_file": ("", "Rig YAML for bevpool_node (and bevpool_occupancy's coverage): a path, or a file name "
-                     "in the package's config/rigs/; empty: the config file's (default: the nuScenes rig)"),
+    "rig_file": ("", "Rig YAML for bevpool_node (and bevpool_occupancy's coverage): a path, or a "
+                     "file name in the package's config/rigs/; empty: the config file's (default: "
+                     "the nuScenes rig)"),
     "namespace": ("", "Namespace of the node and of its relative topics"),
     "backend": ("", "Override: best | tensorrt | cuda | cpu (empty: keep the config file's)"),
     "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),

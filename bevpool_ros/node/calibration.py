@@ -63,8 +63,8 @@ class LiveCalibration:
                 T[:3, 3] = cur.translation
                 # a camera's own input transform stays with it; the rig scales it (or the rig's)
                 # to the new image size: same field of view (rig.transform_of)
-                new = Camera.from_camera_info(name, list(k), int(width), int(height), camera_to_ego=T,
-                                              transform=cur.transform)
+                new = Camera.from_camera_info(name, list(k), int(width), int(height),
+                                              camera_to_ego=T, transform=cur.transform)
                 return self._swap(name, new)
             except RigError as e:
                 self.invalid[name] = str(e)

@@ -26,10 +26,11 @@ from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values, wr
 PARAMETERS = {  # name: (default, description)
     "input_topic": ("bev/features", "BevFeature topic to score"),
     "output_topic": ("occupancy/grid", "nav_msgs/OccupancyGrid output topic"),
-    "rig_file": ("", "Optional rig YAML of the BEV node: -1 cells from its scatter map and the message's "
-                     "cameras, for grids that are its grid; empty: from the grid's own zero columns"),
+    "rig_file": ("", "Optional rig YAML of the BEV node: -1 cells from its scatter map and the "
+                     "message's cameras, for grids that are its grid; empty: from the grid's own "
+                     "zero columns"),
     "use_coverage": (True, "Publish -1 for cells no present camera reaches"),
-    "ground_z": (0.0, "Height of the published grid in the BEV's frame, metres (the ground under the ego)"),
+    "ground_z": (0.0, "Height of the published grid in the BEV's frame, metres (the ground)"),
     "energy_scale": (0.0, "Fixed normalisation of the cell energy; 0: per grid, from scale_percentile"),
     "scale_percentile": (99.0, "Percentile of the covered cells' positive energies used as scale"),
     "threshold": (0.05, "Normalised scores below this are published as free (0)"),
@@ -81,7 +82,8 @@ class OccupancyNode(Node):
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(float(self.cfg["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(f"ready: {self.cfg['input_topic']} -> {self.cfg['output_topic']} "
-                               f"at z = {float(self.cfg['ground_z']):g} m, coverage {self.coverage_source}")
+                               f"at z = {float(self.cfg['ground_z']):g} m, "
+                               f"coverage {self.coverage_source}")
 
     @property
     def coverage_source(self) -> str:
@@ -132,7 +134,8 @@ class OccupancyNode(Node):
         """[Y, X] bool: the rig's coverage of the present cameras when the grid is the rig's (and
         it knows every camera), else the columns the grid itself holds values in."""
         if self.coverage is not None:
-            mismatch = grid_matches_rig(msg, self.rig) or _unknown_cameras(msg.cameras, self.coverage.names)
+            mismatch = (grid_matches_rig(msg, self.rig)
+                        or _unknown_cameras(msg.cameras, self.coverage.names))
             if mismatch is None:
                 return self.coverage.covered(msg.cameras)
             self.rig_mismatches += 1
