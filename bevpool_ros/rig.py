@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np

@@ -53,8 +53,8 @@ def ring(n: int, sizes, *, first_yaw: float = 0.0, radius: float = 1.0, **kw) ->
 def spec(name: str, channels: int, cameras: list[dict], *, input_size, resize=1.0, crop=(0, 0), stride=8,
          depth=(1.0, 40.0, 1.0), x=(-25.6, 25.6, 0.8), y=(-25.6, 25.6, 0.8), z=(-3.0, 3.0, 6.0),
          sampling="bevdet", image_size=None) -> dict:
-    """``image_size``: the source size resize and crop are written for (default: the first camera's);
-    cameras of other sizes get them scaled to their own (same field of view)."""
+    """``image_size``: the source size resize and crop are written for (default: the first
+    camera's); cameras of other sizes get them scaled to their own (same field of view)."""
     return {"name": name, "channels": channels, "feature_stride": stride, "frustum_sampling": sampling,
             "image_size": list(image_size or cameras[0]["image_size"]),
             "input": {"width": input_size[0], "height": input_size[1], "resize": resize, "crop": list(crop)},
@@ -128,7 +128,7 @@ def mixed_sizes_nuscenes() -> dict:
     return d
 
 
-NUSCENES_RIG = Path(__file__).resolve().parent.parent / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
+NUSCENES_RIG = Path(__file__).resolve().parent.parent / "config/rigs/nuscenes_bevdet_r50.yaml"
 VARIANTS["mixed_sizes_nuscenes"] = mixed_sizes_nuscenes()
 
 # variants whose GPU run exercises the narrow (vec-1 / vec-2) kernels

@@ -124,7 +124,7 @@ def _by_executable(made, executable):
 
 def test_rig_file_reaches_both_nodes_as_parameters_they_declare(fake_launch, tmp_path):
     """occupancy:=true with a custom rig: the node pools on it and the occupancy node scores with
-    it (before, the consumer got no rig_file, fell back to the nuScenes rig and dropped every grid)."""
+    it (before, the consumer got no rig_file, took the nuScenes rig and dropped every grid)."""
     from bevpool_ros.occupancy.node import PARAMETERS as OCCUPANCY_PARAMETERS
 
     rig = tmp_path / "my_rig.yaml"

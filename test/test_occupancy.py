@@ -169,7 +169,7 @@ def test_grid_over_dds_matches_numpy(occupancy_graph, dtype):
     assert msg.header.frame_id == "base_link"
     assert msg.info.resolution == pytest.approx(rig.x.step)
     assert (msg.info.origin.position.x, msg.info.origin.position.y) == pytest.approx((rig.x.lower, rig.y.lower))
-    assert msg.info.origin.position.z == 0.0 and rig.z.lower == -5.0  # on the ground, not the grid's floor
+    assert msg.info.origin.position.z == 0.0 and rig.z.lower == -5.0  # the ground, not the floor
     assert msg.info.origin.orientation.w == 1.0
     wire = bev.astype(np.float16) if dtype == "float16" else bev
     names = [c.name for c in rig.cameras]
@@ -245,7 +245,8 @@ def test_a_grid_that_is_not_the_rigs_is_scored_with_its_own_coverage(occupancy_g
                                       expected_grid(bev, written_columns(bev)))
         assert (np.asarray(got.data) == -1).any()  # random_bev's empty columns
     g.diags.clear()
-    assert g.spin_until(lambda: any(int(status_values(d).get("rig_mismatch", 0)) >= 2 for d in g.diags))
+    assert g.spin_until(lambda: any(int(status_values(d).get("rig_mismatch", 0)) >= 2
+                                    for d in g.diags))
     assert all("dropped_grid_mismatch" not in status_values(d) for d in g.diags)
 
 

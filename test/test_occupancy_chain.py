@@ -48,7 +48,7 @@ def test_chain_from_bevpool_node_to_the_grid(nuscenes_rig):
 
 @pytest.mark.ros
 def test_a_custom_rig_needs_no_rig_in_the_occupancy_node(tmp_path):
-    """bevpool_node on a rig of the user's (4 cameras, 2 layers, its own grid); one bevpool_occupancy
+    """bevpool_node on a rig of the user's (4 cameras, 2 layers, its own grid); a bevpool_occupancy
     without any rig (as launched with occupancy:=true) at ground_z 0.3 m, one given that rig: both
     publish every grid (no grid_mismatch), the first with the coverage the BEV itself carries, the
     second with the rig's exact per-camera coverage, each at its ground height."""
@@ -83,7 +83,8 @@ def test_a_custom_rig_needs_no_rig_in_the_occupancy_node(tmp_path):
         for _ in range(30):  # readers may match after the first sets: publish until both score one
             stamp += 10**8
             g.pub.publish_frame(2, stamp)
-            if g.spin_until(lambda: stamp in g.con.by_stamp() and all(stamp in v for v in grids.values()), 3.0):
+            if g.spin_until(lambda: stamp in g.con.by_stamp() and all(stamp in v for v in
+                                                                      grids.values()), 3.0):
                 got = g.con.by_stamp()[stamp]
                 break
         assert got is not None, [n.output()[-2000:] for n in (g.node, *nodes.values())]
@@ -91,12 +92,13 @@ def test_a_custom_rig_needs_no_rig_in_the_occupancy_node(tmp_path):
         assert got.msg.origin.z == pytest.approx(rig.z.lower) and Z == 2
         own = written_columns(got.bev)
         exact = coverage_from_points(rig, list(got.msg.cameras))
-        assert own.any() and not (own & ~exact).any()  # the BEV's own coverage lies inside the rig's
+        assert own.any() and not (own & ~exact).any()  # the BEV's own coverage: inside the rig's
         for key, covered, z in (("grid", own, 0.3), ("rig", exact, 0.0)):
             msg = grids[key][got.stamp_ns]
-            assert (msg.info.width, msg.info.height, msg.info.resolution) == (X, Y, pytest.approx(rig.x.step))
-            assert (msg.info.origin.position.x, msg.info.origin.position.y, msg.info.origin.position.z) == \
-                pytest.approx((rig.x.lower, rig.y.lower, z))
+            info = msg.info
+            assert (info.width, info.height, info.resolution) == (X, Y, pytest.approx(rig.x.step))
+            origin = info.origin.position
+            assert (origin.x, origin.y, origin.z) == pytest.approx((rig.x.lower, rig.y.lower, z))
             np.testing.assert_array_equal(np.asarray(msg.data, np.int8).reshape(Y, X),
                                           expected_grid(got.bev, covered), err_msg=key)
     finally:

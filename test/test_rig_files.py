@@ -42,25 +42,30 @@ BAD = [
     ("rotation_three", ("cameras", 0, "extrinsics", "rotation_wxyz"), [1, 0, 0],
      f"{FRONT}.extrinsics.rotation_wxyz: expected 4 numbers [w, x, y, z], got 3"),
     ("yaw_key", ("cameras", 0, "extrinsics", "yaw"), 180,
-     f"{FRONT}.extrinsics.yaw: unknown key (nearest valid key: 'rotation_wxyz'; valid: rotation_wxyz, "
-     f"translation, camera_to_ego); give the rotation as extrinsics.rotation_wxyz"),
+     f"{FRONT}.extrinsics.yaw: unknown key (nearest valid key: 'rotation_wxyz'; "
+     f"valid: rotation_wxyz, translation, camera_to_ego); give the rotation as "
+     f"extrinsics.rotation_wxyz"),
     ("distortion_key", ("cameras", 0, "distortion"), [0.1, 0.0, 0.0, 0.0, 0.0],
-     f"{FRONT}.distortion: unknown key (nearest valid key: 'extrinsics'; valid: name, image_size, intrinsics, "
-     f"extrinsics, input); distortion is not modelled"),
+     f"{FRONT}.distortion: unknown key (nearest valid key: 'extrinsics'; "
+     f"valid: name, image_size, intrinsics, extrinsics, input); distortion is not modelled"),
     ("distortion_in_intrinsics", ("cameras", 0, "intrinsics", "distortion"), [0.1],
      f"{FRONT}.intrinsics.distortion: unknown key"),
-    ("typo_top", ("bev_gird",), {"x": [0, 1, 1]}, "bev_gird: unknown key (nearest valid key: 'bev_grid'"),
-    ("typo_input", ("input", "crop_top"), 140, "input.crop_top: unknown key (nearest valid key: 'crop'"),
+    ("typo_top", ("bev_gird",), {"x": [0, 1, 1]},
+     "bev_gird: unknown key (nearest valid key: 'bev_grid'"),
+    ("typo_input", ("input", "crop_top"), 140,
+     "input.crop_top: unknown key (nearest valid key: 'crop'"),
     ("image_size_text", ("image_size",), "1600x900",
      "image_size: expected a list of 2 numbers [width, height], got '1600x900'"),
     ("K_text", ("cameras", 0, "intrinsics"), {"K": [[1266, 0, 816], [0, "f", 491], [0, 0, 1]]},
      f"{FRONT}.intrinsics.K[1][1]: expected a number, got 'f'"),
-    ("K_and_fx", ("cameras", 0, "intrinsics"), {"K": [[1266, 0, 816], [0, 1266, 491], [0, 0, 1]], "fx": 1},
+    ("K_and_fx", ("cameras", 0, "intrinsics"),
+     {"K": [[1266, 0, 816], [0, 1266, 491], [0, 0, 1]], "fx": 1},
      f"{FRONT}.intrinsics: give K or fx/fy/cx/cy, not both"),
     ("axis_text", ("bev_grid", "x"), "-51.2 .. 51.2",
      "bev_grid.x: expected a list of 3 numbers [lower, upper, step], got '-51.2 .. 51.2'"),
     ("bins_bool", ("depth_bins", "step"), True, "depth_bins.step: expected a number, got True"),
-    ("camera_not_mapping", ("cameras", 1), "CAM_FRONT_RIGHT", "cameras[1]: expected a mapping, got 'CAM_FRONT_RIGHT'"),
+    ("camera_not_mapping", ("cameras", 1), "CAM_FRONT_RIGHT",
+     "cameras[1]: expected a mapping, got 'CAM_FRONT_RIGHT'"),
     ("cameras_mapping", ("cameras",), {"CAM_FRONT": {}}, "cameras: expected a list, got a dict"),
     ("fx_missing", ("cameras", 0, "intrinsics", "fx"), KeyError, f"{FRONT}.intrinsics.fx: missing"),
 ]
@@ -84,7 +89,8 @@ def test_unreadable_files_are_one_line_naming_the_file(tmp_path, content, messag
     path.write_bytes(content)
     with pytest.raises(RigError) as e:
         load_rig(path)
-    assert str(e.value).startswith(f"{path}: ") and message in str(e.value) and "\n" not in str(e.value)
+    text = str(e.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text
     with pytest.raises(RigError, match="cannot read the rig file"):
         load_rig(tmp_path)  # a folder
 
@@ -101,8 +107,8 @@ def run_tool(args: list[str], timeout: float = 120) -> subprocess.CompletedProce
     from ros_harness import isolate_ros_env, no_gpu_env
 
     isolate_ros_env()  # the node and the demo would join a DDS domain: our own
-    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout,
-                          env=no_gpu_env())
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                          timeout=timeout, env=no_gpu_env())
 
 
 def assert_one_line_exit_2(r: subprocess.CompletedProcess, prog: str, path, message: str) -> None:
@@ -111,7 +117,8 @@ def assert_one_line_exit_2(r: subprocess.CompletedProcess, prog: str, path, mess
     assert "Traceback" not in out, out[-3000:]
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, r.stderr
-    assert lines[0].startswith(f"{prog}: ") and f"{path}: " in lines[0] and message in lines[0], lines[0]
+    line = lines[0]
+    assert line.startswith(f"{prog}: ") and f"{path}: " in line and message in line, line
 
 
 ISSUE_CASES = ["fx_words", "translation_strings", "rotation_words", "yaw_key", "distortion_key"]
@@ -120,7 +127,8 @@ ISSUE_CASES = ["fx_words", "translation_strings", "rotation_words", "yaw_key", "
 @pytest.mark.parametrize("what", ISSUE_CASES)
 def test_bevpool_inspect(tmp_path, what):
     path, message = write_bad(tmp_path, what)
-    assert_one_line_exit_2(run_tool(["bevpool_ros.cli.inspect", str(path)]), "bevpool-inspect", path, message)
+    r = run_tool(["bevpool_ros.cli.inspect", str(path)])
+    assert_one_line_exit_2(r, "bevpool-inspect", path, message)
 
 
 @pytest.mark.ros
@@ -147,7 +155,8 @@ def test_bevpool_bag(tmp_path, what):
 @pytest.mark.parametrize("what", ["fx_words", "yaw_key"])
 def test_bevpool_demo(tmp_path, what):
     path, message = write_bad(tmp_path, what)
-    r = run_tool(["bevpool_ros.cli.demo", "--rig", str(path), "--frames", "2", "--png", str(tmp_path / "d.png")])
+    r = run_tool(["bevpool_ros.cli.demo", "--rig", str(path), "--frames", "2",
+                  "--png", str(tmp_path / "d.png")])
     assert_one_line_exit_2(r, "bevpool-demo", path, message)
     assert not (tmp_path / "d.png").exists()
 

@@ -61,7 +61,8 @@ def test_a_larger_camera_with_the_same_field_of_view_covers_the_same_cells(rig_d
 
 
 def test_the_same_inputs_pool_to_the_same_grid(rig_dict, nuscenes_rig):
-    """cpu backend and FP64 reference: the 1920x1080 camera's features land where the 1600x900's did."""
+    """cpu backend and FP64 reference: the 1920x1080 camera's features land where the 1600x900
+    camera's did."""
     big = rig_from_dict(front_at_1920(rig_dict))
     d, f = (a.astype(np.float32) for a in V.random_inputs(nuscenes_rig, seed=5))
     want = pool_reference(d, f, build_scatter_map(nuscenes_rig))
@@ -116,7 +117,7 @@ def test_own_transform_follows_its_camera_to_another_size(rig_dict):
 
 
 def test_camera_info_of_another_size_follows_the_same_rule(nuscenes_rig):
-    """CameraInfo mid-stream: CAM_FRONT now 1920x1080 with the same field of view covers its cells."""
+    """CameraInfo mid-stream: CAM_FRONT, now 1920x1080 with the same view, covers its cells."""
     calib = LiveCalibration(nuscenes_rig)
     K = np.asarray(nuscenes_rig.cameras[0].K) * np.array([[SCALE], [SCALE], [1.0]])
     assert calib.update_intrinsics("CAM_FRONT", K.reshape(-1).tolist(), 1920, 1080)
@@ -140,10 +141,12 @@ def test_cameras_of_different_sizes_need_the_size_the_transform_is_written_for(r
 
 
 @pytest.mark.parametrize("edit, message", [
-    ({"input": {"resize": 0.5, "crop": [48, 250]}}, r"cameras\[CAM_FRONT\]\.input\.crop: window 704x256 at "
-                                                    r"\(48, 250\) lies outside camera CAM_FRONT's resized image 800x450"),
+    ({"input": {"resize": 0.5, "crop": [48, 250]}},
+     r"cameras\[CAM_FRONT\]\.input\.crop: window 704x256 at \(48, 250\) lies outside camera "
+     r"CAM_FRONT's resized image 800x450"),
     ({"input": {"resize": 0.0}}, r"cameras\[CAM_FRONT\]\.input\.resize: must be > 0"),
-    ({"input": {"resize": 0.5, "crop": [-2, 0]}}, r"cameras\[CAM_FRONT\]\.input\.crop_left: must be a non-negative"),
+    ({"input": {"resize": 0.5, "crop": [-2, 0]}},
+     r"cameras\[CAM_FRONT\]\.input\.crop_left: must be a non-negative"),
     ({"input": {"resize": 0.5, "width": 704}}, r"cameras\[CAM_FRONT\]\.input\.width: unknown key"),
 ])
 def test_bad_own_transforms_are_named(rig_dict, edit, message):
@@ -169,12 +172,14 @@ def test_inspect_reports_each_cameras_view_and_warns_on_a_lost_field_of_view(tmp
     import sys
 
     path = V.write_rig("mixed_sizes_nuscenes", tmp_path)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", str(path), *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=120)
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", str(path), *args],
+                              capture_output=True, text=True, timeout=120)
     r = run()
     assert r.returncode == 0, r.stderr
     lines = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("    CAM_")}
-    assert "1920x1080 (rig, scaled: x0.3667, crop 0,140)  x 0-1920 (100%)  y 382-1080 (65%)" in lines["CAM_FRONT"]
+    front = "1920x1080 (rig, scaled: x0.3667, crop 0,140)  x 0-1920 (100%)  y 382-1080 (65%)"
+    assert front in lines["CAM_FRONT"]
     assert "(own: x0.5, crop 48,190)  x 96-1504 (88%)" in lines["CAM_BACK_LEFT"]
     warnings = [line for line in r.stdout.splitlines() if line.startswith("  warning:")]
     assert len(warnings) == 2
@@ -182,7 +187,8 @@ def test_inspect_reports_each_cameras_view_and_warns_on_a_lost_field_of_view(tmp
     assert "CAM_BACK_LEFT loses 12% of the horizontal field of view" in warnings[1]
     s = json.loads(run("--json").stdout)
     views = s["camera_views"]
-    assert views["CAM_FRONT"]["fov_loss"] == pytest.approx([0.0, 0.0], abs=1e-9) and not views["CAM_FRONT"]["warning"]
+    assert views["CAM_FRONT"]["fov_loss"] == pytest.approx([0.0, 0.0], abs=1e-9)
+    assert not views["CAM_FRONT"]["warning"]
     assert views["CAM_FRONT"]["fov_deg"]["horizontal"][0] == pytest.approx(
         views["CAM_FRONT"]["fov_deg"]["horizontal"][1])  # the whole width reaches the network
     assert len(s["warnings"]) == 2
@@ -191,7 +197,7 @@ def test_inspect_reports_each_cameras_view_and_warns_on_a_lost_field_of_view(tmp
 
 
 def test_the_docs_example_scales_its_larger_camera():
-    """docs/rigs.md's example: front_right (1344x756, K x 1.05) gets resize 0.5 / 1.05, crop [0, 4]."""
+    """docs/rigs.md's example: front_right (1344x756, K x 1.05): resize 0.5 / 1.05, crop [0, 4]."""
     import re
     from pathlib import Path
 
