@@ -165,3 +165,11 @@ def test_bevpool_trt_build(tmp_path):
     path, message = write_bad(tmp_path, "rotation_words")
     r = run_tool(["bevpool_ros.backends.tensorrt.prebuild", "--rig", str(path), "--arch", "sm_89"])
     assert_one_line_exit_2(r, "bevpool-trt-build", path, message)
+
+
+def test_bevpool_onnx_insert(tmp_path):
+    path, message = write_bad(tmp_path, "distortion_key")
+    r = run_tool(["bevpool_ros.backends.tensorrt.onnx_insert", str(tmp_path / "user.onnx"),
+                  str(tmp_path / "joined.onnx"), "--rig", str(path), "--depth", "d", "--feat", "f",
+                  "--bev", "b"])
+    assert_one_line_exit_2(r, "bevpool-onnx-insert", path, message)
