@@ -1,8 +1,8 @@
-"""The cuda backend on rigs unlike the shipped one (test/rig_variants.py): every variant (cameras of
-mixed image sizes that keep their field of view among them), FP16 and
-FP8, launch autotuning off and on, whole frames (staging, conversion, kernel, epilogue) against
-the FP64 reference with the output poisoned first. Odd channel counts run the vec-1/vec-2 tiles;
-the rig that sees nothing must publish zeros."""
+"""The cuda backend on rigs unlike the shipped one (test/rig_variants.py): every variant (among
+them cameras of mixed image sizes that keep their field of view), FP16 and FP8, launch autotuning
+off and on, whole frames (staging, conversion, kernel, epilogue) against the FP64 reference with
+the output poisoned first; the mixed sizes through a TensorRT engine too. Odd channel counts run
+the vec-1/vec-2 tiles; the rig that sees nothing must publish zeros."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,6 +12,7 @@ import rig_variants as V
 from test_gpu_frame_gpu import assert_matches
 
 from bevpool_ros.backends.staging import split_cameras
+from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 
 pytestmark = pytest.mark.gpu
@@ -87,8 +88,13 @@ def test_tensorrt_backend_keeps_every_cameras_field_of_view(precision, tmp_path)
         be.prepare(smap)
         d, f = (a.astype(np.float32) for a in V.random_inputs(r, 7))
         out = be.pool(d, f)
-        if precision == "fp16":
-            d, f = d.astype(np.float16), f.astype(np.float16)
-        assert_matches(out, smap, precision, d, f, f"tensorrt {precision} mixed_sizes_nuscenes")
+        ref = pool_reference(d, f, smap)
+        assert np.isfinite(out).all() and np.abs(ref).max() > 0
+        if precision == "fp16":  # the tolerance test_tensorrt_backend.py holds the engine to
+            np.testing.assert_allclose(out, ref, atol=2e-2, rtol=2e-2)
+        else:
+            from bevpool_ros.backends.cuda.precision_select import fp8_within_tolerance
+
+            assert fp8_within_tolerance(out, ref, pool_reference(np.abs(d), np.abs(f), smap))[0]
     finally:
         be.close()
