@@ -224,9 +224,9 @@ def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
     from dataclasses import replace as dc_replace
 
     import yaml
-    from ros_harness import RosGraph
     from test_rig_fov import SCALE, front_at_1920
 
+    from bevpool_ros.demo.session import PipelineSession
     from bevpool_ros.demo.synthetic_publisher import camera_info_msg
     from bevpool_ros.rig import rig_from_dict
 
@@ -236,10 +236,28 @@ def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
     path = tmp_path / "mixed_front.yaml"
     path.write_text(yaml.safe_dump(front_at_1920(same), sort_keys=False))
     want_map = build_scatter_map(rig_from_dict(same))
-    g = RosGraph({"diagnostics.period_s": 0.2}, rig_path=path)
+    isolate_ros_env()
+    g = PipelineSession(str(path), {"diagnostics.period_s": 0.2})
+    stamp = [1_000 * 10**9]
+
+    def grid_of(index: int, **kw):
+        """Publish frame ``index`` (fresh stamps) until its grid comes back: a set may be lost to
+        discovery, a re-preparation or a loaded machine, never trusted to one send."""
+        for _ in range(30):
+            stamp[0] += 100_000_000
+            g.pub.publish_frame(index, stamp[0], **kw)
+            if g.spin_until(lambda: stamp[0] in g.con.by_stamp(), 3.0):
+                return g.con.by_stamp()[stamp[0]]
+        return None
+
+    def counter(key: str) -> int:
+        return int((g.con.latest_diagnostics() or {}).get(key, 0))
+
     try:
         assert (g.rig.cameras[0].width, g.rig.cameras[0].height) == (1920, 1080)
-        got = g.publish_and_wait(1, timeout=30.0)
+        assert g.spin_until(lambda: g.pub.subscribers_matched() and g.con.publisher_matched(), 120.0), \
+            g.node.output()[-3000:]
+        got = grid_of(1)
         assert got is not None, g.node.output()[-3000:]
         assert_bev_matches(got.bev, pool_reference(*g.pub.arrays(1), want_map), got.msg)
         # CameraInfo mid-stream: CAM_FRONT_LEFT becomes 1920x1080 with the same field of view
@@ -247,17 +265,16 @@ def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
         K = np.asarray(left.K) * np.array([[SCALE], [SCALE], [1.0]])
         bigger = g.rig.with_cameras([dc_replace(c, width=1920, height=1080, K=K) if c is left else c
                                      for c in g.rig.cameras])
-        g.pub.pubs[(left.name, "camera_info")].publish(
-            camera_info_msg(bigger, 2, g.pub.get_clock().now().to_msg(), f"{left.name}_optical"))
-        d = g.diagnostics_where(lambda d: g.counter(d, "calibration_changes") > 0, 30.0)
-        assert d is not None, g.node.output()[-3000:]
-        assert g.counter(d, "dropped_camera_info_rejected") == 0, g.node.output()[-3000:]
-        got = None
-        for _ in range(10):  # a set may race the re-preparation: resend until one comes back
-            got = g.publish_and_wait(2, timeout=10.0, camera_info=False)
-            if got is not None:
-                break
+        info = camera_info_msg(bigger, 2, g.pub.get_clock().now().to_msg(), f"{left.name}_optical")
+        assert g.spin_until(lambda: g.con.latest_diagnostics() is not None, 60.0)
+        before = counter("calibration_changes")
+        g.pub.pubs[(left.name, "camera_info")].publish(info)
+        assert g.spin_until(lambda: counter("calibration_changes") > before, 60.0), \
+            g.node.output()[-3000:]
+        assert counter("dropped_camera_info_rejected") == 0, g.node.output()[-3000:]
+        got = grid_of(2, camera_info=False)
         assert got is not None, g.node.output()[-3000:]
         assert_bev_matches(got.bev, pool_reference(*g.pub.arrays(2), want_map), got.msg)
     finally:
-        assert g.close() == 0
+        rc, log = g.close()
+    assert rc == 0, log[-3000:]
