@@ -173,3 +173,11 @@ def test_bevpool_onnx_insert(tmp_path):
                   str(tmp_path / "joined.onnx"), "--rig", str(path), "--depth", "d", "--feat", "f",
                   "--bev", "b"])
     assert_one_line_exit_2(r, "bevpool-onnx-insert", path, message)
+
+
+@pytest.mark.ros
+def test_bevpool_occupancy(tmp_path):
+    """It needs no rig, but one it is given must be a good one."""
+    path, message = write_bad(tmp_path, "yaw_key")
+    r = run_tool(["bevpool_ros.occupancy.node", "--ros-args", "-p", f"rig_file:={path}"])
+    assert_one_line_exit_2(r, "bevpool_occupancy: invalid configuration: rig_file", path, message)
