@@ -84,10 +84,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from ..bag.io import BagError
     from ..bag.ray_cluster import ClusterError
+    from ..rig import RigError, load_rig
 
     try:
+        if getattr(args, "rig", None):
+            load_rig(args.rig)  # a bad rig file fails here, before a node or Ray starts
         return _run(args)
-    except (BagError, ClusterError) as e:
+    except (BagError, ClusterError, RigError) as e:
         print(f"bevpool-bag {args.cmd}: {e}", file=sys.stderr)
         return 2
 

@@ -30,8 +30,14 @@ def main(argv=None) -> int:
     from ..tolerance import error_ratio
     from ..visualize import bev_to_rgb, save_png
 
-    session = PipelineSession(args.rig, {"backend": args.backend, "precision": args.precision,
-                                         "diagnostics.period_s": 0.5})
+    from ..rig import RigError
+
+    try:
+        session = PipelineSession(args.rig, {"backend": args.backend, "precision": args.precision,
+                                             "diagnostics.period_s": 0.5})
+    except RigError as e:  # the rig is read before any process starts
+        print(f"bevpool-demo: {e}", file=sys.stderr)
+        return 2
     print(f"[demo] ROS_DOMAIN_ID={session.domain}, localhost only; starting bevpool_node ...", flush=True)
     try:
         if not session.wait_ready(30.0):

@@ -132,7 +132,7 @@ class SyntheticRigPublisher(Node):
 
 def main(argv=None) -> int:
     from ..paths import default_rig_path
-    from ..rig import load_rig
+    from ..rig import RigError, load_rig
 
     ap = argparse.ArgumentParser(description="Publish a synthetic nuScenes 6-camera scene for bevpool_node.")
     ap.add_argument("--rig", default=str(default_rig_path()))
@@ -144,7 +144,11 @@ def main(argv=None) -> int:
     args, ros_args = ap.parse_known_args(argv)
     from .session import run_until_done
 
-    rig = load_rig(args.rig)
+    try:
+        rig = load_rig(args.rig)
+    except RigError as e:
+        print(f"bevpool_synthetic: {e}", file=sys.stderr)
+        return 2
     return run_until_done(lambda: SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
                                                         feature_layout=args.layout),
                           ros_args, start=lambda node: node.start(args.rate, args.frames))

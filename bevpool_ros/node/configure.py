@@ -47,7 +47,7 @@ def load_calibration(cfg: dict) -> LiveCalibration:
     try:
         calib = LiveCalibration(load_rig(path), cfg["camera_names"])
     except RigError as e:
-        raise StartupError(f"rig_file {path}: {e}") from None
+        raise StartupError(f"rig_file: {e}") from None  # e starts with the path
     errors = P.check_all(cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
     if errors:
         raise StartupError("; ".join(errors))

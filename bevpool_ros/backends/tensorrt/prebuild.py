@@ -52,9 +52,15 @@ def main(argv=None) -> int:
     ap.add_argument("--onnx", help="also write the one-node ONNX graph here (for inspection, e.g. Netron)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from ...rig import RigError
+
+    try:
+        smap = _map(args)  # a bad rig file is the user's input: one line, exit 2
+    except RigError as e:
+        print(f"bevpool-trt-build: {e}", file=sys.stderr)
+        return 2
     try:
         lib = load_tensorrt()
-        smap = _map(args)
         report = _build_rtx(lib, smap, args) if lib.is_rtx else _build_on_gpu(smap, args)
     except (TensorRTMissing, TargetError, BackendUnavailable, RuntimeError, ValueError, OSError) as e:
         print(f"prebuild failed: {e}", file=sys.stderr)
