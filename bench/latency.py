@@ -60,7 +60,7 @@ def role_publisher(args) -> int:
     import rclpy
 
     from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     rclpy.init(args=[sys.argv[0]])
     pub = SyntheticRigPublisher(load_rig(args.rig), dtype=args.input_dtype)
@@ -171,7 +171,7 @@ def workload_yaml(name: str) -> str:
 def resolve_rig(name: str) -> Path:
     """A rig YAML: the file given, a rig of config/rigs by name, or a benchmark workload of the
     shipped rig (bevpool_ros.workloads, e.g. wide_c256) written to a temporary YAML for the node."""
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.workloads import RIG_WORKLOADS, workload_rig
 
     path = Path(name)
@@ -193,7 +193,7 @@ def resolve_rig(name: str) -> Path:
 
 
 def rig_label(path) -> str:
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     return load_rig(path).name
 
@@ -201,7 +201,7 @@ def rig_label(path) -> str:
 def kernel_only(backend_name: str, precision: str, rig_path, frames: int = 50) -> dict:
     """The kernel alone on the synthetic inputs: the floor the node's latency sits on."""
     from bevpool_ros.backends import create_backend
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.scatter_map import build_scatter_map
     from bevpool_ros.synthetic import SyntheticScene
 
@@ -356,7 +356,7 @@ def main_inprocess(args, argv) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import inprocess_latency
 
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     if args.backend not in ("cuda", "best"):
         raise SystemExit("--transport inprocess measures the device path: --backend cuda")

@@ -307,8 +307,6 @@ class Rig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-# --- YAML (bevpool_ros/rig_yaml.py: the file format, strictly checked) ---------------------
-from .rig_yaml import load_rig, rig_from_dict  # noqa: E402  (it builds the classes above)
 
 __all__ = ["Axis", "Camera", "InputTransform", "Rig", "RigError", "checked_transform", "load_rig",
            "quaternion_to_matrix", "rig_from_dict"]

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bevpool_ros.rig import Rig, rig_from_dict
+from bevpool_ros.rig import Rig
+
+from bevpool_ros.rig_yaml import rig_from_dict
 
 
 def camera_to_ego(yaw_deg: float, pitch_deg: float = 0.0) -> list[list[float]]:

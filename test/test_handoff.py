@@ -140,7 +140,7 @@ def test_handoff_message_carries_ring_slot_and_geometry():
     from bevpool_ros.handoff.message import handoff_msg
     from bevpool_ros.handoff.producer import Written
     from bevpool_ros.paths import config_dir
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from std_msgs.msg import Header
 
     class Ring:  # what handoff_msg reads from a HandoffRing

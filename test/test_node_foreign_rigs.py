@@ -233,7 +233,7 @@ def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
 
     from bevpool_ros.demo.session import PipelineSession
     from bevpool_ros.demo.synthetic_publisher import camera_info_msg
-    from bevpool_ros.rig import rig_from_dict
+    from bevpool_ros.rig_yaml import rig_from_dict
 
     from conftest import NUSCENES_RIG
 

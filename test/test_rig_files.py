@@ -10,7 +10,9 @@ import sys
 import pytest
 import yaml
 
-from bevpool_ros.rig import RigError, load_rig, rig_from_dict
+from bevpool_ros.rig import RigError
+
+from bevpool_ros.rig_yaml import load_rig, rig_from_dict
 
 from conftest import NUSCENES_RIG
 

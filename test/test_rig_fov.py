@@ -15,7 +15,8 @@ from bevpool_ros.backends import CpuBackend
 from bevpool_ros.input_transform import InputTransform
 from bevpool_ros.node.calibration import LiveCalibration
 from bevpool_ros.reference import pool_reference
-from bevpool_ros.rig import RigError, rig_from_dict
+from bevpool_ros.rig import RigError
+from bevpool_ros.rig_yaml import rig_from_dict
 from bevpool_ros.scatter_map import build_scatter_map, frustum_points_ego, frustum_rays
 
 from conftest import NUSCENES_RIG

@@ -16,7 +16,7 @@ from bevpool_ros.kernels.twin import v3_kernel_twin
 from bevpool_ros.kernels.planning import plan_for
 from bevpool_ros.backends.staging import split_cameras
 from bevpool_ros.reference import pool_bruteforce, pool_reference
-from bevpool_ros.rig import load_rig
+from bevpool_ros.rig_yaml import load_rig
 from bevpool_ros.scatter_map import build_scatter_map, frustum_points_ego
 
 NAMES = sorted(V.VARIANTS)
@@ -137,7 +137,7 @@ def test_the_example_in_docs_rigs_md_loads_and_sees_its_grid():
 
     import yaml
 
-    from bevpool_ros.rig import rig_from_dict
+    from bevpool_ros.rig_yaml import rig_from_dict
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "rigs.md").read_text()
     (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)

@@ -182,7 +182,7 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
                  params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                  drain_s: float = 2.0) -> EvalReport:
     from ..demo.session import PipelineSession
-    from ..rig import load_rig
+    from ..rig_yaml import load_rig
 
     bag, out_bag = Path(bag), Path(out_bag)
     report = EvalReport(atol=atol)

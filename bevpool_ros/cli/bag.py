@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from ..bag.io import BagError
     from ..bag.ray_cluster import ClusterError
-    from ..rig import RigError, load_rig
+    from ..rig import RigError
+    from ..rig_yaml import load_rig
 
     try:
         if getattr(args, "rig", None):
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     if args.cmd == "record-synthetic":
-        from ..rig import load_rig
+        from ..rig_yaml import load_rig
         from ..bag.record import record_synthetic
 
         skip = {}

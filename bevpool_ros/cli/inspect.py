@@ -12,7 +12,8 @@ import numpy as np
 from ..backends.cuda.driver import live_l2_bytes
 from ..camera_view import DEFAULT_WARN_LOSS, camera_views
 from ..regime import MiB, classify, regime_table, working_set_parts
-from ..rig import RigError, load_rig
+from ..rig import RigError
+from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, ScatterMapError, build_scatter_map
 from ..workloads import RIG_WORKLOADS, WORKLOADS, describe, get_workload, workload_rig
 

@@ -127,7 +127,7 @@ class PipelineSession:
         from rclpy.executors import SingleThreadedExecutor
 
         from ..paths import default_rig_path
-        from ..rig import load_rig
+        from ..rig_yaml import load_rig
         from .consumer import BevConsumer
         from .synthetic_publisher import SyntheticRigPublisher
 

@@ -15,6 +15,7 @@ import numpy as np
 from rclpy.node import Node
 
 from ..rig import Rig
+
 from ..io.bev_message import ns_to_time
 from ..node.qos import make_qos
 from .waiting import poll_until
@@ -132,7 +133,8 @@ class SyntheticRigPublisher(Node):
 
 def main(argv=None) -> int:
     from ..paths import default_rig_path
-    from ..rig import RigError, load_rig
+    from ..rig import RigError
+    from ..rig_yaml import load_rig
 
     ap = argparse.ArgumentParser(description="Publish a synthetic nuScenes 6-camera scene for bevpool_node.")
     ap.add_argument("--rig", default=str(default_rig_path()))

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..backends import BackendUnavailable, create_backend
 from ..paths import default_rig_path
-from ..rig import RigError, load_rig
+from ..rig import RigError
+from ..rig_yaml import load_rig
 from . import params as P
 from .calibration import LiveCalibration
 

@@ -92,7 +92,8 @@ class OccupancyNode(Node):
         return f"from rig {self.rig.name}, else from the grid" if self.rig else "from the grid"
 
     def _load_coverage(self):
-        from ..rig import RigError, load_rig
+        from ..rig import RigError
+        from ..rig_yaml import load_rig
         from ..scatter_map import scatter_map_for
 
         path = self.cfg["rig_file"]

@@ -28,7 +28,7 @@ from .trt_import import TensorRTMissing, load_tensorrt
 
 def _map(args):
     if args.rig:
-        from ...rig import load_rig
+        from ...rig_yaml import load_rig
         from ...scatter_map import build_scatter_map
 
         return build_scatter_map(load_rig(args.rig))
