@@ -619,14 +619,18 @@ class BevPoolNode(Node):
         return SetParametersResult(successful=True)
 
     def set_parameters_atomically(self, parameter_list):
-        """Every rejection (by the descriptors: type, range, read-only; or by
-        _validate_parameters) is counted and logged with a reason that names the parameter.
-        The parameter services and set_parameters() all come through here."""
+        """Every change is logged, each one (not throttled: changes are rare and an operator
+        wants each answer): accepted ones with their new values, rejections (by the descriptors:
+        type, range, read-only; or by _validate_parameters) counted and with a reason that names
+        the parameter. The parameter services and set_parameters() all come through here."""
         result = super().set_parameters_atomically(parameter_list)
-        if not result.successful:
+        if result.successful:
+            changes = ", ".join(f"{p.name} := {shown(p.value)}" for p in parameter_list)
+            self.get_logger().info(f"parameter change accepted: {clip(changes, 300)}")
+        else:
             result.reason = self._readable_rejection(parameter_list, result.reason)
             self._count("parameter_rejected")
-            self.warn("parameter_rejected", f"parameter change rejected: {clip(result.reason, 300)}")
+            self.get_logger().warning(f"parameter change rejected: {clip(result.reason, 300)}")
         return result
 
     def set_parameters(self, parameter_list):
