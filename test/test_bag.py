@@ -129,6 +129,13 @@ def test_depth_camera_bag_is_scored_by_the_nodes_rule(tmp_path, nuscenes_rig):
     params.write_text("/**:\n  ros__parameters:\n    input:\n      depth_image_distribution: gaussian\n"
                       "      depth_image_sigma_m: 0.8\n")
     report = tmp_path / "report.json"
+    # without input.depth_mode: one line naming it (and the value that fits), before any node starts
+    r = _bag_cli("eval", path, "--out", tmp_path / "out", "--params-file", params, "-p", "backend:=cpu", timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    (line,) = r.stderr.strip().splitlines()
+    assert "input.depth_mode" in line and "/cameras/CAM_FRONT/depth holds sensor_msgs/msg/Image" in line, line
+    assert "-p input.depth_mode:=[image, distribution, image, distribution, image, distribution]" in line, line
+    assert not (tmp_path / "out").exists()  # so the corrected run below can use the same --out
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval", str(path), "--out", str(tmp_path / "out"),
                         "--params-file", str(params), "-p", "backend:=cpu", "-p", "diagnostics.period_s:=0.2",
                         "-p", "input.depth_mode:=[image, distribution, image, distribution, image, distribution]",
@@ -178,6 +185,23 @@ def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, damage):
         assert r.returncode == 2, (args, r.stderr[-2000:])
         assert "Traceback" not in r.stderr and str(path) in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
     assert not (tmp_path / "out").exists()  # refused before a node was started
+
+
+@pytest.mark.ros
+def test_a_node_that_does_not_start_is_one_line_and_leaves_nothing(bag, tmp_path):
+    r = _bag_cli("eval", bag[0], "--out", tmp_path / "out", "-p", "backend:=cpu", "-p", "sync.min_cameras:=9",
+                 timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("bevpool-bag eval: bevpool_node exited with code") and "sync.min_cameras" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bag_without_the_nodes_topics_is_refused_before_it_starts(bag, tmp_path):
+    r = _bag_cli("eval", bag[0], "--out", tmp_path / "out", "-p", "input.feat_topic:=robot/{camera}/feat")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "no /robot/CAM_FRONT/feat" in r.stderr and "input.feat_topic" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_existing_output_is_refused(bag, tmp_path):
