@@ -291,3 +291,21 @@ def test_causes_of_a_free_running_replay_come_from_the_nodes_counters():
         "worker_busy": 3, "sync_superseded": 1, "unexplained": 2}
     assert rate_mode_causes(6, 1, counts, 1, messages_short=5) == {
         "published_partial": 1, "worker_busy": 3, "sync_superseded": 1, "not_received_by_node": 1}
+
+
+@pytest.mark.ros
+def test_sqlite3_db3_bags_are_read_and_evaluated(tmp_path, nuscenes_rig):
+    """rosbag2's older storage (.db3, the default before Iron): info, play and eval take it as MCAP."""
+    path = tmp_path / "old_storage"
+    r = _bag_cli("record-synthetic", path, "--frames", "4", "--storage", "sqlite3", "--skip", "2:CAM_BACK")
+    assert r.returncode == 0, r.stderr
+    assert [p.suffix for p in path.iterdir() if p.name != "metadata.yaml"] == [".db3"]
+    s = bag_summary(path)
+    assert s["topics"]["/cameras/CAM_FRONT/feat"] == {"type": "bevpool_msgs/msg/CameraTensor", "count": 4}
+    report = tmp_path / "report.json"
+    r = _bag_cli("eval", path, "--out", tmp_path / "out", "-p", "backend:=cpu", "-p", "diagnostics.period_s:=0.2",
+                 "--paced", "--report", report, timeout=180)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    assert (rep["bag_sets"], rep["complete_sets"], rep["published_complete"], rep["lost"]) == (4, 3, 3, 0)
+    assert rep["compared"] == rep["within_tolerance"] == 3

@@ -29,7 +29,7 @@ START_NS = 1_700_000_000_000_000_000  # a fixed epoch: bags are reproducible byt
 def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: float = 20.0,
                      dtype: str = "float16", layout: str = "HWC", seed: int = 0,
                      jitter_ms: float = 0.0, skip: dict[int, set[str]] | None = None,
-                     depth_images=(), show_progress: bool = False) -> dict:
+                     depth_images=(), show_progress: bool = False, storage: str = "mcap") -> dict:
     """Write the bag; returns {frame index: stamp_ns} of the sets it holds."""
     unknown = set(depth_images) - {c.name for c in rig.cameras}
     if unknown:
@@ -38,7 +38,7 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
     rng = np.random.default_rng(seed)
     period = int(1e9 / rate_hz)
     stamps = {}
-    with BagWriter(path) as bag, progress_bar(frames, "record", "set", enabled=show_progress) as bar:
+    with BagWriter(path, storage) as bag, progress_bar(frames, "record", "set", enabled=show_progress) as bar:
         for i in range(frames):
             stamp = START_NS + i * period
             stamps[i] = stamp

@@ -1,7 +1,7 @@
 """bevpool-bag: rosbag2 camera bags for replay evaluation, without rosbag2.
 
   bevpool-bag record-synthetic OUT_BAG [--frames 40] [--rate 20] [--dtype float16] [--skip 5:CAM_BACK]
-                               [--depth-image CAM_FRONT ...]
+                               [--depth-image CAM_FRONT ...] [--storage mcap|sqlite3]
   bevpool-bag info BAG
   bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
   bevpool-bag eval BAG --out OUT_BAG [--params-file config/cpu.yaml] [-p backend:=cpu] [--report r.json]
@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     rec.add_argument("--rate", type=float, default=20.0)
     rec.add_argument("--dtype", default="float16", choices=("float32", "float16", "float8_e4m3"))
     rec.add_argument("--layout", default="HWC", choices=("HWC", "CHW"))
+    rec.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"),
+                     help="rosbag2 storage: mcap (default) or sqlite3 (.db3, older ROS 2 releases)")
     rec.add_argument("--jitter-ms", type=float, default=0.0, help="per-camera stamp jitter")
     rec.add_argument("--skip", type=_skip_arg, action="append", default=[], metavar="FRAME:CAMERA",
                      help="leave CAMERA out of FRAME (repeatable)")
@@ -110,7 +112,7 @@ def _run(args) -> int:
         try:
             stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
                                       args.layout, jitter_ms=args.jitter_ms, skip=skip, depth_images=args.depth_image,
-                                      show_progress=True)
+                                      show_progress=True, storage=args.storage)
         except ValueError as e:
             print(f"bevpool-bag: {e}", file=sys.stderr)
             return 2
