@@ -65,6 +65,8 @@ def test_replay_evaluation_scores_every_grid(bag, tmp_path):
     # the set missing CAM_BACK is incomplete in the bag (policy drop): not a lost set
     assert rep["complete_sets"] == 11 and rep["published_complete"] == 11 and rep["published"] == 11
     assert rep["lost"] == 0 and rep["lost_by_cause"] == {} and rep["ok"] and rep["failures"] == []
+    # paced: a slow machine spreading a set's messages cannot time it out
+    assert rep["node_parameters"]["sync.camera_timeout_s"] == 5.0
     assert rep["compared"] == rep["within_tolerance"] == rep["published"]
     assert rep["atol"] is None and "precision" in rep["tolerance"]
     assert rep["backend"] == rep["diagnostics"]["backend"] and rep["precision"] == rep["diagnostics"]["precision"]
@@ -280,6 +282,18 @@ def test_allow_lost_takes_a_count_or_a_fraction():
     assert r.returncode == 2 and "--allow-lost" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_paced_replay_gives_the_node_time_unless_told_otherwise(tmp_path):
+    from bevpool_ros.bag.evaluate import paced_parameters
+
+    f = tmp_path / "p.yaml"
+    f.write_text("bevpool_node:\n  ros__parameters:\n    sync:\n      camera_timeout_s: 0.1\n")
+    assert paced_parameters(None, str(f)) == {"sync.camera_timeout_s": 5.0}
+    assert paced_parameters({"backend": "cpu"}, None) == {"backend": "cpu", "sync.camera_timeout_s": 5.0}
+    f.write_text("bevpool_node:\n  ros__parameters:\n    sync:\n      camera_timeout_s: 8.0\n")
+    assert paced_parameters(None, str(f)) == {"sync.camera_timeout_s": 8.0}
+    assert paced_parameters({"sync.camera_timeout_s": 0.2}, str(f)) == {"sync.camera_timeout_s": 0.2}  # -p wins
+
+
 def test_causes_of_a_free_running_replay_come_from_the_nodes_counters():
     from bevpool_ros.bag.losses import rate_mode_causes, set_level_counts
 
@@ -295,17 +309,24 @@ def test_causes_of_a_free_running_replay_come_from_the_nodes_counters():
 
 @pytest.mark.ros
 def test_sqlite3_db3_bags_are_read_and_evaluated(tmp_path, nuscenes_rig):
-    """rosbag2's older storage (.db3, the default before Iron): info, play and eval take it as MCAP."""
+    """rosbag2's older storage (.db3, the default before Iron): info, play and eval take it as MCAP.
+    record-synthetic and eval show their progress."""
+    import os
+
     path = tmp_path / "old_storage"
-    r = _bag_cli("record-synthetic", path, "--frames", "4", "--storage", "sqlite3", "--skip", "2:CAM_BACK")
+    progress = dict(os.environ, BEVPOOL_PROGRESS="1")  # bars on, although stderr is no terminal
+    r = _bag_cli("record-synthetic", path, "--frames", "4", "--storage", "sqlite3", "--skip", "2:CAM_BACK",
+                 env=progress)
     assert r.returncode == 0, r.stderr
+    assert "record: 100%" in r.stderr and "4/4" in r.stderr, r.stderr  # progress while it writes
     assert [p.suffix for p in path.iterdir() if p.name != "metadata.yaml"] == [".db3"]
     s = bag_summary(path)
     assert s["topics"]["/cameras/CAM_FRONT/feat"] == {"type": "bevpool_msgs/msg/CameraTensor", "count": 4}
     report = tmp_path / "report.json"
     r = _bag_cli("eval", path, "--out", tmp_path / "out", "-p", "backend:=cpu", "-p", "diagnostics.period_s:=0.2",
-                 "--paced", "--report", report, timeout=180)
+                 "--paced", "--report", report, timeout=180, env=progress)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "replay: 100%" in r.stderr and "3/3" in r.stderr and "score: 100%" in r.stderr, r.stderr[-2000:]
     rep = json.loads(report.read_text())
     assert (rep["bag_sets"], rep["complete_sets"], rep["published_complete"], rep["lost"]) == (4, 3, 3, 0)
     assert rep["compared"] == rep["within_tolerance"] == 3

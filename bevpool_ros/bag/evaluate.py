@@ -39,6 +39,7 @@ from .losses import AllowLost
 from .sets import BagSets, grid_key
 
 LOST_STAMPS_SHOWN = 20
+PACED_CAMERA_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -54,6 +55,7 @@ class EvalReport:
     allowed_lost: int = 0
     allow_lost: str = "0"
     resent: int = 0                        # sets sent again: the node had received none of them
+    node_parameters: dict = field(default_factory=dict)  # given on the node's command line (-p, mode)
     backend: str = ""                      # what the node ran (its diagnostics)
     precision: str = ""
     compared: int = 0
@@ -73,6 +75,7 @@ class EvalReport:
                 "published_complete": self.published_complete, "lost": self.lost,
                 "lost_by_cause": self.lost_by_cause, "lost_stamps": self.lost_stamps,
                 "allow_lost": self.allow_lost, "allowed_lost": self.allowed_lost, "resent": self.resent,
+                "node_parameters": self.node_parameters,
                 "backend": self.backend, "precision": self.precision, "compared": self.compared,
                 "within_tolerance": self.within_tolerance, "max_abs_err": self.max_abs_err,
                 "atol": self.atol, "tolerance": tolerance_text(self.atol), "e2e_ms": {"p50": pct(50), "p99": pct(99)},
@@ -193,6 +196,18 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
     report.within_tolerance += ratio <= 1.0
 
 
+def paced_parameters(node_params: dict | None, params_file: str | None) -> dict:
+    """The node's parameters for a paced replay: ``sync.camera_timeout_s`` at least
+    PACED_CAMERA_TIMEOUT_S (unless given with -p). A set is sent whole, so only a slow machine
+    could spread its messages past a camera timeout made for live cameras; its slowness must
+    not cost an accuracy run a set."""
+    params = dict(node_params or {})
+    name = "sync.camera_timeout_s"
+    if name not in params:
+        params[name] = max(float(node_parameter(name, None, params_file)), PACED_CAMERA_TIMEOUT_S)
+    return params
+
+
 def node_view(bag, rig: Rig, node_params: dict | None, params_file: str | None):
     """The node's view of ``bag`` (preflight.NodeView), checked to fit it: BagError (one line) if not."""
     from .preflight import NodeView, check_bag_fits
@@ -214,6 +229,8 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     rig = load_rig(rig_path)
     view = node_view(bag, rig, node_params, params_file)  # before a node starts or a file is written
     report = EvalReport(atol=atol, allow_lost=str(allow_lost))
+    node_params = paced_parameters(node_params, params_file) if paced else dict(node_params or {})
+    report.node_parameters = node_params
     try:
         replay, result = _replay(bag, out_bag, rig_path, node_params, params_file, view,
                                  None if paced else rate, drain_s, set_timeout_s, show_progress, report)
