@@ -93,6 +93,8 @@ class EvalReport:
                        f"(worst |error| {self.max_abs_err:.3g})")
         if self.compared == 0:
             out.append("no grid to compare: the node published nothing from this bag")
+        if self.node_rc not in (0, None):
+            out.append(f"bevpool_node exited with code {self.node_rc}")
         return out
 
     @property

@@ -25,6 +25,7 @@ from .sets import BagSet, grid_key
 RESENDS = 3
 FRESH_S = 0.3            # a /diagnostics message this long after a send reflects it
 CONNECT_TIMEOUT_S = 30.0
+NODE_EXITED = "node_exited"
 
 
 class EvalSetupError(BagError):
@@ -145,6 +146,9 @@ class Replay:
 
             def settled() -> bool:
                 if s.key in self.keys:
+                    return True
+                if not self.session.node.alive():
+                    verdict["cause"] = NODE_EXITED
                     return True
                 if partial():
                     verdict["cause"] = losses.PARTIAL
