@@ -53,3 +53,19 @@ def test_demo_says_it_fell_back_and_why(tmp_path):
     assert "asked for backend cuda at fp8, the node runs cpu at fp32" in line, line
     assert "cuda" in line.split("fp32: ", 1)[1] and "the cpu backend computes in fp32" in line, line
     _assert_is_the_shared_figure(png, "cpu fp32")
+
+
+def test_fallback_note_only_for_what_was_asked():
+    from bevpool_ros.demo.fallback import fallback_note
+
+    log = ("[WARN] [bevpool_node]: backend 'cuda' unavailable here, running 'cpu' (precision fp32) instead: "
+           "backend 'cuda' unavailable (cuda: no CUDA driver); using 'cpu'\n")
+    cpu = {"backend": "cpu", "precision": "fp32"}
+    assert fallback_note("best", "auto", cpu, "") is None       # the defaults: whatever runs here
+    assert fallback_note("cpu", "fp32", cpu, "") is None
+    note = fallback_note("cuda", "fp8", cpu, log)
+    assert note == ("fell back: asked for backend cuda at fp8, the node runs cpu at fp32: backend 'cuda' "
+                    "unavailable (cuda: no CUDA driver); using 'cpu'; the cpu backend computes in fp32")
+    assert "cuda unavailable (the node's log says why)" in fallback_note("cuda", "auto", cpu, "")
+    assert fallback_note("best", "fp8", {"backend": "cuda", "precision": "fp16"}, "").endswith(
+        "fp8 not available on cuda here")

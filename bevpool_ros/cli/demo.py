@@ -22,7 +22,8 @@ def main(argv=None) -> int:
     ap.add_argument("--frames", type=int, default=60, help="camera sets to publish (default 60)")
     ap.add_argument("--rate", type=float, default=20.0, help="camera rate in Hz (default 20)")
     ap.add_argument("--backend", default="best", choices=("best", "tensorrt", "cuda", "cpu"))
-    ap.add_argument("--precision", default="fp16", choices=("fp32", "fp16", "fp8", "auto"))
+    ap.add_argument("--precision", default=None, choices=("fp32", "fp16", "fp8", "auto"),
+                    help="default fp16 (the cpu backend always computes fp32)")
     ap.add_argument("--rig", default=None, help="rig YAML (default: the nuScenes BEVDet-R50 rig)")
     ap.add_argument("--png", default="out/bev_demo.png", help="where to write the BEV image (default out/bev_demo.png)")
     args = ap.parse_args(argv)
@@ -36,7 +37,7 @@ def main(argv=None) -> int:
     from ..tolerance import error_ratio
     from ..visualize import bev_energy_map, save_bev_figure
 
-    session = PipelineSession(args.rig, {"backend": args.backend, "precision": args.precision,
+    session = PipelineSession(args.rig, {"backend": args.backend, "precision": args.precision or "fp16",
                                          "diagnostics.period_s": 0.5})
     print(f"[demo] ROS_DOMAIN_ID={session.domain}, localhost only; starting bevpool_node ...", flush=True)
     try:
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
     d = result.diagnostics
     print(f"[demo] sets sent {result.sent}, BEV grids received {result.received} "
           f"(backend {d.get('backend', '?')}, precision {d.get('precision', '?')})")
-    note = fallback_note(args.backend, args.precision, d, log)
+    note = fallback_note(args.backend, args.precision or "auto", d, log)  # only what was asked for
     if note:
         print(f"[demo] {note}")
     if result.last_bev is None:
