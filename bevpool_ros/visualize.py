@@ -85,7 +85,8 @@ CMAP_RANGE = (0.12, 0.92)
 def _colour_map():
     from matplotlib import colormaps, colors
 
-    return colors.ListedColormap(colormaps["magma"](np.linspace(*CMAP_RANGE, 256)), name="magma_cells")
+    return colors.ListedColormap(colormaps["magma"](np.linspace(*CMAP_RANGE, 256)),
+                                 name="magma_cells")
 
 
 def plot_bev(ax, values: np.ndarray, x_lower: float, y_lower: float, x_step: float, y_step: float,
@@ -103,30 +104,32 @@ def plot_bev(ax, values: np.ndarray, x_lower: float, y_lower: float, x_step: flo
         norm = colors.LogNorm(*limits, clip=True)  # below the range: the darkest colour
     else:
         norm = None
-    shown = np.where(np.asarray(values) > 0, values, np.nan) if log else values  # zero cells: the page
+    # zero cells: not drawn, the page shows through
+    shown = np.where(np.asarray(values) > 0, values, np.nan) if log else values
     ax.set_facecolor(EMPTY_COLOUR)
     extent = (y_lower, y_lower + Y * y_step, x_lower, x_lower + X * x_step)
-    im = ax.imshow(np.asarray(shown, dtype=np.float64).T, origin="lower", extent=extent, cmap=_colour_map(),
-                   norm=norm, interpolation="nearest", aspect="equal")
+    im = ax.imshow(np.asarray(shown, dtype=np.float64).T, origin="lower", extent=extent,
+                   cmap=_colour_map(), norm=norm, interpolation="nearest", aspect="equal")
     ax.invert_xaxis()  # +y (left of the vehicle) to the left
-    ax.plot([0], [0], marker="^", color=EGO_COLOUR, markeredgecolor="black", markersize=8, linestyle="none")
+    ego = dict(marker="^", color=EGO_COLOUR, markeredgecolor="black", linestyle="none")
+    ax.plot([0], [0], markersize=8, **ego)
     ax.set_xlabel("y (m, left +)")
     ax.set_ylabel("x (m, forward +)")
     cbar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     cbar.set_label(label + (" (log scale)" if limits is not None else ""))
-    handles = [Line2D([], [], marker="^", color=EGO_COLOUR, markeredgecolor="black", linestyle="none",
-                      label="ego vehicle (facing +x)")]
+    handles = [Line2D([], [], label="ego vehicle (facing +x)", **ego)]
     if log:
         handles.append(Patch(facecolor=EMPTY_COLOUR, edgecolor="grey", label="empty cell (0)"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=len(handles), fontsize=8,
-              frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=len(handles),
+              fontsize=8, frameon=False)
     return im
 
 
 def save_bev_figure(path: str | Path, values: np.ndarray, x_lower: float, y_lower: float, x_step: float,
                     y_step: float, title: str, label: str, log: bool = True) -> Path:
     """A PNG people can read: values [Y, X] with axes in metres, a colour bar, a legend, a title
-    (also kept as the PNG's Title), log scale. The one figure of bevpool-inspect and bevpool-demo."""
+    (also kept as the PNG's Title), log scale. The one figure of bevpool-inspect and
+    bevpool-demo."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,6 +1,8 @@
-"""Replay evaluation: play a camera bag into a real bevpool_node over DDS, record and score its output.
+"""Replay evaluation: play a camera bag into a real bevpool_node over DDS, record and score its
+output.
 
-1. the bag is checked against the node's parameters (its topics, depth modes) before anything starts;
+1. the bag is checked against the node's parameters (its topics, depth modes) before anything
+   starts;
 2. the node runs in its own process with the given parameters (isolated DDS domain);
 3. the bag's messages are published raw (CDR as recorded), at the recorded pace x ``rate`` or paced
    (one set at a time, each after the previous grid came back): ``replay``;
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,7 @@ from .losses import AllowLost
 from .sets import BagSets, grid_key
 
 LOST_STAMPS_SHOWN = 20
+PLOTTED = ("frame_errors", "frame_error_ratios", "e2e_ms")  # per-grid lists: the report plots them
 PACED_CAMERA_TIMEOUT_S = 5.0
 
 
@@ -47,7 +50,7 @@ class EvalReport:
     mode: str = ""                         # "rate x1" or "paced"
     bag_sets: int = 0                      # sets in the bag (complete + incomplete)
     complete_sets: int = 0                 # every camera the node subscribes, within its slop
-    published: int = 0                     # grids the node published (all of them, partial ones too)
+    published: int = 0                     # grids the node published (partial ones too)
     published_complete: int = 0            # complete sets of the bag that came back whole
     lost: int = 0                          # complete sets that did not
     lost_by_cause: dict = field(default_factory=dict)
@@ -55,14 +58,14 @@ class EvalReport:
     allowed_lost: int = 0
     allow_lost: str = "0"
     resent: int = 0                        # sets sent again: the node had received none of them
-    node_parameters: dict = field(default_factory=dict)  # given on the node's command line (-p, mode)
+    node_parameters: dict = field(default_factory=dict)  # on its command line (-p, the mode's)
     backend: str = ""                      # what the node ran (its diagnostics)
     precision: str = ""
     compared: int = 0
     within_tolerance: int = 0
     max_abs_err: float = 0.0
-    frame_errors: list[float] = field(default_factory=list)  # max |error| per compared grid, in bag order
-    frame_error_ratios: list[float] = field(default_factory=list)  # max |error| / allowed: <= 1 passes
+    frame_errors: list[float] = field(default_factory=list)  # max |error| per grid, bag order
+    frame_error_ratios: list[float] = field(default_factory=list)  # max |error| / allowed: <= 1
     e2e_ms: list[float] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
@@ -70,27 +73,21 @@ class EvalReport:
 
     def to_dict(self) -> dict:
         pct = (lambda q: float(np.percentile(self.e2e_ms, q))) if self.e2e_ms else (lambda q: None)
-        return {"ok": self.ok, "failures": self.failures(), "mode": self.mode, "bag_sets": self.bag_sets,
-                "complete_sets": self.complete_sets, "published": self.published,
-                "published_complete": self.published_complete, "lost": self.lost,
-                "lost_by_cause": self.lost_by_cause, "lost_stamps": self.lost_stamps,
-                "allow_lost": self.allow_lost, "allowed_lost": self.allowed_lost, "resent": self.resent,
-                "node_parameters": self.node_parameters,
-                "backend": self.backend, "precision": self.precision, "compared": self.compared,
-                "within_tolerance": self.within_tolerance, "max_abs_err": self.max_abs_err,
-                "atol": self.atol, "tolerance": tolerance_text(self.atol), "e2e_ms": {"p50": pct(50), "p99": pct(99)},
-                "diagnostics": self.diagnostics, "node_rc": self.node_rc}
+        out = {"ok": self.ok, "failures": self.failures()}
+        out.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in PLOTTED)
+        out.update(tolerance=tolerance_text(self.atol), e2e_ms={"p50": pct(50), "p99": pct(99)})
+        return out
 
     def failures(self) -> list[str]:
         """Why the run fails, one line each (empty: it passes)."""
         out = []
         if self.lost > self.allowed_lost:
-            out.append(f"{self.lost} of {self.complete_sets} complete sets lost ({losses.describe(self.lost_by_cause)}),"
-                       f" {self.allowed_lost} allowed (--allow-lost {self.allow_lost}; --paced loses none to a "
-                       "slow machine)")
+            out.append(f"{self.lost} of {self.complete_sets} complete sets lost "
+                       f"({losses.describe(self.lost_by_cause)}), {self.allowed_lost} allowed "
+                       f"(--allow-lost {self.allow_lost}; --paced loses none to a slow machine)")
         if self.within_tolerance < self.compared:
-            out.append(f"{self.compared - self.within_tolerance} of {self.compared} grids out of tolerance "
-                       f"(worst |error| {self.max_abs_err:.3g})")
+            out.append(f"{self.compared - self.within_tolerance} of {self.compared} grids out of "
+                       f"tolerance (worst |error| {self.max_abs_err:.3g})")
         if self.compared == 0:
             out.append("no grid to compare: the node published nothing from this bag")
         if self.node_rc not in (0, None):
@@ -100,6 +97,13 @@ class EvalReport:
     @property
     def ok(self) -> bool:
         return not self.failures()
+
+    def summary(self) -> str:
+        """One line: mode, what ran, sets and grids, and the verdict with its reasons."""
+        verdict = "ok" if self.ok else "FAILED: " + "; ".join(self.failures())
+        return (f"({self.mode}, {self.backend} {self.precision}): {self.published_complete} of "
+                f"{self.complete_sets} complete sets published, {self.within_tolerance} of "
+                f"{self.compared} grids within tolerance: {verdict}")
 
 
 def tolerance_text(atol: float | None) -> str:
@@ -125,8 +129,8 @@ def node_parameter(name: str, node_params: dict | None, params_file: str | None)
     return BY_NAME[name].default
 
 
-def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: DepthImageConverter | None = None,
-          show_progress: bool = False) -> None:
+def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport,
+          depth_image: DepthImageConverter | None = None, show_progress: bool = False) -> None:
     """Recompute each published grid from the inputs it names; stream the input bag once.
     ``depth_image``: how depth Images become distributions (default: the node's defaults)."""
     with progress_bar(total=sum(1 for _ in read_bag(out_bag)), desc="score", unit="grid",
@@ -211,7 +215,7 @@ def paced_parameters(node_params: dict | None, params_file: str | None) -> dict:
 
 
 def node_view(bag, rig: Rig, node_params: dict | None, params_file: str | None):
-    """The node's view of ``bag`` (preflight.NodeView), checked to fit it: BagError (one line) if not."""
+    """The node's view of ``bag`` (preflight.NodeView), checked to fit it: BagError if not."""
     from .preflight import NodeView, check_bag_fits
 
     view = NodeView.of(rig, lambda name: node_parameter(name, node_params, params_file))
@@ -229,29 +233,31 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
 
     bag, out_bag = Path(bag), Path(out_bag)
     rig = load_rig(rig_path)
-    view = node_view(bag, rig, node_params, params_file)  # before a node starts or a file is written
-    report = EvalReport(atol=atol, allow_lost=str(allow_lost))
+    view = node_view(bag, rig, node_params, params_file)  # before a node starts, a file is written
     node_params = paced_parameters(node_params, params_file) if paced else dict(node_params or {})
-    report.node_parameters = node_params
+    report = EvalReport(atol=atol, allow_lost=str(allow_lost), node_parameters=node_params)
+    rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file)
+            for k in ("distribution", "sigma_m")}
     try:
-        replay, result = _replay(bag, out_bag, rig_path, node_params, params_file, view,
-                                 None if paced else rate, drain_s, set_timeout_s, show_progress, report)
-        rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file)
-                for k in ("distribution", "sigma_m")}
-        score(bag, out_bag, rig, report, DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"])),
-              show_progress)
+        sets, result, report.node_rc = _replay(
+            bag, out_bag, rig_path, node_params, params_file, view, None if paced else rate,
+            dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress))
+        converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
+        score(bag, out_bag, rig, report, converter, show_progress)
     except BaseException:
         shutil.rmtree(out_bag, ignore_errors=True)
         raise
-    account(report, replay.sets, result, grid_keys(out_bag), allow_lost)
-    report.e2e_ms = [(result.arrivals[s] - t) * 1e3 for s, t in _last_played_per_set(result.played, out_bag).items()
+    report.diagnostics = result.diagnostics_end
+    account(report, sets, result, grid_keys(out_bag), allow_lost)
+    last_played = _last_played_per_set(result.played, out_bag)
+    report.e2e_ms = [(result.arrivals[s] - t) * 1e3 for s, t in last_played.items()
                      if s in result.arrivals]
     return report
 
 
-def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, drain_s, set_timeout_s, show_progress,
-            report):
-    """Start the node, play the bag into it, record its grids in ``out_bag``; (Replay, ReplayResult)."""
+def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, options: dict):
+    """Start the node, play the bag into it (``rate`` None: paced), record its grids in
+    ``out_bag``; (the bag's sets, ReplayResult, the node's exit code)."""
     from ..demo.session import PipelineSession
     from .play import BagPlayer
     from .replay import Replay
@@ -263,17 +269,17 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, drain_
     try:
         player = BagPlayer(bag, context=session.context)
         session.executor.add_node(player)
-        replay = Replay(session, player, find_sets(player.entries, view.cameras, view.slop_s), set_timeout_s,
-                        show_progress)
+        sets = find_sets(player.entries, view.cameras, view.slop_s)
+        replay = Replay(session, player, sets, options["set_timeout_s"], options["show_progress"])
         with BagWriter(out_bag) as writer:
-            result = replay.run(lambda r: writer.write("/bev/features", r.msg, time.time_ns()), rate, drain_s)
-        report.diagnostics = result.diagnostics_end
+            record = lambda r: writer.write("/bev/features", r.msg, time.time_ns())  # noqa: E731
+            result = replay.run(record, rate, options["drain_s"])
     finally:
         if player is not None:
             session.executor.remove_node(player)
             player.destroy_node()
-        report.node_rc, _ = session.close()
-    return replay, result
+        node_rc, _ = session.close()
+    return sets, result, node_rc
 
 
 def grid_keys(out_bag: Path) -> list:
@@ -283,7 +289,7 @@ def grid_keys(out_bag: Path) -> list:
 def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: AllowLost) -> None:
     """Complete sets of the bag against the grids that came back: lost ones, and why."""
     got = set(keys)
-    d = result.diagnostics_end
+    d, d0 = result.diagnostics_end, result.diagnostics_start
     report.mode, report.resent = result.mode, result.resent
     report.backend, report.precision = d.get("backend", ""), d.get("precision", "")
     report.bag_sets, report.complete_sets = sets.total, len(sets.complete)
@@ -300,13 +306,14 @@ def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: A
             causes[cause] = causes.get(cause, 0) + 1
         report.lost_by_cause = causes
         return
-    counts = losses.growth(losses.set_level_counts(d), losses.set_level_counts(result.diagnostics_start))
-    partial_incomplete = len(keys) - len(got & {s.key for s in sets.complete}) - len(partial)
-    accepted = losses.counter(d, "sync_accepted_messages") - losses.counter(result.diagnostics_start,
-                                                                             "sync_accepted_messages")
+    counts = losses.growth(losses.set_level_counts(d), losses.set_level_counts(d0))
+    # zero-filled grids of the bag's own incomplete sets: those sets were not dropped
+    whole = len(got & {s.key for s in sets.complete})
+    partial_of_incomplete = max(0, len(keys) - whole - len(partial))
+    accepted = "sync_accepted_messages"
+    short = result.messages_sent - (losses.counter(d, accepted) - losses.counter(d0, accepted))
     report.lost_by_cause = losses.rate_mode_causes(
-        len(lost), len(partial), counts, max(0, sets.incomplete - max(0, partial_incomplete)),
-        result.messages_sent - accepted)
+        len(lost), len(partial), counts, max(0, sets.incomplete - partial_of_incomplete), short)
 
 
 def _last_played_per_set(played: dict, out_bag: Path) -> dict[int, float]:

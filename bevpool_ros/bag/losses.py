@@ -18,7 +18,8 @@ from ..node.diagnostics import SET_LOSSES
 
 # set-level counters, named as /diagnostics names them (without the "dropped_" prefix)
 SET_LEVEL = tuple(k.removeprefix("dropped_") for k in SET_LOSSES) + ("skipped_no_subscribers",)
-SYNC_SET_DROPS = ("sync_superseded", "sync_incomplete_timeout", "sync_evicted")  # an incomplete set's fate
+# how the synchroniser lets an incomplete set go
+SYNC_SET_DROPS = ("sync_superseded", "sync_incomplete_timeout", "sync_evicted")
 PARTIAL = "published_partial"        # the node zero-filled cameras the bag holds
 NOT_RECEIVED = "not_received_by_node"
 UNEXPLAINED = "unexplained"
@@ -26,7 +27,8 @@ UNEXPLAINED = "unexplained"
 
 @dataclass(frozen=True)
 class AllowLost:
-    """``--allow-lost``: a number of sets (``3``) or a fraction of the complete ones (``0.05``, ``5%``)."""
+    """``--allow-lost``: a number of sets (``3``) or a fraction of the complete ones
+    (``0.05``, ``5%``)."""
 
     count: int | None = 0
     fraction: float | None = None
@@ -41,8 +43,8 @@ class AllowLost:
                 return cls(count=int(t))
             return cls._fraction(float(t), text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected a number of sets (3) or a fraction of them (0.05 or 5%), got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a number of sets (3) or a fraction of "
+                                             f"them (0.05 or 5%), got {text!r}") from None
 
     @classmethod
     def _fraction(cls, f: float, text: str) -> "AllowLost":
@@ -57,7 +59,9 @@ class AllowLost:
         return int(self.count or 0)
 
     def __str__(self) -> str:
-        return f"{self.fraction:g} of the complete sets" if self.fraction is not None else str(self.count)
+        if self.fraction is not None:
+            return f"{self.fraction:g} of the complete sets"
+        return str(self.count)
 
 
 def counter(diagnostics: dict, key: str) -> int:
@@ -84,7 +88,8 @@ def rate_mode_causes(lost: int, partial: int, counts: dict[str, int], bag_incomp
 
     ``partial``: lost sets whose grid came out zero-filled; ``counts``: set-level counter growth;
     ``bag_incomplete``: incomplete sets of the bag the node dropped (expected, taken out of the
-    synchroniser's drops); ``messages_short``: tensor messages played but never accepted by the node.
+    synchroniser's drops); ``messages_short``: tensor messages played but never accepted by the
+    node.
     """
     counts = dict(counts)
     expected = bag_incomplete
@@ -109,4 +114,5 @@ def pick_cause(grew: dict[str, int]) -> str:
 
 
 def describe(causes: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(causes.items(), key=lambda kv: -kv[1])) or "no cause reported"
+    ranked = sorted(causes.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v}" for k, v in ranked) or "no cause reported"

@@ -64,7 +64,8 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
     use_large_data_profile()
     t0 = time.monotonic()
     try:
-        report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol, **(options or {}))
+        report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol,
+                              **(options or {}))
     except Exception as e:  # one broken bag is a failed row in the report, not a failed run
         return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "failures": [str(e)],
                 "domain": domain}
@@ -132,8 +133,10 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
     from .losses import AllowLost
 
     where = f"the Ray cluster at {address}" if address else "local Ray"
-    say = (lambda text: print(f"eval-many: {text}", file=sys.stderr, flush=True)) if show_progress else (
-        lambda text: None)
+    def say(text: str) -> None:
+        if show_progress:
+            print(f"eval-many: {text}", file=sys.stderr, flush=True)
+
     say(f"starting {where} ..." if address is None else f"joining {where} ...")
     t0 = time.monotonic()
     ray = start_ray(address, num_cpus)
@@ -142,7 +145,8 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
     say(f"{where} up in {time.monotonic() - t0:.1f} s ({cpus:g} CPUs); {len(bags)} bag(s), "
         f"{resources.num_cpus:g} CPU + {resources.num_gpus:g} GPU per task, "
         + ("paced" if paced else f"rate x{rate:g}"))
-    options = {"paced": paced, "allow_lost": allow_lost or AllowLost(), "set_timeout_s": set_timeout_s}
+    options = {"paced": paced, "allow_lost": allow_lost or AllowLost(),
+               "set_timeout_s": set_timeout_s}
     env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV_PREFIXES)}
     task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1,
                       runtime_env={"env_vars": env} if env else None)(_evaluate_task)

@@ -41,25 +41,30 @@ class NodeView:
         def topics(name: str) -> dict[str, str]:
             return {c: "/" + parameter(name).format(camera=c).lstrip("/") for c in cameras}
 
-        return cls(cameras, topics("input.depth_topic"), topics("input.feat_topic"), dict(zip(cameras, modes)),
-                   float(parameter("sync.slop_s")))
+        return cls(cameras, topics("input.depth_topic"), topics("input.feat_topic"),
+                   dict(zip(cameras, modes)), float(parameter("sync.slop_s")))
 
 
 def check_bag_fits(bag, topics: dict[str, dict], node: NodeView) -> None:
-    """``topics``: bag_summary's topic table. BagError (one line) when the node cannot use the bag."""
-    missing = [t for c in node.cameras for t in (node.depth_topics[c], node.feat_topics[c]) if t not in topics]
+    """``topics``: bag_summary's topic table. BagError (one line) when the node cannot use it."""
+    wanted = [t for c in node.cameras for t in (node.depth_topics[c], node.feat_topics[c])]
+    missing = [t for t in wanted if t not in topics]
     if missing:
         held = sorted(t for t in topics if t.endswith(("/depth", "/feat")))
-        raise BagError(f"{bag}: no {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} in the bag, which "
-                       f"the node subscribes (bag holds {', '.join(held[:4]) or 'no camera topics'}"
-                       f"{' ...' if len(held) > 4 else ''}): set camera_names / input.depth_topic / "
-                       "input.feat_topic to match it")
+        raise BagError(f"{bag}: no {_few(missing, 3)} in the bag, which the node subscribes (bag "
+                       f"holds {_few(held, 4) or 'no camera topics'}): set camera_names / "
+                       "input.depth_topic / input.feat_topic to match it")
     held = {c: topics[node.depth_topics[c]]["type"] for c in node.cameras}
     fits = ["image" if held[c] == IMAGE else "distribution" for c in node.cameras]
     wrong = [c for c, want in zip(node.cameras, fits) if node.depth_modes[c] != want]
     if wrong:
         c = wrong[0]
         value = fits[0] if len(set(fits)) == 1 else "[" + ", ".join(fits) + "]"
-        raise BagError(f"{bag}: {node.depth_topics[c]} holds {held[c]}, but input.depth_mode makes the node "
-                       f"expect {'an Image' if node.depth_modes[c] == 'image' else 'a CameraTensor'} there "
-                       f"({len(wrong)} camera(s) so): evaluate with -p input.depth_mode:={value}")
+        expected = "an Image" if node.depth_modes[c] == "image" else "a CameraTensor"
+        raise BagError(f"{bag}: {node.depth_topics[c]} holds {held[c]}, but input.depth_mode makes "
+                       f"the node expect {expected} there ({len(wrong)} camera(s) so): evaluate "
+                       f"with -p input.depth_mode:={value}")
+
+
+def _few(items, n: int) -> str:
+    return ", ".join(items[:n]) + (" ..." if len(items) > n else "")

@@ -38,7 +38,8 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
     rng = np.random.default_rng(seed)
     period = int(1e9 / rate_hz)
     stamps = {}
-    with BagWriter(path, storage) as bag, progress_bar(frames, "record", "set", enabled=show_progress) as bar:
+    with (BagWriter(path, storage) as bag,
+          progress_bar(frames, "record", "set", enabled=show_progress) as bar):
         for i in range(frames):
             stamp = START_NS + i * period
             stamps[i] = stamp

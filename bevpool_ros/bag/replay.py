@@ -39,11 +39,11 @@ def rate_mode(rate: float) -> str:
 @dataclass
 class ReplayResult:
     mode: str
-    played: dict = field(default_factory=dict)     # (camera, stamp) -> perf_counter of its last send
+    played: dict = field(default_factory=dict)     # (camera, stamp) -> perf_counter, last send
     arrivals: dict = field(default_factory=dict)   # grid stamp -> perf_counter
-    causes: dict = field(default_factory=dict)     # paced: set key -> cause, for sets not (yet) back
+    causes: dict = field(default_factory=dict)     # paced: set key -> cause, sets not (yet) back
     resent: int = 0                                # sets sent again (the node had none of them)
-    messages_sent: int = 0                         # tensor messages of the node's cameras, resent ones too
+    messages_sent: int = 0                         # tensor messages of its cameras, resent too
     diagnostics_start: dict = field(default_factory=dict)
     diagnostics_end: dict = field(default_factory=dict)
 
@@ -51,7 +51,8 @@ class ReplayResult:
 class Replay:
     """One replay of ``player``'s bag into the node of ``session`` (a PipelineSession)."""
 
-    def __init__(self, session, player, sets, set_timeout_s: float = 10.0, show_progress: bool = False):
+    def __init__(self, session, player, sets, set_timeout_s: float = 10.0,
+                 show_progress: bool = False):
         self.session, self.player, self.sets = session, player, sets
         self.set_timeout_s = set_timeout_s
         self.show_progress = show_progress
@@ -64,13 +65,14 @@ class Replay:
     def connect(self) -> dict:
         """Wait until the node subscribes the bag's topics and publishes to us; its diagnostics."""
         s = self.session
-        if not s.spin_until(lambda: self.player.subscribers_ready() and s.con.bev_sub.get_publisher_count() > 0,
-                            CONNECT_TIMEOUT_S):
+        matched = lambda: (self.player.subscribers_ready()  # noqa: E731
+                           and s.con.bev_sub.get_publisher_count() > 0)
+        if not s.spin_until(matched, CONNECT_TIMEOUT_S):
             raise EvalSetupError(self._node_failed("did not subscribe to the bag's topics"))
         # the node's own view: its diagnostics stop saying "idle: no subscriber" once it sees ours
         if not s.spin_until(lambda: (d := s.con.latest_diagnostics()) is not None
                             and not d.get("message", "").startswith("idle:"), CONNECT_TIMEOUT_S):
-            raise EvalSetupError(self._node_failed("published no diagnostics seeing our subscriber"))
+            raise EvalSetupError(self._node_failed("published no diagnostics seeing us"))
         return s.con.latest_diagnostics()
 
     def _node_failed(self, what: str) -> str:
@@ -95,8 +97,9 @@ class Replay:
         self.session.con.on_bev = received
         sent = lambda key, t: result.played.__setitem__(key, t)  # noqa: E731
         complete = self.sets.complete
-        with progress_bar(total=len(complete), desc="replay", unit="set", enabled=self.show_progress) as bar:
-            todo = complete if rate is None else complete[:1]  # rate: the first set alone (see module doc)
+        with progress_bar(total=len(complete), desc="replay", unit="set",
+                          enabled=self.show_progress) as bar:
+            todo = complete if rate is None else complete[:1]  # rate: the first set alone (doc)
             for s in todo:
                 cause = self._deliver(s, sent, result)
                 if cause is not None:
@@ -106,7 +109,8 @@ class Replay:
             if rate is not None:
                 self._play_at(rate, sent, bar)
             else:
-                self.player.publish_through(len(self.player.messages) - 1, sent)  # what follows the last set
+                # what follows the last set
+                self.player.publish_through(len(self.player.messages) - 1, sent)
             self.session.spin_until(lambda: all(s.key in self.keys for s in complete), drain_s)
         result.diagnostics_end = self._fresh_diagnostics()
         cameras = {cam for s in complete for cam, _ in s.key}
@@ -160,7 +164,8 @@ class Replay:
                 if cause is not None:
                     verdict["cause"] = cause
                     return True
-                if losses.counter(d, "sync_accepted_messages") == losses.counter(before, "sync_accepted_messages"):
+                accepted = "sync_accepted_messages"
+                if losses.counter(d, accepted) == losses.counter(before, accepted):
                     verdict["resend"] = True  # none of it reached the node
                     return True
                 return False
@@ -188,7 +193,8 @@ class Replay:
         """(stamp_ns, values) of the node's diagnostics received, oldest first."""
         from ..demo.consumer import diagnostics_dict
 
-        return [(stamp_to_ns(arr.header.stamp), diagnostics_dict(arr)) for arr in list(self.session.con.diagnostics)
+        return [(stamp_to_ns(arr.header.stamp), diagnostics_dict(arr))
+                for arr in list(self.session.con.diagnostics)
                 if arr.status and "bev pooling" in arr.status[0].name]
 
     def _diagnostics_before(self, t_ns: int) -> dict:

@@ -179,11 +179,12 @@ def render_html(report: dict, results: list[dict]) -> str:
     for row in report["bags"]:
         cls = "" if row.get("ok") else ' class="bad"'
         e2e = row.get("e2e_ms", {})
-        result = "ok" if row.get("ok") else "; ".join(row.get("failures") or [row.get("error", "failed")])
+        why = row.get("failures") or [row.get("error", "failed")]
+        result = "ok" if row.get("ok") else "; ".join(why)
         causes = _causes(row.get("lost_by_cause")) if "complete_sets" in row else None
-        cells = [_published_of_complete(row), causes, row.get("mode"),
-                 _ran(row), row.get("within_tolerance"), row.get("max_abs_err"), e2e.get("p50"), e2e.get("p99"),
-                 row.get("wall_s")]
+        cells = [_published_of_complete(row), causes, row.get("mode"), _ran(row),
+                 row.get("within_tolerance"), row.get("max_abs_err"), e2e.get("p50"),
+                 e2e.get("p99"), row.get("wall_s")]
         rows.append(f"<tr{cls}><td style='text-align:left'>{html.escape(Path(row['bag']).name)}</td>"
                     + "".join(f"<td>{_fmt(x)}</td>" for x in cells)
                     + f"<td style='text-align:left'>{html.escape(result)}</td></tr>")
@@ -195,13 +196,15 @@ def render_html(report: dict, results: list[dict]) -> str:
         f"<style>{_STYLE}</style></head><body>",
         "<h1>bevpool-bag eval-many</h1>",
         f"<p>{s['bags']} bags ({s['bags_ok']} ok, {s['bags_failed']} failed), {html.escape(mode)}; "
-        f"{s['published_complete']} of {s['complete_sets']} complete sets published, {s['lost']} lost "
+        f"{s['published_complete']} of {s['complete_sets']} complete sets published, "
+        f"{s['lost']} lost "
         f"({html.escape(_causes(s['lost_by_cause']))}); {s['published']} grids published, "
         f"{s['within_tolerance']} of {s['compared']} within tolerance of the FP64 reference "
         f"({html.escape(tolerance)}); worst error "
         f"{_fmt(s['max_abs_err'])}; end-to-end latency p50 {_fmt(s['e2e_ms']['p50'])} ms, "
         f"p99 {_fmt(s['e2e_ms']['p99'])} ms.</p>",
-        "<table><tr><th>bag</th><th>published / complete sets</th><th>lost by cause</th><th>mode</th>"
+        "<table><tr><th>bag</th><th>published / complete sets</th><th>lost by cause</th>"
+        "<th>mode</th>"
         "<th>backend (precision)</th><th>within tol.</th><th>max err</th>"
         "<th>e2e p50 ms</th><th>e2e p99 ms</th><th>wall s</th><th>result</th></tr>",
         *rows, "</table>",

@@ -63,7 +63,8 @@ def tensor_entries(messages) -> list[TensorEntry]:
     for i, m in enumerate(messages):
         where = camera_stream(m.topic)
         if where is not None and where[1] != "camera_info":
-            out.append(TensorEntry(i, where[0], where[1], stamp_to_ns(m.decode().header.stamp), m.t_ns))
+            stamp = stamp_to_ns(m.decode().header.stamp)
+            out.append(TensorEntry(i, where[0], where[1], stamp, m.t_ns))
     return out
 
 

@@ -111,8 +111,9 @@ def _run(args) -> int:
             skip.setdefault(frame, set()).add(cam)
         try:
             stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
-                                      args.layout, jitter_ms=args.jitter_ms, skip=skip, depth_images=args.depth_image,
-                                      show_progress=True, storage=args.storage)
+                                      args.layout, jitter_ms=args.jitter_ms, skip=skip,
+                                      depth_images=args.depth_image, show_progress=True,
+                                      storage=args.storage)
         except ValueError as e:
             print(f"bevpool-bag: {e}", file=sys.stderr)
             return 2
@@ -133,17 +134,14 @@ def _run(args) -> int:
     if Path(args.out).exists():  # before a node is started for nothing
         raise BagError(f"--out {args.out} already exists: choose another output or remove it")
     bag_summary(args.bag)  # a bag that cannot be read fails here, not half-way through a replay
-    report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file, args.rate, args.atol,
-                          paced=args.paced, allow_lost=args.allow_lost, set_timeout_s=args.set_timeout,
-                          show_progress=not args.no_progress)
+    report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file,
+                          args.rate, args.atol, paced=args.paced, allow_lost=args.allow_lost,
+                          set_timeout_s=args.set_timeout, show_progress=not args.no_progress)
     out = report.to_dict()
     print(json.dumps(out, indent=1))
     if args.report:
         Path(args.report).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"bevpool-bag eval ({report.mode}, {report.backend} {report.precision}): {report.published_complete} of "
-          f"{report.complete_sets} complete sets published, {report.within_tolerance} of {report.compared} grids "
-          f"within tolerance: " + ("ok" if report.ok else "FAILED: " + "; ".join(report.failures())),
-          file=sys.stderr)
+    print(f"bevpool-bag eval {report.summary()}", file=sys.stderr)
     return 0 if report.ok else 1
 
 
@@ -154,15 +152,17 @@ def _eval_options(parser, default_rig: str) -> None:
     parser.add_argument("--params-file")
     parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
     pace = parser.add_mutually_exclusive_group()
-    pace.add_argument("--rate", type=float, default=1.0, help="play at the recorded pace x RATE (default 1)")
+    pace.add_argument("--rate", type=float, default=1.0,
+                      help="play at the recorded pace x RATE (default 1)")
     pace.add_argument("--paced", action="store_true",
-                      help="one set at a time, the next when the previous grid came back: nothing lost to a "
-                           "slow machine")
+                      help="one set at a time, the next when the previous grid came back: nothing "
+                           "lost to a slow machine")
     parser.add_argument("--set-timeout", type=float, default=10.0, metavar="S",
                         help="--paced: give a set up to S seconds to come back (default 10)")
-    parser.add_argument("--allow-lost", type=AllowLost.parse, default=AllowLost(), metavar="N|FRACTION",
-                        help="pass although up to N complete sets (or this fraction of them: 0.05, 5%%) were lost "
-                             "(default 0)")
+    parser.add_argument("--allow-lost", type=AllowLost.parse, default=AllowLost(),
+                        metavar="N|FRACTION",
+                        help="pass although up to N complete sets (or this fraction of them: 0.05, "
+                             "5%%) were lost (default 0)")
     parser.add_argument("--atol", type=float, default=None,
                         help="fixed absolute tolerance; default: the tolerance of the precision each grid "
                              "was computed at (bevpool_ros/tolerance.py)")
@@ -179,7 +179,7 @@ def _eval_many(args) -> int:
 
     bags = find_bags(args.bags)
     rig = load_rig(args.rig)
-    for bag in bags:  # every bag readable and fit for the node, every output free: before Ray starts
+    for bag in bags:  # before Ray starts: every bag readable and fit for the node, outputs free
         bag_summary(bag)
         node_view(bag, rig, dict(args.param), args.params_file)
     taken = [b.name for b in bags if (Path(args.out) / "bags" / b.name).exists()]

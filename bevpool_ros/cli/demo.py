@@ -37,8 +37,8 @@ def main(argv=None) -> int:
     from ..tolerance import error_ratio
     from ..visualize import bev_energy_map, save_bev_figure
 
-    session = PipelineSession(args.rig, {"backend": args.backend, "precision": args.precision or "fp16",
-                                         "diagnostics.period_s": 0.5})
+    asked = {"backend": args.backend, "precision": args.precision or "fp16"}
+    session = PipelineSession(args.rig, {**asked, "diagnostics.period_s": 0.5})
     print(f"[demo] ROS_DOMAIN_ID={session.domain}, localhost only; starting bevpool_node ...", flush=True)
     try:
         if not session.wait_ready(30.0):
@@ -69,10 +69,10 @@ def main(argv=None) -> int:
     drops = {k: v for k, v in d.items() if k.startswith("dropped_") or k in ("sync_incomplete_timeout", "sync_late")}
     print(f"[demo] drops: {drops or 'none'}")
     rig, r = session.rig, result.last_bev
-    png = save_bev_figure(Path(args.png), bev_energy_map(r.bev), rig.x.lower, rig.y.lower, rig.x.step, rig.y.step,
-                          title=f"bevpool-demo: last BEV grid (set {result.last_index}), rig {rig.name}, "
-                                f"{r.msg.backend} {r.msg.precision}",
-                          label="feature norm (max over z)")
+    title = (f"bevpool-demo: last BEV grid (set {result.last_index}), rig {rig.name}, "
+             f"{r.msg.backend} {r.msg.precision}")
+    png = save_bev_figure(Path(args.png), bev_energy_map(r.bev), rig.x.lower, rig.y.lower,
+                          rig.x.step, rig.y.step, title=title, label="feature norm (max over z)")
     depth, feat = session.pub.arrays(result.last_index)
     ref = pool_reference(depth, feat, build_scatter_map(rig))
     err = float(np.abs(r.bev.astype(np.float64) - ref).max())

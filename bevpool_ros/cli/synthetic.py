@@ -16,7 +16,8 @@ import sys
 
 
 class _EarlyStop:
-    """SIGINT/SIGTERM before the ROS side is up only ask for a stop (no KeyboardInterrupt in an import)."""
+    """SIGINT/SIGTERM before the ROS side is up only ask for a stop (no KeyboardInterrupt
+    raised inside an import)."""
 
     def __init__(self):
         self.requested = False
@@ -35,9 +36,11 @@ def main(argv=None) -> int:
     from ..paths import default_rig_path
 
     ap = argparse.ArgumentParser(prog="bevpool-synthetic", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rig", default=str(default_rig_path()), help="rig YAML (default: the nuScenes rig)")
+    ap.add_argument("--rig", default=str(default_rig_path()),
+                    help="rig YAML (default: the nuScenes rig)")
     ap.add_argument("--rate", type=float, default=20.0, help="sets per second (default 20)")
-    ap.add_argument("--frames", type=int, default=0, help="stop after this many sets (0: run until Ctrl-C)")
+    ap.add_argument("--frames", type=int, default=0,
+                    help="stop after this many sets (0: run until Ctrl-C)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "float8_e4m3"))
     ap.add_argument("--layout", default="HWC", choices=("HWC", "CHW"), help="feature layout")
     ap.add_argument("--seed", type=int, default=0, help="scene seed")
@@ -59,12 +62,15 @@ def main(argv=None) -> int:
 
     def start(node) -> None:
         node.start(args.rate, args.frames)
-        print(f"bevpool-synthetic: rig {rig.name}, {rig.num_cameras} cameras, {args.rate:g} sets/s on "
-              "cameras/<camera>/{depth,feat,camera_info} "
+        print(f"bevpool-synthetic: rig {rig.name}, {rig.num_cameras} cameras, {args.rate:g} sets/s "
+              "on cameras/<camera>/{depth,feat,camera_info} "
               + (f"({args.frames} sets)" if args.frames else "(Ctrl-C stops)"), flush=True)
 
-    return run_until_done(lambda: SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
-                                                        feature_layout=args.layout), argv, start=start)
+    def make():
+        return SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
+                                     feature_layout=args.layout)
+
+    return run_until_done(make, argv, start=start)
 
 
 if __name__ == "__main__":

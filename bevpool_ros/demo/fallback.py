@@ -6,7 +6,8 @@ node's start-up warning, which is quoted here.
 """
 from __future__ import annotations
 
-FALLBACK_MARK = "unavailable here, running"   # the node's start-up warning (node.BevPoolNode._create_backend)
+# the node's start-up warning (node.BevPoolNode._create_backend)
+FALLBACK_MARK = "unavailable here, running"
 
 
 def fallback_reason(node_log: str) -> str | None:
@@ -18,7 +19,8 @@ def fallback_reason(node_log: str) -> str | None:
 
 
 def fallback_note(backend: str, precision: str, diagnostics: dict, node_log: str) -> str | None:
-    """One line when the node did not run ``backend`` at ``precision`` ('best' / 'auto': any); else None."""
+    """One line when the node did not run ``backend`` at ``precision`` ('best' / 'auto': any);
+    else None."""
     ran_backend, ran_precision = diagnostics.get("backend", "?"), diagnostics.get("precision", "?")
     other_backend = backend not in ("best", ran_backend)
     other_precision = precision not in ("auto", ran_precision)
@@ -30,5 +32,5 @@ def fallback_note(backend: str, precision: str, diagnostics: dict, node_log: str
     if other_precision:
         why.append(f"the {ran_backend} backend computes in {ran_precision}" if ran_backend == "cpu"
                    else f"{precision} not available on {ran_backend} here")
-    return (f"fell back: asked for backend {backend} at {precision}, the node runs {ran_backend} at "
-            f"{ran_precision}: " + "; ".join(why))
+    return (f"fell back: asked for backend {backend} at {precision}, the node runs {ran_backend} "
+            f"at {ran_precision}: " + "; ".join(why))
