@@ -16,7 +16,8 @@ def _demo(png, *args, env=None):
     from ros_harness import isolate_ros_env
 
     isolate_ros_env()
-    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.demo", "--frames", "8", "--png", str(png), *args],
+    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.demo", "--frames", "8",
+                        "--png", str(png), *args],
                        capture_output=True, text=True, timeout=240, env=env)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
@@ -58,14 +59,15 @@ def test_demo_says_it_fell_back_and_why(tmp_path):
 def test_fallback_note_only_for_what_was_asked():
     from bevpool_ros.demo.fallback import fallback_note
 
-    log = ("[WARN] [bevpool_node]: backend 'cuda' unavailable here, running 'cpu' (precision fp32) instead: "
-           "backend 'cuda' unavailable (cuda: no CUDA driver); using 'cpu'\n")
+    log = ("[WARN] [bevpool_node]: backend 'cuda' unavailable here, running 'cpu' (precision fp32) "
+           "instead: backend 'cuda' unavailable (cuda: no CUDA driver); using 'cpu'\n")
     cpu = {"backend": "cpu", "precision": "fp32"}
     assert fallback_note("best", "auto", cpu, "") is None       # the defaults: whatever runs here
     assert fallback_note("cpu", "fp32", cpu, "") is None
     note = fallback_note("cuda", "fp8", cpu, log)
-    assert note == ("fell back: asked for backend cuda at fp8, the node runs cpu at fp32: backend 'cuda' "
-                    "unavailable (cuda: no CUDA driver); using 'cpu'; the cpu backend computes in fp32")
+    assert note == ("fell back: asked for backend cuda at fp8, the node runs cpu at fp32: backend "
+                    "'cuda' unavailable (cuda: no CUDA driver); using 'cpu'; the cpu backend "
+                    "computes in fp32")
     assert "cuda unavailable (the node's log says why)" in fallback_note("cuda", "auto", cpu, "")
     assert fallback_note("best", "fp8", {"backend": "cuda", "precision": "fp16"}, "").endswith(
         "fp8 not available on cuda here")

@@ -53,7 +53,8 @@ def broken_links(doc) -> list[str]:
             if not dest.exists():
                 bad.append(f"{doc.relative_to(REPO)}: {target} (no such file)")
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
-                bad.append(f"{doc.relative_to(REPO)}: {target} (no heading #{anchor} in {dest.name})")
+                bad.append(f"{doc.relative_to(REPO)}: {target} "
+                           f"(no heading #{anchor} in {dest.name})")
     return bad
 
 

@@ -163,15 +163,17 @@ def test_every_parameter_change_is_logged_accepted_or_rejected(ros_context, capf
             assert node.set_parameters([Parameter("sync.slop_s", value=v)])[0].successful
         for v in (-1.0, -2.0, -3.0, 5.0, 6.0):
             assert not node.set_parameters([Parameter("sync.slop_s", value=v)])[0].successful
-        assert node.set_parameters_atomically([Parameter("sync.camera_timeout_s", value=0.2),
-                                               Parameter("output.bev_dtype", value="float16")]).successful
+        both = [Parameter("sync.camera_timeout_s", value=0.2),
+                Parameter("output.bev_dtype", value="float16")]
+        assert node.set_parameters_atomically(both).successful
         log = capfd.readouterr().err
     finally:
         node.destroy_node()
     for v in (0.03, 0.04, 0.05, 0.06, 0.07):
         assert f"parameter change accepted: sync.slop_s := {v}" in log, log
     assert log.count("parameter change rejected: sync.slop_s") == 5, log
-    assert "parameter change accepted: sync.camera_timeout_s := 0.2, output.bev_dtype := 'float16'" in log, log
+    assert ("parameter change accepted: sync.camera_timeout_s := 0.2, "
+            "output.bev_dtype := 'float16'") in log, log
 
 
 def test_diagnostics_survive_a_backend_that_cannot_describe_itself(ros_context):

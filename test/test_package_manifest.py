@@ -7,7 +7,8 @@ import xml.etree.ElementTree as ET
 
 from conftest import REPO
 
-ROS_PACKAGES = {"rclpy", "tf2_ros", "message_filters", "cv_bridge", "launch", "launch_ros", "ament_index_python"}
+ROS_PACKAGES = {"rclpy", "tf2_ros", "message_filters", "cv_bridge", "launch", "launch_ros",
+                "ament_index_python"}
 
 
 def _is_ros_package(name: str) -> bool:

@@ -60,10 +60,12 @@ def test_publishes_the_rig_and_stops_cleanly_on_ctrl_c():
     executor = SingleThreadedExecutor(context=ctx)
     executor.add_node(node)
     got = []
-    node.create_subscription(CameraTensor, "cameras/CAM_FRONT/feat", got.append, make_qos("best_effort", 5))
+    node.create_subscription(CameraTensor, "cameras/CAM_FRONT/feat", got.append,
+                             make_qos("best_effort", 5))
     try:
         line = _first_line(proc, 60)
-        assert line.startswith("bevpool-synthetic: rig ") and "Ctrl-C stops" in line, line + proc.stderr.read()
+        assert line.startswith("bevpool-synthetic: rig ") and "Ctrl-C stops" in line, (
+            line + proc.stderr.read())
         deadline = time.monotonic() + 30
         while not got and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.1)

@@ -78,7 +78,7 @@ def test_a_cell_with_one_point_is_not_drawn_like_an_empty_cell():
     centre = lambda iy, ix: _pixel(fig, ax, buf, -4.0 + iy + 0.5, -4.0 + ix + 0.5)  # noqa: E731
     one, empty, top = centre(2, 3), centre(0, 0), centre(5, 5)
     assert np.abs(one - empty).sum() > 1.0, (one, empty)   # clearly apart, not both near black
-    assert np.abs(top - empty).sum() > 0.3, (top, empty)   # nor is the brightest cell the page colour
+    assert np.abs(top - empty).sum() > 0.3, (top, empty)   # nor the brightest cell the page
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any("ego" in t for t in labels) and any("empty" in t for t in labels)
     plt.close(fig)
@@ -90,8 +90,8 @@ def test_inspect_png_has_a_title_and_the_shared_figure_size(tmp_path):
     from bevpool_ros.visualize import FIGURE_DPI, FIGURE_SIZE
 
     png = tmp_path / "canonical.png"
-    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", "canonical", "--png", str(png)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", "canonical", "--png",
+                        str(png)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     with Image.open(png) as im:
         assert im.size == (round(FIGURE_SIZE[0] * FIGURE_DPI), round(FIGURE_SIZE[1] * FIGURE_DPI))
