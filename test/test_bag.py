@@ -172,6 +172,9 @@ def test_eval_usage_errors():
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "record-synthetic", "x", "--skip", "CAM"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "FRAME:CAMERA" in r.stderr
+    for bad in (("--rate", "0"), ("--set-timeout", "-1"), ("--paced", "--rate", "2")):
+        r = _bag_cli("eval", "b", "--out", "o", *bad)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
 
 
 def _bag_cli(*args, timeout=120, env=None):

@@ -38,6 +38,16 @@ def _skip_arg(text: str) -> tuple[int, str]:
     return int(frame), cam
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 def _param_arg(text: str) -> tuple[str, object]:
     key, sep, value = text.partition(":=")
     if not sep:
@@ -152,12 +162,12 @@ def _eval_options(parser, default_rig: str) -> None:
     parser.add_argument("--params-file")
     parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
     pace = parser.add_mutually_exclusive_group()
-    pace.add_argument("--rate", type=float, default=1.0,
+    pace.add_argument("--rate", type=_positive, default=1.0,
                       help="play at the recorded pace x RATE (default 1)")
     pace.add_argument("--paced", action="store_true",
                       help="one set at a time, the next when the previous grid came back: nothing "
                            "lost to a slow machine")
-    parser.add_argument("--set-timeout", type=float, default=10.0, metavar="S",
+    parser.add_argument("--set-timeout", type=_positive, default=10.0, metavar="S",
                         help="--paced: give a set up to S seconds to come back (default 10)")
     parser.add_argument("--allow-lost", type=AllowLost.parse, default=AllowLost(),
                         metavar="N|FRACTION",
