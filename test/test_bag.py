@@ -67,6 +67,7 @@ def test_replay_evaluation_scores_every_grid(bag, tmp_path):
     assert rep["lost"] == 0 and rep["lost_by_cause"] == {} and rep["ok"] and rep["failures"] == []
     # paced: a slow machine spreading a set's messages cannot time it out
     assert rep["node_parameters"]["sync.camera_timeout_s"] == 5.0
+    assert rep["node_parameters"]["input.qos_reliability"] == "reliable"
     assert rep["compared"] == rep["within_tolerance"] == rep["published"]
     assert rep["atol"] is None and "precision" in rep["tolerance"]
     ran = rep["diagnostics"]
@@ -295,17 +296,18 @@ def test_allow_lost_takes_a_count_or_a_fraction():
     assert r.returncode == 2 and "--allow-lost" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_paced_replay_gives_the_node_time_unless_told_otherwise(tmp_path):
+def test_paced_replay_gives_the_node_time_and_reliable_input_unless_told_otherwise(tmp_path):
     from bevpool_ros.bag.evaluate import paced_parameters
 
     f = tmp_path / "p.yaml"
     f.write_text("bevpool_node:\n  ros__parameters:\n    sync:\n      camera_timeout_s: 0.1\n")
-    assert paced_parameters(None, str(f)) == {"sync.camera_timeout_s": 5.0}
+    reliable = {"input.qos_reliability": "reliable"}
+    assert paced_parameters(None, str(f)) == {"sync.camera_timeout_s": 5.0, **reliable}
     assert paced_parameters({"backend": "cpu"}, None) == {"backend": "cpu",
-                                                          "sync.camera_timeout_s": 5.0}
+                                                          "sync.camera_timeout_s": 5.0, **reliable}
     f.write_text("bevpool_node:\n  ros__parameters:\n    sync:\n      camera_timeout_s: 8.0\n")
-    assert paced_parameters(None, str(f)) == {"sync.camera_timeout_s": 8.0}
-    given = {"sync.camera_timeout_s": 0.2}
+    assert paced_parameters(None, str(f)) == {"sync.camera_timeout_s": 8.0, **reliable}
+    given = {"sync.camera_timeout_s": 0.2, "input.qos_reliability": "best_effort"}
     assert paced_parameters(given, str(f)) == given  # -p wins
 
 

@@ -203,14 +203,16 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
 
 
 def paced_parameters(node_params: dict | None, params_file: str | None) -> dict:
-    """The node's parameters for a paced replay: ``sync.camera_timeout_s`` at least
-    PACED_CAMERA_TIMEOUT_S (unless given with -p). A set is sent whole, so only a slow machine
-    could spread its messages past a camera timeout made for live cameras; its slowness must
-    not cost an accuracy run a set."""
+    """The node's parameters for a paced replay, unless given with -p: ``sync.camera_timeout_s``
+    at least PACED_CAMERA_TIMEOUT_S and reliable input QoS. A set is sent whole, so only a slow
+    machine could spread its messages past a timeout made for live cameras, or drop one of them
+    in transport (the sensor-data QoS is best effort); its slowness must not cost an accuracy
+    run a set."""
     params = dict(node_params or {})
     name = "sync.camera_timeout_s"
     if name not in params:
         params[name] = max(float(node_parameter(name, None, params_file)), PACED_CAMERA_TIMEOUT_S)
+    params.setdefault("input.qos_reliability", "reliable")
     return params
 
 
