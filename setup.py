@@ -46,6 +46,7 @@ setup(
             "bevpool-inspect = bevpool_ros.cli.inspect:main",
             "bevpool-bench = bevpool_ros.cli.bench:main",
             "bevpool-demo = bevpool_ros.cli.demo:main",
+            "bevpool-synthetic = bevpool_ros.cli.synthetic:main",
             "bevpool_node = bevpool_ros.node.main:main",
             "bevpool-trt-build = bevpool_ros.backends.tensorrt.prebuild:main",
             "bevpool-onnx-insert = bevpool_ros.backends.tensorrt.onnx_insert:main",

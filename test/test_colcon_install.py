@@ -70,7 +70,7 @@ def test_install_space_has_no_symlinks_and_holds_the_shipped_data(install):
     for f in ("config/cpu.yaml", "config/rigs/nuscenes_bevdet_r50.yaml", "plugin/bevpool_kernels.cu",
               "launch/bevpool.launch.py"):
         assert (share / f).is_file(), f
-    for exe in ("bevpool_node", "bevpool_occupancy", "bevpool-bag"):
+    for exe in ("bevpool_node", "bevpool_occupancy", "bevpool-bag", "bevpool-synthetic"):
         assert os.access(prefix / "lib" / "bevpool_ros" / exe, os.X_OK), exe  # where `ros2 run` looks
 
 

@@ -257,6 +257,20 @@ def markdown(rows: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _gpu_runtime():
+    """The CUDA runtime on GPU 0, or None after one line on stderr saying why there is none."""
+    from ..backends import BackendUnavailable
+
+    try:
+        from ..backends.cuda.runtime import get_runtime
+
+        return get_runtime(0)
+    except (BackendUnavailable, ImportError, OSError) as e:
+        print(f"bevpool-bench: times CUDA kernels, and this machine has no usable GPU: {e} "
+              "(--save-maps works without one)", file=sys.stderr)
+        return None
+
+
 def main(argv=None) -> int:
     from ..workloads import WORKLOADS, get_workload
 
@@ -307,9 +321,9 @@ def main(argv=None) -> int:
         if not (args.json or args.md or args.tune or args.ncu_once):
             return 0
 
-    from ..backends.cuda.runtime import get_runtime
-
-    rt = get_runtime(0)
+    rt = _gpu_runtime()
+    if rt is None:
+        return 2
     dev = rt.device
     if args.ncu_once:
         from ..backends.cuda.runtime import MapOnDevice

@@ -33,6 +33,13 @@ def cell_center(msg, z: int, y: int, x: int) -> tuple[float, float, float]:
             msg.origin.z + (z + 0.5) * msg.resolution_z)
 
 
+def diagnostics_dict(arr) -> dict:
+    """A DiagnosticArray's first status as {level, message, **values}."""
+    level = arr.status[0].level
+    return {"level": int.from_bytes(level, "little") if isinstance(level, bytes) else int(level),
+            "message": arr.status[0].message, **status_values(arr)}
+
+
 class BevConsumer(Node):
     def __init__(self, bev_topic: str = "bev/features", image_topic: str = "bev/image", keep: int = 64,
                  node_name: str = "bevpool_consumer", subscribe_image: bool = True, **kw):
@@ -73,8 +80,7 @@ class BevConsumer(Node):
     def latest_diagnostics(self, name_contains: str = "bev pooling") -> dict[str, str] | None:
         for arr in reversed(self.diagnostics):
             if arr.status and name_contains in arr.status[0].name:
-                return {"level": int.from_bytes(arr.status[0].level, "little") if isinstance(arr.status[0].level, bytes)
-                        else int(arr.status[0].level), "message": arr.status[0].message, **status_values(arr)}
+                return diagnostics_dict(arr)
         return None
 
     def publisher_matched(self) -> bool:

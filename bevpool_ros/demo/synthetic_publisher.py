@@ -3,12 +3,10 @@
 Frames come from ``bevpool_ros.synthetic.SyntheticScene`` (objects around the vehicle, so the
 pooled BEV grid shows them). Messages are built once per scene frame and re-stamped, so the
 publisher itself costs little and can drive the node at 20 Hz and beyond.
-Standalone: ``python -m bevpool_ros.demo.synthetic_publisher --rate 20 --frames 200``.
+Standalone: ``bevpool-synthetic --rate 20 --frames 200`` (``bevpool_ros/cli/synthetic.py``).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 
 import numpy as np
@@ -129,31 +127,3 @@ class SyntheticRigPublisher(Node):
     def wait_for_subscribers(self, timeout: float = 15.0, spin=None) -> bool:
         """True once every tensor topic has a subscriber (discovery can take seconds)."""
         return poll_until(self.subscribers_matched, timeout, spin)
-
-
-def main(argv=None) -> int:
-    from ..paths import default_rig_path
-    from ..rig import RigError
-    from ..rig_yaml import load_rig
-
-    ap = argparse.ArgumentParser(description="Publish a synthetic nuScenes 6-camera scene for bevpool_node.")
-    ap.add_argument("--rig", default=str(default_rig_path()))
-    ap.add_argument("--rate", type=float, default=20.0)
-    ap.add_argument("--frames", type=int, default=0, help="stop after this many frames (0: run until Ctrl-C)")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "float8_e4m3"))
-    ap.add_argument("--layout", default="HWC", choices=("HWC", "CHW"))
-    ap.add_argument("--seed", type=int, default=0)
-    args, ros_args = ap.parse_known_args(argv)
-    from .session import run_until_done
-
-    try:
-        rig = load_rig(args.rig)
-    except RigError as e:
-        print(f"bevpool_synthetic: {e}", file=sys.stderr)
-        return 2
-    return run_until_done(lambda: SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
-                                                        feature_layout=args.layout),
-                          ros_args, start=lambda node: node.start(args.rate, args.frames))
-
-if __name__ == "__main__":
-    sys.exit(main())
