@@ -308,5 +308,4 @@ class Rig:
 
 
 
-__all__ = ["Axis", "Camera", "InputTransform", "Rig", "RigError", "checked_transform", "load_rig",
-           "quaternion_to_matrix", "rig_from_dict"]
+__all__ = ["Axis", "Camera", "InputTransform", "Rig", "RigError", "checked_transform", "quaternion_to_matrix"]

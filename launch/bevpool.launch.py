@@ -11,10 +11,11 @@ Needs launch + launch_ros (every ROS 2 install has them; they are not on PyPI).
 """
 import os
 
-from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
+
+from launch import LaunchDescription
 
 PACKAGE = "bevpool_ros"
 ARGUMENTS = {

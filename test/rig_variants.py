@@ -18,7 +18,6 @@ import numpy as np
 import yaml
 
 from bevpool_ros.rig import Rig
-
 from bevpool_ros.rig_yaml import rig_from_dict
 
 

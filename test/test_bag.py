@@ -229,9 +229,8 @@ def test_existing_output_is_refused(bag, tmp_path):
 
 def test_bags_recorded_with_tensor_inputs_play_as_camera_tensors(tmp_path):
     """Bags from before the bounded input type: same CDR bytes, published as CameraTensor."""
-    from rclpy.serialization import deserialize_message
-
     from bevpool_msgs.msg import CameraTensor
+    from rclpy.serialization import deserialize_message
 
     from bevpool_ros.bag.io import BagWriter
     from bevpool_ros.bag.play import played_type

@@ -48,8 +48,8 @@ class Prepared:
     """One map on the device plus fresh random inputs and their references."""
 
     def __init__(self, rt, smap, seed):
-        from bevpool_ros.kernels import fp8
         from bevpool_ros.backends.cuda.runtime import MapOnDevice
+        from bevpool_ros.kernels import fp8
 
         self.smap, self.seed = smap, seed
         self.md = MapOnDevice(rt, smap)
@@ -68,8 +68,8 @@ class Prepared:
         self.abs8 = pool_reference(np.abs(dd), np.abs(fd), smap) * self.scale8
 
     def check(self, variant, precision, acc, label, kernel=None, k_min=None, threads=None):
-        from bevpool_ros.kernels.table import UnsupportedShape
         from bevpool_ros.kernels.precision import fp8_within_tolerance
+        from bevpool_ros.kernels.table import UnsupportedShape
 
         try:
             plan = self.md.plan(variant, precision, acc=acc, out_scale=self.scale8 if precision == "fp8" else 1.0,

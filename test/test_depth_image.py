@@ -7,8 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.io.depth_image import (DepthBins, DepthImageConverter, converters_for, depth_distribution,
-                                     resize_nearest)
+from bevpool_ros.io.depth_image import (
+    DepthBins,
+    DepthImageConverter,
+    converters_for,
+    depth_distribution,
+    resize_nearest,
+)
 from bevpool_ros.io.image_codec import ENCODINGS, ImageError, array_to_image, check_image, image_to_array
 
 

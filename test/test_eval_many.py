@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
+from ray_cluster_harness import free_port, make_cluster, remove
 
 from bevpool_ros.bag.io import BagError
 from bevpool_ros.bag.many import drops_by_reason, find_bags
 from bevpool_ros.bag.record import record_synthetic
-from ray_cluster_harness import free_port, make_cluster, remove
 
 FRAMES = 5
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rig_variants as rv
 
 from bevpool_ros import BevPooler
 from bevpool_ros.backends.errors import InputError, NonFiniteInput
@@ -20,8 +21,6 @@ from bevpool_ros.pipeline import streams, tensors
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 from bevpool_ros.tolerance import error_ratio
-
-import rig_variants as rv
 
 SMALL_RIGS = ("mono_c1_d1", "pair_c3_z2", "tri_c17", "blind_c80")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "inprocess.md"

@@ -5,11 +5,9 @@ node stays alive, nothing wrong is published, and the next good set is published
 """
 from __future__ import annotations
 
+import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import RosGraph, assert_bev_matches  # noqa: E402
 
 from bevpool_ros.demo.synthetic_publisher import camera_info_msg  # noqa: E402

@@ -5,11 +5,9 @@ published, within float32 tolerance; the image and diagnostics topics must carry
 """
 from __future__ import annotations
 
+import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import BACKEND_PRECISIONS, RosGraph, assert_bev_matches  # noqa: E402
 
 from bevpool_ros import fp8  # noqa: E402

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 
+import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import rig_variants as V
 from ros_harness import DISCOVERY_TIMEOUT, assert_bev_matches, isolate_ros_env, spin_until
 
@@ -178,8 +177,8 @@ def node_with_refusing_backend(monkeypatch, tmp_path):
 
 
 def test_backend_that_cannot_run_the_rig_falls_back_to_cpu(node_with_refusing_backend, capfd):
-    from rclpy.executors import SingleThreadedExecutor
     import rclpy.node
+    from rclpy.executors import SingleThreadedExecutor
 
     from bevpool_ros.demo.consumer import BevConsumer
 
@@ -229,13 +228,12 @@ def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
     from dataclasses import replace as dc_replace
 
     import yaml
+    from conftest import NUSCENES_RIG
     from test_rig_fov import SCALE, front_at_1920
 
     from bevpool_ros.demo.session import PipelineSession
     from bevpool_ros.demo.synthetic_publisher import camera_info_msg
     from bevpool_ros.rig_yaml import rig_from_dict
-
-    from conftest import NUSCENES_RIG
 
     same = yaml.safe_load(NUSCENES_RIG.read_text()) | {"name": "mixed_front", "channels": 16}
     path = tmp_path / "mixed_front.yaml"

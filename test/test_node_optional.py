@@ -5,11 +5,9 @@ from __future__ import annotations
 import sys
 import types
 
+import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import isolate_ros_env, spin_until  # noqa: E402
 
 pytestmark = pytest.mark.ros

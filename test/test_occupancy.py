@@ -103,13 +103,12 @@ def occupancy_graph(nuscenes_rig):
     isolate_ros_env()
     import rclpy
     from bevpool_msgs.msg import BevFeature
+    from conftest import NUSCENES_RIG
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import OccupancyGrid
     from rclpy.executors import SingleThreadedExecutor
 
     from bevpool_ros.node.qos import make_qos
-
-    from conftest import NUSCENES_RIG
 
     node = NodeProcess({"diagnostics_period_s": 0.2, "rig_file": str(NUSCENES_RIG)},
                        module="bevpool_ros.occupancy.node")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from test_occupancy import coverage_from_points, expected_grid
 
 
@@ -16,7 +15,6 @@ def test_chain_from_bevpool_node_to_the_grid(nuscenes_rig):
     from ros_harness import RosGraph
 
     from bevpool_ros.demo.session import NodeProcess
-
     from bevpool_ros.io.bev_message import stamp_to_ns
     from bevpool_ros.node.qos import make_qos
 

@@ -9,12 +9,10 @@ import sys
 
 import pytest
 import yaml
+from conftest import NUSCENES_RIG
 
 from bevpool_ros.rig import RigError
-
 from bevpool_ros.rig_yaml import load_rig, rig_from_dict
-
-from conftest import NUSCENES_RIG
 
 FRONT = "cameras[CAM_FRONT]"
 

@@ -7,9 +7,9 @@ import copy
 
 import numpy as np
 import pytest
-import yaml
-
 import rig_variants as V
+import yaml
+from conftest import NUSCENES_RIG
 
 from bevpool_ros.backends import CpuBackend
 from bevpool_ros.input_transform import InputTransform
@@ -18,8 +18,6 @@ from bevpool_ros.reference import pool_reference
 from bevpool_ros.rig import RigError
 from bevpool_ros.rig_yaml import rig_from_dict
 from bevpool_ros.scatter_map import build_scatter_map, frustum_points_ego, frustum_rays
-
-from conftest import NUSCENES_RIG
 
 SCALE = 1.2  # 1600x900 -> 1920x1080
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import rig_variants as V
 
 from bevpool_ros.backends import CpuBackend
+from bevpool_ros.backends.staging import split_cameras
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.autotune import candidate_kernels
-from bevpool_ros.kernels.twin import v3_kernel_twin
 from bevpool_ros.kernels.planning import plan_for
-from bevpool_ros.backends.staging import split_cameras
+from bevpool_ros.kernels.twin import v3_kernel_twin
 from bevpool_ros.reference import pool_bruteforce, pool_reference
 from bevpool_ros.rig_yaml import load_rig
 from bevpool_ros.scatter_map import build_scatter_map, frustum_points_ego

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import rig_variants as V
 from test_gpu_frame_gpu import assert_matches
 
@@ -27,8 +26,8 @@ def choice_dir(tmp_path_factory):
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 @pytest.mark.parametrize("name", sorted(V.VARIANTS))
 def test_cuda_backend_equals_the_reference_on_every_rig(name, precision, autotune, choice_dir):
-    from bevpool_ros.backends.gpu.choices import ChoiceStore
     from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.gpu.choices import ChoiceStore
     from bevpool_ros.kernels import table as L
 
     r = V.rig(name)
@@ -55,9 +54,10 @@ def test_cuda_backend_equals_the_reference_on_every_rig(name, precision, autotun
 @pytest.mark.parametrize("name", V.ODD_CHANNEL_VARIANTS)
 def test_narrow_kernels_at_every_schedule(name):
     """The vec-1/vec-2 rows at several team sizes and block sizes, raw kernel launches."""
-    from bevpool_ros.kernels import table as L
     from test_cuda_backend_gpu import Prepared
+
     from bevpool_ros.backends.cuda.runtime import get_runtime
+    from bevpool_ros.kernels import table as L
 
     smap = build_scatter_map(V.rig(name))
     p = Prepared(get_runtime(0), smap, seed=11)

@@ -5,14 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bevpool_ros.backends.cuda.timing import rotation_sets
 from bevpool_ros.kernels import fp8
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.precision import decide, fp8_within_tolerance
-from bevpool_ros.kernels.schedule import (build_v3_schedule, check_schedule,
-                                                points_per_slot, split_evenly, team_end_of,
-                                                v2do_intervals)
+from bevpool_ros.kernels.schedule import (
+    build_v3_schedule,
+    check_schedule,
+    points_per_slot,
+    split_evenly,
+    team_end_of,
+    v2do_intervals,
+)
 from bevpool_ros.kernels.twin import v3_kernel_twin
-from bevpool_ros.backends.cuda.timing import rotation_sets
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import scatter_map_from_ranks
 

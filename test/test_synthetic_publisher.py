@@ -47,9 +47,8 @@ def _interrupt(proc) -> tuple[int, str]:
 
 def test_publishes_the_rig_and_stops_cleanly_on_ctrl_c():
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-
     from bevpool_msgs.msg import CameraTensor
+    from rclpy.executors import SingleThreadedExecutor
 
     from bevpool_ros.node.qos import make_qos
 

@@ -15,10 +15,9 @@ import re
 import subprocess
 import time
 
+import cubin_elf
 import numpy as np
 import pytest
-
-import cubin_elf
 import rig_variants as V
 import trt_cpp_cases as T
 from tensorrt_helpers import recalibrated

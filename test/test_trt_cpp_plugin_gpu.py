@@ -9,7 +9,6 @@ import importlib.util
 import json
 
 import pytest
-
 import trt_cpp_cases as T
 
 pytestmark = pytest.mark.gpu

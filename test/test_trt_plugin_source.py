@@ -135,10 +135,11 @@ def test_unknown_choice_is_refused():
 
 def test_backend_reports_the_plugin_and_refuses_a_missing_library(library, monkeypatch, tmp_path):
     """TensorRTBackend with the GPU faked and the TensorRT module played by the stand-in."""
+    from test_tensorrt_backend import fake_rt
+
     import bevpool_ros.backends.gpu.base as GB
     import bevpool_ros.backends.tensorrt.backend as B
     from bevpool_ros.backends.tensorrt import TensorRTBackend
-    from test_tensorrt_backend import fake_rt
 
     monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
     monkeypatch.setattr(B, "_check_network_route", lambda lib: None)

@@ -22,7 +22,8 @@ def test_plot_has_metre_axes_colour_bar_log_scale_and_the_right_orientation():
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib import colors, pyplot as plt
+    from matplotlib import colors
+    from matplotlib import pyplot as plt
 
     Y, X = 4, 6
     values = np.arange(1, Y * X + 1, dtype=float).reshape(Y, X)  # distinct per cell

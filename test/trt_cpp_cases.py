@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bevpool_ros.kernels import fp8
-from bevpool_ros.kernels.precision import FP8_ATOL, FP8_RTOL
-from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs
+from bevpool_ros.kernels import fp8
+from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE
+from bevpool_ros.kernels.precision import FP8_ATOL, FP8_RTOL
 from bevpool_ros.reference import pool_reference
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,8 +106,8 @@ def config(smaps, precision: str, target):
 def v2_config(smap, target):
     """A static plan (BEVDet's V2 kernel: output zeroed first, then atomics) at this map's lengths:
     the other kind of plan the Python plugin serves (plugin_config.config_for_plan)."""
-    from bevpool_ros.kernels.table import plan_v2
     from bevpool_ros.backends.tensorrt.plugin_config import config_for_plan
+    from bevpool_ros.kernels.table import plan_v2
 
     _, sched = plugin_config_for(smap, "fp16", target)
     return config_for_plan(smap, sched, plan_v2(smap), "fp16"), [sched]

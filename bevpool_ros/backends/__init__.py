@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import logging
 
-from .base import Backend, BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, PRECISIONS, all_finite, check_inputs
+from .base import (
+    PRECISIONS,
+    Backend,
+    BackendUnavailable,
+    InputError,
+    NonFiniteInput,
+    NonFiniteOutput,
+    all_finite,
+    check_inputs,
+)
 from .cpu import CpuBackend
 
 log = logging.getLogger(__name__)

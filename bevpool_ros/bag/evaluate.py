@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io.depth_image import DepthImageConverter
-from ..node.calibration import LiveCalibration
 from ..io.bev_message import stamp_to_ns
+from ..io.depth_image import DepthImageConverter
 from ..io.tensor_codec import decode_any
+from ..node.calibration import LiveCalibration
 from ..progress import progress_bar
 from ..reference import pool_reference
 from ..rig import Rig

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
-from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 from ..logtext import clip
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metric_depth import DepthBins, millimetre_image, most_likely_depth
-from ..io.bev_message import ns_to_time
 from ..demo.synthetic_publisher import camera_info_msg
+from ..io.bev_message import ns_to_time
 from ..io.tensor_codec import make_camera_tensor
+from ..metric_depth import DepthBins, millimetre_image, most_likely_depth
 from ..progress import progress_bar
 from ..rig import Rig
 from ..synthetic import SyntheticScene

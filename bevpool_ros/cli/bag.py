@@ -117,8 +117,8 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     if args.cmd == "record-synthetic":
-        from ..rig_yaml import load_rig
         from ..bag.record import record_synthetic
+        from ..rig_yaml import load_rig
 
         skip = {}
         for frame, cam in args.skip:
@@ -183,12 +183,10 @@ def _eval_options(parser, default_rig: str) -> None:
 
 
 def _eval_many(args) -> int:
-    from ..bag.evaluate import tolerance_text
+    from ..bag.evaluate import node_view, tolerance_text
     from ..bag.io import BagError, bag_summary
     from ..bag.many import TaskResources, evaluate_many, find_bags
     from ..bag.report import write_report
-
-    from ..bag.evaluate import node_view
     from ..rig_yaml import load_rig
 
     bags = find_bags(args.bags)

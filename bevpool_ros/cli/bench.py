@@ -178,8 +178,8 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     (recorded in the meta file; the autotuner makes the per-map choice)."""
     import itertools
 
-    from ..kernels import table as L
     from ..backends.cuda.runtime import MapOnDevice
+    from ..kernels import table as L
 
     inputs = make_inputs(smap, seed=args.seed + 1)
     refs = references(smap, inputs)
@@ -345,9 +345,9 @@ def main(argv=None) -> int:
                 md.run(plan, d, f)
         return 0
 
-    from ..kernels.table import plan_empty
     from ..backends.cuda.driver import launch as launch_kernel
     from ..backends.cuda.timing import d2d_bandwidth, time_graph
+    from ..kernels.table import plan_empty
 
     bw = d2d_bandwidth(rt.stream)
     empty = plan_empty()

@@ -30,14 +30,13 @@ def main(argv=None) -> int:
 
     import numpy as np
 
+    from ..demo.fallback import fallback_note
     from ..demo.session import PipelineSession
     from ..reference import pool_reference
+    from ..rig import RigError
     from ..scatter_map import build_scatter_map
-    from ..demo.fallback import fallback_note
     from ..tolerance import error_ratio
     from ..visualize import bev_energy_map, save_bev_figure
-
-    from ..rig import RigError
 
     asked = {"backend": args.backend, "precision": args.precision or "fp16"}
     try:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 from rclpy.node import Node
 
-from ..node.diagnostics import status_values
 from ..io.bev_message import image_to_rgb, stamp_to_ns
+from ..io.tensor_codec import decode_any
+from ..node.diagnostics import status_values
 from ..node.qos import make_qos
 from .waiting import poll_until
-from ..io.tensor_codec import decode_any
 
 
 @dataclass

@@ -12,12 +12,11 @@ import time
 import numpy as np
 from rclpy.node import Node
 
-from ..rig import Rig
-
 from ..io.bev_message import ns_to_time
-from ..node.qos import make_qos
-from .waiting import poll_until
 from ..io.tensor_codec import make_camera_tensor
+from ..node.qos import make_qos
+from ..rig import Rig
+from .waiting import poll_until
 
 
 def camera_info_msg(rig: Rig, index: int, stamp, frame_id: str):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .image_codec import ImageError, image_to_array
-from ..metric_depth import DISTRIBUTIONS, DepthBins, DepthSpec, MetricDepth, depth_distribution, resize_nearest
 from ..logtext import shown
+from ..metric_depth import DISTRIBUTIONS, DepthBins, DepthSpec, MetricDepth, depth_distribution, resize_nearest
+from .image_codec import ImageError, image_to_array
 
 DEPTH_ENCODINGS = {"32FC1": 1.0, "16UC1": 1e-3, "mono16": 1e-3}  # encoding -> metres per unit
 

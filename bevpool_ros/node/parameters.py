@@ -17,7 +17,7 @@ from rcl_interfaces.msg import (
     SetParametersResult,
 )
 
-from ..logtext import clip, shown
+from ..logtext import shown
 from . import params as P
 from .configure import StartupError
 

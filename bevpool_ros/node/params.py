@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..logtext import shown
 from ..paths import DEFAULT_RIG
 from .dds_guard import TENSOR_BOUND_BYTES
-from ..logtext import shown
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
-from ..node.diagnostics import diagnostic_array
-from ..logtext import shown
-from ..node.qos import make_qos
 from ..io.tensor_codec import TensorError, inspect_header, to_float
+from ..logtext import shown
+from ..node.diagnostics import diagnostic_array
+from ..node.qos import make_qos
 from ..node.throttle import ThrottledLog
 from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values, written_columns
 

@@ -29,11 +29,11 @@ import numpy as np
 
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...kernels.table import PRECISION_INPUT, V3_KERNELS
+from ...regime import classify, working_set_bytes
+from ...scatter_map import ScatterMap
 from ..base import BackendUnavailable
 from ..gpu.base import GpuBackend
 from ..gpu.choices import LaunchChoice, choice_key
-from ...regime import classify, working_set_bytes
-from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
 from .plugin_source import PluginSourceError, select_and_install
 from .targets import Target, TargetError, check_runnable, fp8_supported
