@@ -320,7 +320,8 @@ def render_md(res: dict) -> str:
         "",
         "| measure (ms) | p50 | p95 | p99 |",
         "|---|---|---|---|",
-        f"| end to end: last input published -> grid received (other process) | {e[50]:.2f} | {e[95]:.2f} | {e[99]:.2f} |",
+        f"| end to end: last input published -> grid received (other process) | {e[50]:.2f} | {e[95]:.2f} | "
+        f"{e[99]:.2f} |",
         f"| in the node: last input received -> BEV published | {n['p50']:.2f} | {n['p95']:.2f} | {n['p99']:.2f} |",
         f"| pooling stage in the node | {r['stage_p50_ms']:.3f} | | {r['stage_p99_ms']:.3f} |",
         f"| kernel alone (us) | {r['kernel_us']:.1f} | | |",
@@ -439,7 +440,8 @@ def main(argv=None) -> int:
     backend = d.get("backend", args.backend)
     kern = kernel_only(backend if backend not in ("best", "") else "cpu", args.precision, args.rig)
     stage = ("stage_p50_ms", "stage_p99_ms") if "stage_p50_ms" in d else ("pool_p50_ms", "pool_p99_ms")
-    row = {"backend": backend, "precision": d.get("precision", args.precision), "output_dtype": sub.get("dtype", args.bev_dtype),
+    row = {"backend": backend, "precision": d.get("precision", args.precision),
+           "output_dtype": sub.get("dtype", args.bev_dtype),
            "transport": args.transport, "rig": rig_label(args.rig),
            "frames": len(sent), "received": len(sub["received"]),
            "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),

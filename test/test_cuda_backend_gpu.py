@@ -150,7 +150,8 @@ def random_rig_map(rng):
     step = float(rng.choice([0.2, 0.4, 0.5, 0.8, 1.0, 1.6]))
     n_cam = int(rng.integers(1, len(rig.cameras) + 1))
     cams = tuple(rng.permutation(np.array(rig.cameras, dtype=object))[:n_cam])
-    rig = replace(rig, name="fuzz", cameras=cams, channels=int(rng.choice([1, 3, 6, 8, 16, 17, 30, 40, 64, 80, 96, 100, 128, 160])),
+    rig = replace(rig, name="fuzz", cameras=cams,
+                  channels=int(rng.choice([1, 3, 6, 8, 16, 17, 30, 40, 64, 80, 96, 100, 128, 160])),
                   depth_step=float(rng.choice([0.5, 1.0, 2.0])),
                   x=Axis("x", -half, half, step), y=Axis("y", -half * rng.uniform(0.5, 1), half, step))
     return build_scatter_map(rig)

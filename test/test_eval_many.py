@@ -133,7 +133,8 @@ def test_html_row_of_a_bag_that_lost_sets_names_the_causes():
 def test_report_html_renders_its_plots_in_a_headless_browser(report_dir, tmp_path):
     exe = chromium()
     page = (report_dir / "report.html").as_uri()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([exe, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-plots-rendered="6"' in dom.stdout  # 3 plots + 3 BEV pictures decoded by the browser

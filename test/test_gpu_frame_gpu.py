@@ -66,7 +66,8 @@ def assert_matches(out, smap, precision, d, f, what=""):
         assert np.all(err <= tol), f"{what}: max err {err.max():.4g}"
     else:
         unit = max(1.0, float(np.abs(d).max()) * float(np.abs(f).max()))  # tolerance in the inputs' units
-        ok, err = fp8_within_tolerance(out, pool_reference(d, f, smap), pool_reference(np.abs(d), np.abs(f), smap), unit)
+        ok, err = fp8_within_tolerance(out, pool_reference(d, f, smap), pool_reference(np.abs(d), np.abs(f), smap),
+                                       unit)
         assert ok, f"{what}: FP8 error {err:.4g} outside the documented tolerance"
 
 

@@ -1,4 +1,5 @@
-"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, depth-pair entries, the kernel's reduction rule (its float64 twin) against the FP64 reference,
+"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, depth-pair entries, the kernel's reduction rule
+(its float64 twin) against the FP64 reference,
 kernel choice and grids, the generated kernel table, FP8 helpers."""
 from __future__ import annotations
 

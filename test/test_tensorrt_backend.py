@@ -224,7 +224,8 @@ def test_auto_keeps_fp8_only_when_faster_and_within_tolerance(fake_gpu, monkeypa
     b.prepare(smap)
     assert b.precision == "fp8" and b.auto_record.fp8_within_tolerance and list(b.runners) == ["fp8"]
     assert b.describe()["input_dtype"] == "float8_e4m3"
-    monkeypatch.setattr(FakeFrame, "frame_time_us", lambda self, cameras, **kw: 5.0 if self.precision == "fp16" else 9.0)
+    monkeypatch.setattr(FakeFrame, "frame_time_us",
+                        lambda self, cameras, **kw: 5.0 if self.precision == "fp16" else 9.0)
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc2"))
     b2 = fake_gpu("sm_120", "auto", choice_store=ChoiceStore(tmp_path / "kc2"))
     b2.prepare(smap)

@@ -80,7 +80,8 @@ def test_standin_runs_the_plugin_code_without_tensorrt(monkeypatch, nuscenes_rig
     target = known_target("sm_89")
     cfg, _ = plugin_config_for(maps[0], "fp16", target)
     creator = register_plugin(standin)
-    built = creator.create_plugin("bevpool", fields_to_collection(standin, cfg.to_fields()), standin.TensorRTPhase.BUILD)
+    built = creator.create_plugin("bevpool", fields_to_collection(standin, cfg.to_fields()),
+                                  standin.TensorRTPhase.BUILD)
     p = creator.create_plugin("bevpool", built.get_fields_to_serialize(), standin.TensorRTPhase.RUNTIME)
     p = p.attach_to_context(None)
     assert p.cfg == cfg

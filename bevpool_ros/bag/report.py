@@ -190,7 +190,8 @@ def render_html(report: dict, results: list[dict]) -> str:
                     + f"<td style='text-align:left'>{html.escape(result)}</td></tr>")
     bevs = [(b, _name(r)) for r in results if (b := bev_png(r))]
     plots = [(latency_cdf_png(results), "end-to-end latency CDF per bag"),
-             (frame_error_png(results), "error per frame, relative to the tolerance"), (drops_png(results), "drops by reason")]
+             (frame_error_png(results), "error per frame, relative to the tolerance"),
+             (drops_png(results), "drops by reason")]
     return "\n".join([
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>bevpool-bag eval-many</title>",
         f"<style>{_STYLE}</style></head><body>",

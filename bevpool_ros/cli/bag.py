@@ -17,7 +17,8 @@ runs on a slow machine); otherwise the bag plays at its recorded pace x --rate.
 cluster at --address), each on its own DDS domain, and writes DIR/report.json, DIR/report.html
 (plots) and DIR/bags/<bag> (the node's output per bag). Bags may be MCAP or SQLite (.db3).
 Exit status: 0 when every published grid matches within tolerance, no complete set was lost
-beyond --allow-lost and the node exited cleanly, 1 otherwise (the reasons on stderr), 2 on bad usage (including a bag that
+beyond --allow-lost and the node exited cleanly, 1 otherwise (the reasons on stderr), 2 on bad
+usage (including a bag that
 cannot be read, e.g. truncated or with broken metadata, a bag the node's parameters do not fit,
 e.g. depth Images without input.depth_mode, a node that does not start, an output that already
 exists, a Ray cluster that cannot be joined or has no node big enough for one task): one line on

@@ -235,9 +235,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
         any_r = v3 or v2
 
         def ratio(a, b):
-            return f"{a['median_us'] / b['median_us']:.2f}x" if a and b and "median_us" in a and "median_us" in b else "n/a"
+            return (f"{a['median_us'] / b['median_us']:.2f}x"
+                    if a and b and "median_us" in a and "median_us" in b else "n/a")
 
-        lines.append(f"| {w} | {any_r['channels']} | {any_r['points']:,} | {any_r['max_interval']} | {t(v2)} | {t(do)} | "
+        lines.append(f"| {w} | {any_r['channels']} | {any_r['points']:,} | {any_r['max_interval']} | {t(v2)} | "
+                     f"{t(do)} | "
                      f"{t(v3)} | {t(v8)} | {ratio(v2, v8)} | {ratio(v2, v3)} | {ratio(do, v3)} | "
                      f"{v3['floor_us']:.2f} | {v3['x_floor']:.2f}x | {v3.get('tight_floor_us', float('nan')):.2f} | "
                      f"{v3.get('x_tight_floor', float('nan')):.2f}x | {ratio(v3, v8)} | {v3.get('regime', '')} | "
@@ -253,7 +255,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
             return f"{r[k]:.4f}" if k in r else "n/a"
 
         same = all(r.get("repeat_identical", False) for r in (v2, do, v3, v8) if r)
-        lines.append(f"| {w} | {e(v2)} | {e(do)} | {e(v3)} | {e(v8)} | {e(v8, 'max_abs_err_vs_dequantised')} | {same} |")
+        lines.append(f"| {w} | {e(v2)} | {e(do)} | {e(v3)} | {e(v8)} | {e(v8, 'max_abs_err_vs_dequantised')} | "
+                     f"{same} |")
     return "\n".join(lines) + "\n"
 
 
@@ -355,7 +358,8 @@ def main(argv=None) -> int:
                            inner=args.inner, reps=args.reps)["median_us"]
     meta = {"device": dev.name, "arch": dev.arch, "l2_mib": dev.l2_bytes / 2**20, "sms": dev.sm_count,
             "d2d_gbps": bw / 1e9, "launch_us": launch_us, "reps": args.reps, "inner": args.inner,
-            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "autotune": args.autotune, "rotate": not args.no_rotate,
+            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "autotune": args.autotune,
+            "rotate": not args.no_rotate,
             "command": "bevpool-bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(f"{dev.name} {dev.arch} L2 {meta['l2_mib']:.0f} MiB, D2D {bw / 1e9:.0f} GB/s, "
           f"empty launch {launch_us:.2f} us", flush=True)

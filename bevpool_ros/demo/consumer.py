@@ -58,7 +58,8 @@ class BevConsumer(Node):
         self.bev_sub = self.create_subscription(BevFeature, bev_topic, self._on_bev, qos)
         self.image_sub = (self.create_subscription(Image, image_topic, lambda m: self.images.append(m), qos)
                           if subscribe_image else None)
-        self.diag_sub = self.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diagnostics.append(m), 10)
+        self.diag_sub = self.create_subscription(DiagnosticArray, "/diagnostics",
+                                                 lambda m: self.diagnostics.append(m), 10)
 
     def _on_bev(self, msg) -> None:
         now = time.perf_counter()

@@ -26,7 +26,8 @@ def isolate(domain: int | None = None) -> int:
     from ..node.main import use_large_data_profile
 
     if domain is None:
-        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))  # 0..101: ports below the ephemeral range
+        # 0..101: ports below the ephemeral range
+        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     use_large_data_profile()

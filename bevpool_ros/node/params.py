@@ -99,7 +99,8 @@ PARAMS: tuple[Param, ...] = (
     Param("sync.use_message_filters", "bool", False, "Use message_filters.ApproximateTimeSynchronizer "
           "instead of the built-in synchroniser (only when message_filters is installed).", read_only=True),
     # inputs
-    Param("input.depth_topic", "string", "cameras/{camera}/depth", "Depth Tensor topic ({camera} = name).", read_only=True),
+    Param("input.depth_topic", "string", "cameras/{camera}/depth", "Depth Tensor topic ({camera} = name).",
+          read_only=True),
     Param("input.feat_topic", "string", "cameras/{camera}/feat", "Feature Tensor topic.", read_only=True),
     Param("input.camera_info_topic", "string", "cameras/{camera}/camera_info", "CameraInfo topic.", read_only=True),
     Param("input.feature_layout", "string", "HWC", "Layout assumed when a feature Tensor's layout is "
@@ -112,7 +113,8 @@ PARAMS: tuple[Param, ...] = (
           "distribution's range [0, 1.01] (depth_out_of_range)."),
     Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
           choices=("best_effort", "reliable"), read_only=True),
-    Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
+    Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100,
+          read_only=True),
     # depth cameras (bevpool_ros/io/depth_image.py): a metric depth Image instead of a [D, H, W] Tensor
     Param("input.depth_mode", "string_array", ["distribution"], "Per camera: 'distribution' (Tensor "
           "[D,H,W]) or 'image' (sensor_msgs/Image 32FC1 m / 16UC1 mm on the depth topic, turned into "
@@ -146,7 +148,8 @@ PARAMS: tuple[Param, ...] = (
           "skipped_no_subscribers, diagnostics stay OK and say idle."),
     Param("diagnostics.period_s", "double", 1.0, "Period of /diagnostics messages, seconds.", low=0.05, high=60.0),
     Param("diagnostics.latency_window", "integer", 1000, "Sets in the latency percentile window.", low=10, high=100000),
-    Param("log_throttle_s", "double", 2.0, "Minimum seconds between two warnings of the same kind.", low=0.0, high=3600.0),
+    Param("log_throttle_s", "double", 2.0, "Minimum seconds between two warnings of the same kind.", low=0.0,
+          high=3600.0),
 )
 BY_NAME = {p.name: p for p in PARAMS}
 
