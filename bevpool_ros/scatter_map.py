@@ -1,6 +1,7 @@
 """Five-array INT32 scatter map: built once per calibration, validated, cached, saved.
 
-Build: every (camera, depth bin, feature cell) frustum point -> undo crop/resize -> K^-1 ->
+Build: every (camera, depth bin, feature cell) frustum point -> undo the camera's crop/resize
+(rig.transform_of: its own, or the rig's scaled to its image size) -> K^-1 ->
 camera->ego -> voxel (floor) -> drop points outside the grid -> stable sort by BEV cell ->
 ``ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths`` (docs/contracts.md).
 """
@@ -182,11 +183,12 @@ class ScatterMap:
         return buf.getvalue()
 
     @classmethod
-    def from_bytes(cls, blob: bytes, source: str = "scatter map") -> "ScatterMap":
+    def from_bytes(cls, blob: bytes, source: str = "scatter map", max_bytes: int | None = None) -> "ScatterMap":
         """Parse and validate; anything malformed (empty, truncated, not a zip, bad header,
-        wrong keys, broken invariants) raises ScatterMapError, never numpy's or zipfile's errors."""
+        wrong keys, broken invariants) raises ScatterMapError, never numpy's or zipfile's errors.
+        ``max_bytes``: refuse, before decompressing, members that would expand beyond it."""
         try:
-            z = read_npz(blob)
+            z = read_npz(blob, max_bytes)
             missing = [k for k in (*ARRAYS, "depth_shape", "grid_shape", "channels") if k not in z]
             if missing:
                 raise ScatterMapError(f"{source}: missing keys {missing}")
@@ -220,17 +222,38 @@ class ScatterMap:
 _NPY_HEADER = re.compile(r"""\{'descr': '([<>|][a-z]\d+)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}""")
 
 
-def read_npz(blob: bytes) -> dict[str, np.ndarray]:
+NPZ_MEMBERS_MAX = 16  # a map file holds 10 arrays
+
+
+def map_bytes_bound(depth_shape) -> int:
+    """The most bytes a map of this frustum holds: five int32 arrays of at most one entry per
+    frustum point (ranks, intervals), plus the small arrays and the .npy headers."""
+    return 5 * 4 * int(np.prod(depth_shape, dtype=np.int64)) + (1 << 16)
+
+
+def read_npz(blob: bytes, max_bytes: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` (as ``np.savez`` writes them: C order, plain dtypes), parsed here.
 
     numpy's own reader evaluates each header as Python source; numpy 2.5 on Python 3.12 rejected
     valid files that way ("source code cannot contain null bytes"), so the one header layout numpy
     writes is matched instead, and anything else is refused.
+
+    A zip bomb costs nothing: the members' declared sizes are checked against ``max_bytes``
+    before anything is decompressed, and zipfile never inflates a member beyond its declared
+    size (a member that lies about it fails its CRC).
     """
     out = {}
     with zipfile.ZipFile(io.BytesIO(blob)) as zf:
-        for name in zf.namelist():
-            data = zf.read(name)
+        infos = zf.infolist()
+        if len(infos) > NPZ_MEMBERS_MAX:
+            raise ValueError(f"{len(infos)} members, at most {NPZ_MEMBERS_MAX}")
+        declared = sum(i.file_size for i in infos)
+        if max_bytes is not None and declared > max_bytes:
+            raise ValueError(f"members expand to {declared} bytes, more than the {max_bytes} this map "
+                             "can hold: refused before decompressing")
+        for info in infos:
+            name = info.filename
+            data = zf.read(info)
             if not (name.endswith(".npy") and data[:6] == b"\x93NUMPY" and data[6] in (1, 2, 3)):
                 raise ValueError(f"{name}: not an .npy member")
             size_bytes = 2 if data[6] == 1 else 4
@@ -268,13 +291,14 @@ def frustum_rays(rig: Rig) -> tuple[np.ndarray, np.ndarray]:
         s = rig.feature_stride
         us = (np.arange(fw) + 0.5) * s - 0.5
         vs = (np.arange(fh) + 0.5) * s - 0.5
-    # undo crop, then resize: input pixel -> source pixel
-    u, v = np.meshgrid((us + rig.crop_left) / rig.resize, (vs + rig.crop_top) / rig.resize)
-    pix = np.stack([u, v, np.ones_like(u)], axis=-1)  # homogeneous [H, W, 3]
     origins = np.array([cam.translation for cam in rig.cameras], dtype=np.float64)
-    rays = np.stack([pix @ (np.asarray(cam.rotation) @ np.linalg.inv(np.asarray(cam.K))).T
-                     for cam in rig.cameras])
-    return origins, rays
+    rays = []
+    for cam, t in zip(rig.cameras, rig.camera_transforms):
+        # undo this camera's crop, then its resize: input pixel -> source pixel
+        u, v = np.meshgrid((us + t.crop_left) / t.resize, (vs + t.crop_top) / t.resize)
+        pix = np.stack([u, v, np.ones_like(u)], axis=-1)  # homogeneous [H, W, 3]
+        rays.append(pix @ (np.asarray(cam.rotation) @ np.linalg.inv(np.asarray(cam.K))).T)
+    return origins, np.stack(rays)
 
 
 def frustum_points_ego(rig: Rig) -> np.ndarray:
@@ -344,7 +368,7 @@ class ScatterMapCache:
                 self._maps.move_to_end(key)
                 self.hits += 1
                 return self._maps[key].with_channels(rig.channels)
-        smap = self._load_file(key) or build_scatter_map(rig)
+        smap = self._load_file(key, map_bytes_bound(rig.depth_shape)) or build_scatter_map(rig)
         with self._lock:
             self.misses += 1
             self._maps[key] = smap
@@ -357,17 +381,18 @@ class ScatterMapCache:
     def _path(self, key: str) -> Path:
         return self.directory / f"scatter_map_{key}.npz"
 
-    def _load_file(self, key: str) -> ScatterMap | None:
-        from .private_cache import read_trusted
+    def _load_file(self, key: str, max_bytes: int | None = None) -> ScatterMap | None:
+        from .private_cache import log, read_trusted
 
         blob = read_trusted(self._path(key), "scatter-map cache entry") if self.directory else None
         if blob is None:
             return None
         try:
-            smap = ScatterMap.from_bytes(blob, str(self._path(key)))
+            smap = ScatterMap.from_bytes(blob, str(self._path(key)), max_bytes)
             return smap if smap.key == key else None
-        except ScatterMapError:
-            return None  # sealed but invalid (an older format): rebuilt and overwritten
+        except ScatterMapError as e:  # sealed but invalid (an older format, a bomb): rebuilt, overwritten
+            log.warning("scatter-map cache entry refused, rebuilding it: %s", e)
+            return None
 
     def _store_file(self, key: str, smap: ScatterMap) -> None:
         from .private_cache import write_trusted

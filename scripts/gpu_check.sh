@@ -48,7 +48,7 @@ if [ "$RUN_TESTS" = 1 ]; then
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 300 $PY -m pytest -q --no-header -p no:cacheprovider \
       -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py \
       test/test_rig_variants_gpu.py test/test_backend_fallback.py test/test_tensorrt_backend.py \
-      test/test_tensorrt_build.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
+      test/test_tensorrt_build.py test/test_pooling_fp8_codes.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
 # the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
@@ -86,6 +86,28 @@ if [ "${RUN_TRT:-1}" = 1 ]; then
   timeout 150 $PY bench/trt_plugin_host_cost.py --out "$OUT" 2>&1 | tee "$OUT/trt_plugin.log" | tail -8 || status=1
 fi
 # ---- end of the TensorRT plugin block ----------------------------------------------------------------
+# ---- TensorRT C++ plugin library block (owner: trtlib helper) ----------------------------------------
+# No TensorRT here either: bench/trt_cpp_plugin.py builds libbevpool_trt_plugin.so for this GPU
+# (scripts/build_trt_plugin.sh, nvcc + cmake) and its driver program plays TensorRT's part: nuScenes
+# (two calibrations, one config) and two rig variants, fp16 and fp8, enqueue eager and from a CUDA
+# graph over NaN-poisoned outputs vs the FP64 reference and bitwise vs the NVRTC build; host time per
+# enqueue. Needs the TensorRT headers: BEVPOOL_TRT_HEADERS (the folder holding 10.13/include), else
+# shared/, ../shared/ or .carry/ third_party copies. Writes $OUT/h200_trt_cpp_plugin.json (commit as
+# bench/results/h200_trt_cpp_plugin.json). Skip: RUN_TRT_CPP=0.
+if [ "${RUN_TRT_CPP:-1}" = 1 ]; then
+  trt_headers=""
+  for d in "${BEVPOOL_TRT_HEADERS:-}" shared/third_party/tensorrt-oss-headers \
+           ../shared/third_party/tensorrt-oss-headers .carry/tensorrt-oss-headers; do
+    if [ -n "$d" ] && [ -f "$d/10.13/include/NvInferRuntime.h" ]; then trt_headers=$d; break; fi
+  done
+  if [ -z "$trt_headers" ]; then
+    echo "TensorRT C++ plugin: no TensorRT headers found (set BEVPOOL_TRT_HEADERS)"; status=1
+  else
+    BEVPOOL_TRT_HEADERS=$trt_headers timeout 500 $PY bench/trt_cpp_plugin.py --out "$OUT" \
+        --build-dir /tmp/bevpool_trt_cpp_build 2>&1 | tee "$OUT/trt_cpp_plugin.log" | tail -9 || status=1
+  fi
+fi
+# ---- end of the TensorRT C++ plugin library block -----------------------------------------------------
 
 # --- ROS 2 on the GPU machine: the carried cp312 runtime, the ROS test suite, the node's latency --------
 # Publisher, node and subscriber in three processes over real DDS (and the GPU hand-off).

@@ -91,12 +91,14 @@ class RosGraph(PipelineSession):
     subprocess; synthetic publisher + consumer here) plus stamps, waits and counters for tests.
     Use as a module-scoped fixture; ``close()`` returns the node's exit code."""
 
-    def __init__(self, node_params: dict, rig_path=None, publisher_kwargs=None):
+    def __init__(self, node_params: dict, rig_path=None, publisher_kwargs=None, wait: bool = True):
+        """``wait``: until the node publishes grids (False: a node that waits for a lifecycle
+        manager)."""
         isolate_ros_env()
         super().__init__(str(rig_path) if rig_path else None, node_params, subscribe_image=True,
                          publisher_kwargs=publisher_kwargs)
         self._stamp = 1_000 * 1_000_000_000
-        if not self.wait_ready(DISCOVERY_TIMEOUT) or self.warm_up() is None:
+        if wait and (not self.wait_ready(DISCOVERY_TIMEOUT) or self.warm_up() is None):
             out = self.node.output()
             self.close()
             raise RuntimeError(f"bevpool_node not ready within {DISCOVERY_TIMEOUT} s; its output:\n{out}")
@@ -106,23 +108,39 @@ class RosGraph(PipelineSession):
         and best-effort samples sent in between are lost. Publish frame ``index`` (fresh stamps)
         until one BEV comes back; its stamp, or None."""
         publisher = publisher or self.pub
-        deadline = time.monotonic() + DISCOVERY_TIMEOUT
-        while time.monotonic() < deadline:
-            stamp = publisher.publish_frame(index, self.next_stamp())
-            if self.spin_until(lambda: stamp in self.con.by_stamp(), 1.0):
-                return stamp
-        return None
+        got = self.send_until_grid(lambda stamp: publisher.publish_frame(index, stamp),
+                                   DISCOVERY_TIMEOUT, 1.0)
+        return None if got is None else got.stamp_ns
 
     def next_stamp(self, step_ms: int = 100) -> int:
         """Strictly increasing stamps across the whole module (the node remembers every stream)."""
         self._stamp += step_ms * 1_000_000
         return self._stamp
 
-    def publish_and_wait(self, index: int, timeout: float = 10.0, **kw):
-        """Publish one frame, wait for its BEV; returns the ReceivedBev (None on timeout)."""
-        stamp = self.pub.publish_frame(index, self.next_stamp(), **kw)
-        self.spin_until(lambda: stamp in self.con.by_stamp(), timeout)
-        return self.con.by_stamp().get(stamp)
+    def send_until_grid(self, send, timeout: float = 30.0, resend_s: float = 2.0,
+                        newest: bool = False):
+        """``send(stamp)`` with fresh stamps until the grid of one of them comes back; the
+        ReceivedBev, None on timeout. One send is never trusted: on a busy machine a camera may
+        arrive after sync.camera_timeout_s, or a best-effort sample may be lost. ``newest``:
+        only the grid of the last stamp sent counts (then no older send is still in flight)."""
+        deadline = time.monotonic() + timeout
+        sent: list[int] = []
+
+        def arrived():
+            return any(s in self.con.by_stamp() for s in (sent[-1:] if newest else sent))
+        while time.monotonic() < deadline and not arrived():
+            stamp = self.next_stamp()
+            send(stamp)
+            sent.append(stamp)
+            self.spin_until(arrived, min(resend_s, max(0.0, deadline - time.monotonic())))
+        got = self.con.by_stamp()
+        return next((got[s] for s in (sent[-1:] if newest else sent) if s in got), None)
+
+    def publish_and_wait(self, index: int, timeout: float = 30.0, **kw):
+        """Publish frame ``index`` (resent, fresh stamps) until its BEV comes back; the
+        ReceivedBev (None on timeout). ``kw``: publish_frame's (skip, replace, camera_info)."""
+        return self.send_until_grid(lambda stamp: self.pub.publish_frame(index, stamp, **kw),
+                                    timeout)
 
     def diagnostics_where(self, predicate, timeout: float = 10.0) -> dict | None:
         """The first diagnostics snapshot (published from now on) that satisfies predicate."""

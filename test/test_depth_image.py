@@ -7,8 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.io.depth_image import (DepthBins, DepthImageConverter, converters_for, depth_distribution,
-                                     resize_nearest)
+from bevpool_ros.io.depth_image import (
+    DepthBins,
+    DepthImageConverter,
+    converters_for,
+    depth_distribution,
+    resize_nearest,
+)
 from bevpool_ros.io.image_codec import ENCODINGS, ImageError, array_to_image, check_image, image_to_array
 
 
@@ -260,10 +265,12 @@ class DepthImageGraph:
             kind = Image if MODES[n] == "image" else CameraTensor
             self.pubs[(cam.name, "depth")] = self.pubnode.create_publisher(kind, f"cameras/{cam.name}/depth", qos)
             self.pubs[(cam.name, "feat")] = self.pubnode.create_publisher(CameraTensor, f"cameras/{cam.name}/feat", qos)
-            self.pubs[(cam.name, "info")] = self.pubnode.create_publisher(CameraInfo, f"cameras/{cam.name}/camera_info", qos)
+            self.pubs[(cam.name, "info")] = self.pubnode.create_publisher(CameraInfo,
+                                                                          f"cameras/{cam.name}/camera_info", qos)
         self.spin_until = lambda pred, t=20.0: spin_until(self.ex, pred, t)
         self.stamp = 5_000 * 10 ** 9
-        ok = self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pubs.items() if k[1] != "info"))
+        ok = self.spin_until(lambda: all(p.get_subscription_count() > 0
+                                         for k, p in self.pubs.items() if k[1] != "info"))
         assert ok, self.node.output()
         for _ in range(40):  # discovery is asymmetric: publish until a grid comes back
             if self.publish_and_wait(0, timeout=1.0)[0] is not None:
@@ -303,10 +310,21 @@ class DepthImageGraph:
                 self.pubs[(cam.name, stream)].publish(m)
         return self.stamp, images, depth, feat
 
-    def publish_and_wait(self, index, timeout=10.0, edit_image=None):
-        stamp, images, depth, feat = self.publish(index, edit_image)
-        self.spin_until(lambda: stamp in self.con.by_stamp(), timeout)
-        return self.con.by_stamp().get(stamp), images, depth, feat
+    def publish_and_wait(self, index, timeout=30.0, edit_image=None, resend_s=2.0):
+        """Publish frame ``index`` (resent, fresh stamps: one send is never trusted on a busy
+        machine) until a grid comes back; (ReceivedBev or None, images, depth, feat)."""
+        import time
+
+        sent, deadline = [], time.monotonic() + timeout
+
+        def arrived():
+            return any(s in self.con.by_stamp() for s in sent)
+        while time.monotonic() < deadline and not arrived():
+            stamp, images, depth, feat = self.publish(index, edit_image)
+            sent.append(stamp)
+            self.spin_until(arrived, min(resend_s, max(0.0, deadline - time.monotonic())))
+        got = next((self.con.by_stamp()[s] for s in sent if s in self.con.by_stamp()), None)
+        return got, images, depth, feat
 
     def expected(self, images, depth, feat):
         from bevpool_ros.reference import pool_reference

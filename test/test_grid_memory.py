@@ -11,12 +11,11 @@ import gc
 
 import numpy as np
 import pytest
+from fake_cuda import device_inputs, fake_gpu
 
 from bevpool_ros.pipeline import BevPooler, grid_memory
 from bevpool_ros.pipeline.streams import PER_THREAD
 from bevpool_ros.workloads import get_workload
-
-from fake_cuda import device_inputs, fake_gpu
 
 A, B = 0xA000, 0xB000
 

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import rig_variants as rv
+from fake_cuda import torch_stand_in
 
 from bevpool_ros import BevPooler
 from bevpool_ros.backends.errors import InputError, NonFiniteInput
@@ -22,9 +24,6 @@ from bevpool_ros.pipeline import streams, tensors
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 from bevpool_ros.tolerance import error_ratio
-
-import rig_variants as rv
-from fake_cuda import torch_stand_in
 
 SMALL_RIGS = ("mono_c1_d1", "pair_c3_z2", "tri_c17", "blind_c80")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "inprocess.md"

@@ -5,11 +5,9 @@ node stays alive, nothing wrong is published, and the next good set is published
 """
 from __future__ import annotations
 
+import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import RosGraph, assert_bev_matches  # noqa: E402
 
 from bevpool_ros.demo.synthetic_publisher import camera_info_msg  # noqa: E402
@@ -68,8 +66,10 @@ def bad_tensor_case(graph, smap, key, msg, stream="feat"):
 
 def test_wrong_shape(graph, smap):
     _, H, W, C = graph.rig.depth_shape[0], *graph.pub.arrays(0)[1].shape[1:]
-    bad_tensor_case(graph, smap, "dropped_bad_shape", make_camera_tensor(np.zeros((H, W - 1, C), np.float32), "feat", "HWC"))
-    bad_tensor_case(graph, smap, "dropped_bad_shape", make_camera_tensor(np.zeros((3, H, W), np.float32), "depth", "DHW"),
+    bad_tensor_case(graph, smap, "dropped_bad_shape",
+                    make_camera_tensor(np.zeros((H, W - 1, C), np.float32), "feat", "HWC"))
+    bad_tensor_case(graph, smap, "dropped_bad_shape",
+                    make_camera_tensor(np.zeros((3, H, W), np.float32), "depth", "DHW"),
                     stream="depth")
 
 
@@ -111,7 +111,8 @@ def test_non_finite(graph, smap, value):
 def test_depth_outside_a_distribution(graph, smap, value):
     depth = graph.pub.arrays(0)[0][2].copy()
     depth[3, 4, 5] = value
-    bad_tensor_case(graph, smap, "dropped_depth_out_of_range", make_camera_tensor(depth, "depth", "DHW"), stream="depth")
+    bad_tensor_case(graph, smap, "dropped_depth_out_of_range", make_camera_tensor(depth, "depth", "DHW"),
+                    stream="depth")
 
 
 def test_depth_range_check_can_be_turned_off(graph, smap):
@@ -143,7 +144,8 @@ def test_one_camera_jumping_back_does_not_reset_the_others(graph, smap):
     stamp = graph.next_stamp()
     graph.pub.publish_frame(0, stamp, stamp_offsets_ns={CAM: -5 * 10**9})  # one producer's clock is off
     good_frame_still_works(graph, smap)                                     # CAM goes on normally
-    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_stray_stamp") >= graph.counter(before, "sync_stray_stamp") + 2)
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_stray_stamp")
+                                    >= graph.counter(before, "sync_stray_stamp") + 2)
     assert after is not None, counters(graph)
     assert graph.counter(after, "sync_clock_reset") == graph.counter(before, "sync_clock_reset")
     assert graph.counter(after, "sync_discarded_on_reset") == graph.counter(before, "sync_discarded_on_reset")
@@ -181,9 +183,8 @@ def test_missing_camera_zero_fill_policy(graph, smap):
 
     set_(sync__missing_camera_policy="zero_fill", sync__min_cameras=5)
     try:
-        stamp = graph.pub.publish_frame(1, graph.next_stamp(), skip=(CAM,))
-        assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
-        got = graph.con.by_stamp()[stamp]
+        got = graph.publish_and_wait(1, skip=(CAM,))
+        assert got is not None, graph.node.output()[-3000:]
         assert list(got.msg.missing_cameras) == [CAM] and CAM not in got.msg.cameras
         depth, feat = graph.pub.arrays(1)
         n = [c.name for c in graph.rig.cameras].index(CAM)
@@ -198,34 +199,36 @@ def test_missing_camera_zero_fill_policy(graph, smap):
 
 
 def test_late_camera_within_the_timeout_still_completes_the_set(graph, smap):
-    stamp = graph.next_stamp()
-    graph.pub.publish_frame(2, stamp, skip=(CAM,))
-    graph.spin_until(lambda: False, TIMEOUT_S / 3)  # the stimulus: CAM arrives 100 ms late
-    graph.pub.publish_frame(2, stamp, skip=tuple(c.name for c in graph.rig.cameras if c.name != CAM))
-    assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
-    assert graph.con.by_stamp()[stamp].msg.missing_cameras == []
+    def send(stamp):
+        graph.pub.publish_frame(2, stamp, skip=(CAM,))
+        graph.spin_until(lambda: False, TIMEOUT_S / 3)  # the stimulus: CAM arrives 100 ms late
+        graph.pub.publish_frame(2, stamp, skip=tuple(c.name for c in graph.rig.cameras if c.name != CAM))
+    got = graph.send_until_grid(send)  # a loaded machine may stretch 100 ms past the timeout: resend
+    assert got is not None and got.msg.missing_cameras == []
 
 
 def test_duplicate_stamps(graph, smap):
-    stamp = graph.next_stamp()
-    graph.pub.publish_frame(0, stamp)
-    assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
+    got = graph.send_until_grid(lambda s: graph.pub.publish_frame(0, s), newest=True)
+    assert got is not None  # the newest stamp sent came back: every stream's newest is its stamp
+    stamp = got.stamp_ns
     before = counters(graph)
     n_before = graph.con.count
     graph.pub.publish_frame(0, stamp)  # the very same set again
-    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_duplicate") >= graph.counter(before, "sync_duplicate") + 12)
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_duplicate")
+                                    >= graph.counter(before, "sync_duplicate") + 12)
     assert after is not None and graph.con.count == n_before
     assert "dropped (sync_duplicate)" in graph.node.output()
     good_frame_still_works(graph, smap)
 
 
 def test_out_of_order_and_late_stamps(graph, smap):
-    s1, s2 = graph.next_stamp(), graph.next_stamp()
-    graph.pub.publish_frame(0, s2)
-    assert graph.spin_until(lambda: s2 in graph.con.by_stamp(), 10)
+    got = graph.send_until_grid(lambda s: graph.pub.publish_frame(0, s), newest=True)
+    assert got is not None
+    s1 = got.stamp_ns - 1  # older than what every stream already delivered
     before = counters(graph)
     graph.pub.publish_frame(0, s1)  # older than what every stream already delivered
-    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_out_of_order") >= graph.counter(before, "sync_out_of_order") + 12)
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "sync_out_of_order")
+                                    >= graph.counter(before, "sync_out_of_order") + 12)
     assert after is not None and s1 not in graph.con.by_stamp()
     assert "dropped (sync_out_of_order)" in graph.node.output()
     # late: CAM skips s3 (so its stream is older), s3 times out, then CAM's s3 straggles in
@@ -256,20 +259,21 @@ def test_calibration_change_mid_stream_rebuilds_the_map(graph, smap):
     new_rig = graph.rig.with_cameras([dc_replace(c, K=K) if c.name == CAM else c for c in graph.rig.cameras])
     before = counters(graph)
     try:
-        graph.pub.pubs[(CAM, "camera_info")].publish(camera_info_msg(new_rig, n, graph.pub.get_clock().now().to_msg(), "x"))
+        graph.pub.pubs[(CAM, "camera_info")].publish(camera_info_msg(new_rig, n,
+                                                                     graph.pub.get_clock().now().to_msg(), "x"))
         assert wait_counter(graph, "calibration_changes", before)
-        stamp = graph.pub.publish_frame(3, graph.next_stamp(), camera_info=False)
-        assert graph.spin_until(lambda: stamp in graph.con.by_stamp(), 10)
+        got = graph.publish_and_wait(3, camera_info=False)
+        assert got is not None, graph.node.output()[-3000:]
         depth, feat = graph.pub.arrays(3)
         ref = pool_reference(depth, feat, build_scatter_map(new_rig))
-        got = graph.con.by_stamp()[stamp]
         assert_bev_matches(got.bev, ref, got.msg)
         old = pool_reference(depth, feat, smap)
         assert np.abs(ref - old).max() > 0.1 * np.abs(ref).max()  # the two maps really differ here
         assert np.abs(got.bev - ref).max() < np.abs(got.bev - old).max()  # and the node used the new one
         assert wait_counter(graph, "scatter_map_rebuilds", before)
     finally:  # back to the rig calibration (CameraInfo on every later frame does it too)
-        graph.pub.pubs[(CAM, "camera_info")].publish(camera_info_msg(graph.rig, n, graph.pub.get_clock().now().to_msg(), "x"))
+        graph.pub.pubs[(CAM, "camera_info")].publish(camera_info_msg(graph.rig, n,
+                                                                     graph.pub.get_clock().now().to_msg(), "x"))
         good_frame_still_works(graph, smap)
 
 
@@ -277,7 +281,9 @@ def test_camera_info_inconsistent_with_the_feature_map(graph, smap):
     n = [c.name for c in graph.rig.cameras].index(CAM)
     before = counters(graph)
     info = camera_info_msg(graph.rig, n, graph.pub.get_clock().now().to_msg(), "x")
-    info.width, info.height = 800, 450  # half-size images: the 704x256 crop no longer fits
+    # fx = 0: no camera (an image of another size is no longer inconsistent: the rig's resize and
+    # crop are scaled to it, test_node_foreign_rigs.py)
+    info.k[0] = 0.0
     graph.pub.pubs[(CAM, "camera_info")].publish(info)
     d = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_camera_info_rejected")
                                 > graph.counter(before, "dropped_camera_info_rejected"))
@@ -310,7 +316,8 @@ def test_flood_on_every_input(graph, smap):
         if i % 10 == 0:  # the node must answer services while flooded
             fut = client.get_parameters(["sync.slop_s"])
             assert graph.spin_until(fut.done, 10), "parameter service unresponsive during the flood"
-    after = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_bad_shape") > graph.counter(before, "dropped_bad_shape")
+    after = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_bad_shape")
+                                    > graph.counter(before, "dropped_bad_shape")
                                     and int(d.get("pending_sets", 99)) == 0, timeout=20)
     assert after is not None, (str(counters(graph)), graph.node.output()[-3000:])
     drops = sum(int(v) - graph.counter(before, k) for k, v in after.items()

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_device_frame import Recorder
 
 from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.backends.gpu import device_frame as df
@@ -19,8 +20,6 @@ from bevpool_ros.pipeline import grid as grid_module
 from bevpool_ros.pipeline import grid_memory
 from bevpool_ros.pipeline import pooler as pooler_module
 from bevpool_ros.workloads import get_workload
-
-from test_device_frame import Recorder
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 _addresses = itertools.count(1)

@@ -7,8 +7,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from bevpool_ros.scatter_map import (ScatterMap, ScatterMapCache, ScatterMapError, build_scatter_map,
-                                     frustum_points_ego, scatter_map_from_ranks)
+from bevpool_ros.scatter_map import (
+    ScatterMap,
+    ScatterMapCache,
+    ScatterMapError,
+    build_scatter_map,
+    frustum_points_ego,
+    scatter_map_from_ranks,
+)
 
 
 def test_canonical_matches_independent_cross_check(canonical_map):
@@ -159,3 +165,51 @@ def test_from_bytes_raises_only_scatter_map_error(blob):
         ScatterMap.from_bytes(blob)
     with pytest.raises(ScatterMapError, match="unreadable|missing keys"):
         ScatterMap.from_bytes(_fake_zip())
+
+
+def zip_bomb(member_bytes: int) -> bytes:
+    """A valid-looking map .npz whose ranks_depth member inflates to ``member_bytes`` of zeros
+    (written in chunks: the bomb itself is small to make and to hold)."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("ranks_depth.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "<i4", "fortran_order": False,
+                                                     "shape": (member_bytes // 4,)})
+            chunk = bytes(1 << 20)
+            for _ in range(member_bytes // len(chunk)):
+                f.write(chunk)
+    return buf.getvalue()
+
+
+def test_a_zip_bomb_in_the_disk_cache_is_refused_before_it_inflates(tmp_path):
+    """A sealed cache entry whose member inflates to 256 MiB, for a rig whose map holds < 1 MiB:
+    refused on the members' declared sizes (no inflating), rebuilt, overwritten."""
+    import tracemalloc
+
+    from rig_variants import rig as variant_rig
+
+    from bevpool_ros.private_cache import write_trusted
+
+    rig = variant_rig("mono_c1_d1")
+    assert 20 * np.prod(rig.depth_shape) < 1 << 20  # five int32 arrays of one entry per frustum point
+    cache = ScatterMapCache(directory=tmp_path)
+    path = cache._path(rig.digest())
+    bomb = zip_bomb(256 << 20)
+    assert len(bomb) < 1 << 20 and write_trusted(path, bomb)
+    del bomb
+    tracemalloc.start()
+    try:
+        smap = cache.get(rig)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB allocated reading the cache"
+    np.testing.assert_array_equal(smap.ranks_bev, build_scatter_map(rig).ranks_bev)
+    assert ScatterMapCache(directory=tmp_path)._load_file(rig.digest()) is not None  # overwritten
+    from bevpool_ros.scatter_map import map_bytes_bound
+
+    with pytest.raises(ScatterMapError, match="refused before decompressing"):
+        ScatterMap.from_bytes(zip_bomb(8 << 20), "bomb", max_bytes=map_bytes_bound(rig.depth_shape))

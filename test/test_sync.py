@@ -4,9 +4,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from bevpool_ros.node.sync import STREAMS, CameraSetSynchronizer
+from bevpool_ros.node.sync import CONFIRM_SETS, STREAMS, CameraSetSynchronizer
 
 CAMS = ("A", "B", "C")
 MS = 1_000_000
@@ -161,15 +162,44 @@ def test_every_message_has_exactly_one_outcome(events):
     assert s.pending_sets == 0
 
 
-def test_clock_jumping_back_restarts_instead_of_dropping_forever():
+def test_clock_jumping_back_restarts_once_confirmed_instead_of_dropping_forever():
     s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
     assert len(full_set(s, 100_000 * MS, 0.0)) == 1
     feed(s, "A", 100_100 * MS, 0.1)                    # pending when the clock jumps
-    out = full_set(s, 5 * MS, 0.2)                       # bag looped back to t = 5 ms
-    assert [o.stamp_ns for o in out] == [5 * MS]         # the held messages were used: no set lost
-    assert s.counts["clock_reset"] == 1 and s.counts["discarded_on_reset"] == 1
+    out = full_set(s, 5 * MS, 0.2) + full_set(s, 105 * MS, 0.3)  # bag looped back to t = 5 ms
+    assert out == [] and s.counts["clock_reset"] == 0  # not yet believed
+    out = full_set(s, 205 * MS, 0.4)                     # CONFIRM_SETS consistent sets: a real reset
+    assert [o.stamp_ns for o in out] == [5 * MS, 105 * MS, 205 * MS]  # held messages used: none lost
+    assert s.counts["clock_reset"] == 1 and s.counts["discarded_on_reset"] == 1 and s.epoch == 1
+    assert {o.epoch for o in out} == {1}
     assert s.counts["out_of_order"] == 0 and s.counts["late"] == 0 and s.counts["stray_stamp"] == 0
-    assert len(full_set(s, 105 * MS, 0.3)) == 1
+    assert len(full_set(s, 305 * MS, 0.5)) == 1
+
+
+def test_a_reset_just_over_the_threshold_is_confirmed_too():
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    assert len(full_set(s, 10_000 * MS, 0.0)) == 1
+    out = []
+    for k in range(CONFIRM_SETS):  # 2.1 s back; the third set is within 2 s of the old newest
+        out += full_set(s, (7_900 + 100 * k) * MS, 0.1 * (k + 1))
+    assert [o.stamp_ns for o in out] == [7_900 * MS, 8_000 * MS, 8_100 * MS]
+    assert s.counts["clock_reset"] == 1 and s.counts["out_of_order"] == 0
+
+
+def test_a_second_producer_seconds_behind_never_makes_the_output_go_back():
+    """Every camera also delivered by a producer 3 s behind: its messages are strays, the sets
+    of the live timeline leave in stamp order and the clock is never reset."""
+    s = CameraSetSynchronizer(CAMS, slop=0.01, camera_timeout=1.0)
+    emitted = []
+    for k in range(30):
+        now = 0.1 * k
+        live = (100_000 + 100 * k) * MS
+        emitted += full_set(s, live, now)
+        emitted += full_set(s, live - 3_000 * MS, now + 0.05)
+    stamps = [e.stamp_ns for e in emitted]
+    assert len(stamps) == 30 and stamps == sorted(stamps) and {e.epoch for e in emitted} == {0}
+    assert s.counts["clock_reset"] == 0 and s.counts["stray_stamp"] >= 29 * 6
+    assert s.held_messages <= 6  # bounded: at most the newest stray per stream waits
 
 
 def test_one_stream_jumping_back_does_not_reset_the_others():

@@ -20,10 +20,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import fp8
 from ..backends import InputError, NonFiniteInput, NonFiniteOutput
 from ..scatter_map import scatter_map_for
 from .calibration import LiveCalibration
 from .sync import CameraSet
+
+E4M3_WIRE = np.dtype(np.uint8)
+
+
+def decode_mixed_e4m3(cameras: list) -> list:
+    """One wire dtype per stream and set: a GPU backend takes E4M3 codes raw (and checks them on
+    its device) but refuses codes mixed with float tensors. In such a set the codes are decoded
+    here (exact in float16), and a NaN code is the ``non_finite`` drop the device would report."""
+    out = [list(c) for c in cameras]
+    for i, stream in enumerate(("depth", "feat")):
+        arrays = [c[i] for c in cameras if isinstance(c[i], np.ndarray)]
+        if len({a.dtype == E4M3_WIRE for a in arrays}) < 2:
+            continue  # all codes or all floats: the backend takes them as they are
+        for c in out:
+            if isinstance(c[i], np.ndarray) and c[i].dtype == E4M3_WIRE:
+                if fp8.has_nan_codes(c[i]):
+                    raise NonFiniteInput(f"{stream}: float8_e4m3 tensor holds NaN codes")
+                c[i] = fp8.decode(c[i], np.float16)
+    return [tuple(c) for c in out]
 
 
 @dataclass
@@ -115,6 +135,13 @@ class PoolingWorker:
                 self.on_drop("worker_busy", "pooling thread busy: oldest waiting set dropped")
             self._cv.notify()
 
+    def discard_queued(self) -> int:
+        """Forget the sets waiting for the thread (the node was deactivated); how many."""
+        with self._cv:
+            n = len(self._queue)
+            self._queue.clear()
+        return n
+
     @property
     def queued(self) -> int:
         return len(self._queue)
@@ -165,7 +192,7 @@ class PoolingWorker:
         out = self.out_buffer.view((*rig.grid_shape, C), dtype)
         t1 = time.perf_counter()
         try:
-            bev = self.backend.pool_cameras(cameras, out=out)
+            bev = self.backend.pool_cameras(decode_mixed_e4m3(cameras), out=out)
         except NonFiniteInput as e:  # found by the backend's own (device) check: the node's reason
             self.on_drop("non_finite", str(e))
             return None

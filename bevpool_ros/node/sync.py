@@ -18,13 +18,18 @@ Policy (docs/ros_interface.md, "Synchronisation"):
   messages wait in the pending set until the late one arrives or the timeout resolves it.
 * Per-message drops: ``duplicate`` (same stamp again on a stream), ``out_of_order`` (older
   than the stream's newest accepted stamp), ``late`` (older than the last emitted set: its
-  set is gone). A stamp more than 2 s behind its stream's newest is held back (one per
-  stream): when most streams (more than half) jumped back, the clock really was reset (a bag
-  loops, a simulator restarts): everything pending is discarded and counted, the synchroniser
-  starts over (``clock_reset``) and the held messages are used. A jump on a few streams only
-  is one producer's bad stamp: it never discards the other cameras' sets, and the held
-  message is dropped (``stray_stamp``) once its stream goes on normally. At most ``max_pending`` sets wait; one more evicts the oldest (resolved by
-  the policy, counted ``evicted``), which bounds memory under any flood.
+  set is gone). Emitted sets therefore never go back in time, with one exception: a clock
+  reset, and only a confirmed one. A stamp more than 2 s behind its stream's newest starts
+  (or joins) a *candidate timeline* and is held back, up to ``CONFIRM_SETS`` messages per
+  stream. The reset is confirmed when more than half of the streams have each delivered
+  ``CONFIRM_SETS`` messages on the candidate timeline while their old timeline stayed silent
+  (a bag loops, a simulator restarts): everything pending is discarded and counted, the
+  synchroniser starts over (``clock_reset``, :attr:`CameraSetSynchronizer.epoch` + 1) and the
+  held messages are used. A stream that goes on on its old timeline drops its held messages
+  (``stray_stamp``): a second producer seconds behind, or one producer's bad stamp, never
+  restarts the synchroniser and never makes the output go back in time. At most
+  ``max_pending`` sets wait; one more evicts the oldest (resolved by the policy, counted
+  ``evicted``), which bounds memory under any flood.
 Every outcome increments exactly one counter in :attr:`CameraSetSynchronizer.counts`; every
 drop among them is also reported to ``on_drop(reason, detail)`` (the node logs it, throttled).
 """
@@ -38,6 +43,8 @@ STREAMS = ("depth", "feat")
 # A stamp this far behind a stream's newest is a clock reset (bag loop, simulator restart),
 # not a straggler: the synchroniser starts over instead of calling everything out of order.
 CLOCK_RESET_NS = 2_000_000_000
+# Messages per stream on a new timeline before a clock reset is believed (most streams must agree).
+CONFIRM_SETS = 3
 POLICIES = ("drop", "zero_fill")
 
 
@@ -51,6 +58,7 @@ class CameraSet:
     first_arrival: float               # monotonic time of the first message
     last_arrival: float                # monotonic time of the message that completed/resolved it
     complete: bool
+    epoch: int | None = None           # clock epoch (bumped by a confirmed reset); None: unknown
 
     @property
     def stamp_ns(self) -> int:
@@ -89,8 +97,10 @@ class CameraSetSynchronizer:
         self.missing_by_camera: Counter[str] = Counter()
         self._pending: list[_Pending] = []          # sorted by lo stamp
         self._newest: dict[tuple[str, str], int] = {}
-        self._held: dict[tuple[str, str], tuple[int, Any, float]] = {}  # jumped back, awaiting a majority
+        # candidate timeline: per stream, messages that jumped back, awaiting confirmation
+        self._held: dict[tuple[str, str], list[tuple[int, Any, float]]] = {}
         self._last_emitted_ns: int | None = None
+        self.epoch = 0
         self.configure(slop, camera_timeout, missing_policy, min_cameras, max_pending)
 
     # configuration ----------------------------------------------------------------------
@@ -124,9 +134,10 @@ class CameraSetSynchronizer:
             return []
         key = (camera, stream)
         newest = self._newest.get(key)
-        if newest is not None and stamp_ns < newest - CLOCK_RESET_NS:
+        jumped = newest is not None and stamp_ns < newest - CLOCK_RESET_NS
+        if jumped or (newest is not None and self._continues_held(key, stamp_ns)):
             return self._jumped_back(camera, stream, stamp_ns, payload, now, newest)
-        if key in self._held:
+        if key in self._held:  # this stream goes on on the old timeline: its jump was stray
             self._drop_held(key, "its stream went on without it")
         if newest is not None and stamp_ns <= newest:
             self._dropped("duplicate" if stamp_ns == newest else "out_of_order",
@@ -175,7 +186,7 @@ class CameraSetSynchronizer:
 
     @property
     def held_messages(self) -> int:
-        return len(self._held)
+        return sum(len(v) for v in self._held.values())
 
     def reset(self) -> None:
         """Forget pending sets and stream history (after a calibration or parameter change)."""
@@ -189,26 +200,44 @@ class CameraSetSynchronizer:
     # internals --------------------------------------------------------------------------
     def _jumped_back(self, camera: str, stream: str, stamp_ns: int, payload: Any, now: float,
                      newest: int) -> list[CameraSet]:
+        """Hold a message of a possible new timeline; restart once most streams confirm it."""
         key = (camera, stream)
-        if key in self._held:
-            self._drop_held(key, "a newer jumped-back message replaced it")
-        self._held[key] = (stamp_ns, payload, now)
-        if 2 * len(self._held) <= len(self.cameras) * len(STREAMS):
-            return []  # a few streams alone do not restart every camera
-        held, self._held = self._held, {}
+        held = self._held.setdefault(key, [])
+        if held and stamp_ns <= held[-1][0]:
+            self._dropped("stray_stamp", f"{camera}/{stream} stamp {stamp_ns} ns is not newer than "
+                          f"its previous jumped-back stamp {held[-1][0]} ns")
+            return []
+        held.append((stamp_ns, payload, now))
+        if len(held) > CONFIRM_SETS:  # bounded: only the newest few are kept for the restart
+            old = held.pop(0)[0]
+            self._dropped("stray_stamp", f"{camera}/{stream} stamp {old} ns: more than "
+                          f"{CONFIRM_SETS} messages held while the reset is unconfirmed")
+        confirmed = sum(1 for v in self._held.values() if len(v) >= CONFIRM_SETS)
+        if 2 * confirmed <= len(self.cameras) * len(STREAMS):
+            return []  # not yet (or never: a few streams alone do not restart every camera)
+        candidate, self._held = self._held, {}
         pending = len(self._pending)
         self.reset()
-        self._dropped("clock_reset", f"{len(held)} streams jumped back (e.g. {camera}/{stream} by "
-                      f"{(newest - stamp_ns) / 1e9:.1f} s): starting over, {pending} pending set(s) discarded")
+        self.epoch += 1
+        self._dropped("clock_reset", f"{confirmed} streams jumped back (e.g. {camera}/{stream} by "
+                      f"{(newest - stamp_ns) / 1e9:.1f} s) for {CONFIRM_SETS} messages each: "
+                      f"starting over, {pending} pending set(s) discarded")
+        messages = sorted(((arrival, cam, st, s, p) for (cam, st), msgs in candidate.items()
+                           for s, p, arrival in msgs), key=lambda m: m[0])
         out = []
-        for (cam, st), (s, p, _) in sorted(held.items(), key=lambda kv: kv[1][2]):  # arrival order
-            out += self.add(cam, st, s, p, now)  # their sets start now: the timeout counts from the reset
+        for _, cam, st, s, p in messages:  # arrival order; their sets' timeouts start now
+            out += self.add(cam, st, s, p, now)
         return out
 
-    def _drop_held(self, key: tuple[str, str], why: str) -> None:
-        stamp_ns = self._held.pop(key)[0]
-        self._dropped("stray_stamp", f"{key[0]}/{key[1]} stamp {stamp_ns} ns jumped back alone ({why})")
+    def _continues_held(self, key: tuple[str, str], stamp_ns: int) -> bool:
+        """Newer than the stream's held messages, not beyond its old timeline: the new one."""
+        held = self._held.get(key)
+        return bool(held) and held[-1][0] < stamp_ns <= self._newest[key]
 
+    def _drop_held(self, key: tuple[str, str], why: str) -> None:
+        for stamp_ns, _, _ in self._held.pop(key):
+            self._dropped("stray_stamp",
+                          f"{key[0]}/{key[1]} stamp {stamp_ns} ns jumped back ({why})")
 
     def _is_complete(self, p: _Pending) -> bool:
         return all(len(p.frames.get(c, {})) == len(STREAMS) for c in self.cameras)
@@ -232,7 +261,7 @@ class CameraSetSynchronizer:
         present = present if present is not None else list(self.cameras)
         frames = {c: p.frames[c] for c in present}
         s = CameraSet(frames, self.cameras, tuple(c for c in self.cameras if c not in present),
-                      p.first_arrival, now, complete)
+                      p.first_arrival, now, complete, self.epoch)
         self.counts["sets_complete" if complete else "sets_partial"] += 1
         self._mark_emitted(p)
         return s

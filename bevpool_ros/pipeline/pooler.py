@@ -45,7 +45,8 @@ from ..backends.cuda.driver import (
 from ..backends.errors import BackendUnavailable, InputError
 from ..backends.gpu.device_frame import Binding, DeviceFrame
 from ..backends.gpu.frame import pow2_exponent
-from ..rig import Rig, load_rig
+from ..rig import Rig
+from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, scatter_map_for
 from . import streams
 from .grid import CallSlots, DeviceGrid

@@ -1,0 +1,120 @@
+"""What the ``configure`` transition builds from the parameter values, without node state: the
+rig and its live calibration, the depth-image converters, the input topics and the backend
+(created with the fallback rules). Every refusal is a one-line :class:`StartupError`."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from ..backends import BackendUnavailable, create_backend
+from ..paths import default_rig_path
+from ..rig import RigError
+from ..rig_yaml import load_rig
+from . import params as P
+from .calibration import LiveCalibration
+
+STREAMS = ("depth", "feat")
+
+
+class StartupError(RuntimeError):
+    """Invalid configuration: the transition fails with it (bevpool_node prints it, exit 2)."""
+
+
+@contextlib.contextmanager
+def captured_log(name: str):
+    """Collect the messages of a Python logger instead of printing them (no double warning)."""
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    handler, propagate = Collect(logging.INFO), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def load_calibration(cfg: dict) -> LiveCalibration:
+    path = cfg["rig_file"] or str(default_rig_path())
+    if not Path(path).is_file():
+        raise StartupError(f"rig_file: {path} does not exist")
+    try:
+        calib = LiveCalibration(load_rig(path), cfg["camera_names"])
+    except RigError as e:
+        raise StartupError(f"rig_file: {e}") from None  # e starts with the path
+    errors = P.check_all(cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
+    if errors:
+        raise StartupError("; ".join(errors))
+    return calib
+
+
+def depth_image_inputs(cfg: dict, calibration: LiveCalibration) -> dict:
+    """input.depth_mode 'image' cameras: their metric depth Image -> distribution
+    (io/depth_image.py)."""
+    from ..io.depth_image import converters_for
+
+    try:
+        return converters_for(calibration.camera_names, cfg["input.depth_mode"], calibration.rig,
+                              cfg["input.depth_image_distribution"],
+                              cfg["input.depth_image_sigma_m"], cfg["input.max_tensor_bytes"])
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+
+
+def tensor_topics(cfg: dict, cameras) -> dict[tuple[str, str], str]:
+    """(camera, stream) -> input tensor topic (relative), in subscription order."""
+    return {(cam, stream): cfg[f"input.{stream}_topic"].format(camera=cam)
+            for cam in cameras for stream in STREAMS}
+
+
+def camera_tensor_topics(cfg: dict, cameras, depth_images: dict) -> list[str]:
+    """The topics that carry CameraTensor (a depth camera's Image topic is not one)."""
+    return [t for (cam, stream), t in tensor_topics(cfg, cameras).items()
+            if not (stream == "depth" and cam in depth_images)]
+
+
+def make_backend(cfg: dict, logger):
+    """(backend, requested name): the requested backend, or the fallback with one warning."""
+    requested, fallback = cfg["backend"], cfg["backend_fallback"]
+    with captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
+        try:
+            backend = create_backend(requested, cfg["precision"], fallback=fallback,
+                                     check_finite=cfg["input.check_finite"],
+                                     trt_plugin=cfg["tensorrt.plugin"],
+                                     trt_plugin_library=cfg["tensorrt.plugin_library"])
+        except (BackendUnavailable, ValueError) as e:
+            raise StartupError(f"backend {requested!r}: {e}") from None
+        except Exception as e:  # a backend that breaks while probing must not take the node down
+            if not fallback:
+                raise StartupError(f"backend {requested!r} failed to start: "
+                                   f"{type(e).__name__}: {e}") from None
+            logger.warning(f"backend {requested!r} failed to start ({type(e).__name__}: {e}); "
+                           "falling back to 'cpu'")
+            return create_backend("cpu", cfg["precision"]), requested
+    if requested not in ("best", backend.name):
+        why = "; ".join(reasons) or "unavailable"
+        logger.warning(f"backend {requested!r} unavailable here, running {backend.name!r} "
+                       f"(precision {backend.precision}) instead: {why}")
+    return backend, requested
+
+
+def cpu_instead(cfg: dict, logger, backend, error: Exception, rig):
+    """A GPU backend that cannot run ``rig`` hands over to the cpu backend with one warning that
+    names the rig's sizes; with backend_fallback off (or on the cpu backend) the error stands."""
+    what = (f"rig {rig.name} (C = {rig.channels}, depth {list(rig.depth_shape)}, grid "
+            f"{list(rig.grid_shape)}): {type(error).__name__}: {error}")
+    if backend.name == "cpu" or not cfg["backend_fallback"]:
+        raise StartupError(f"backend {backend.name!r} cannot run {what}") from None
+    logger.warning(f"backend {backend.name!r} cannot run {what}; falling back to 'cpu'")
+    try:
+        backend.close()
+    except Exception as e:  # a half-prepared backend: whatever it holds goes with the process
+        logger.warning(f"closing backend {backend.name!r}: {type(e).__name__}: {e}")
+    return create_backend("cpu", cfg["precision"], check_finite=cfg["input.check_finite"])

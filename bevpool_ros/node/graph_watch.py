@@ -1,0 +1,55 @@
+"""Publishers of the wrong type on the node's input topics, found in the ROS graph.
+
+DDS never matches a writer whose type differs from the reader's, so such a producer (one still
+on ``bevpool_msgs/Tensor``, a CameraTensor publisher on an image-mode depth topic) is silent:
+its camera just goes missing. The graph still lists it; each one is logged once, counted
+(``wrong_type_publishers``) and reported in /diagnostics while it exists.
+"""
+from __future__ import annotations
+
+from ..logtext import clip, shown
+
+PERIOD_S = 1.0  # a graph query is a local cache read: cheap at this rate
+
+
+def publisher_name(info) -> str:
+    ns, name = info.node_namespace, info.node_name
+    if not name or name.startswith("_"):  # a DDS writer without a ROS node (rmw says "_NODE_...")
+        return "a publisher outside any ROS node"
+    return (ns.rstrip("/") + "/" + name) if ns else name
+
+
+class WrongTypeWatch:
+    def __init__(self, node, expected: dict[str, str]):
+        """``expected``: fully qualified input topic -> its type ('pkg/msg/Type')."""
+        self.node = node
+        self.expected = expected
+        self.seen: set[tuple] = set()   # (topic, gid) of every wrong publisher already logged
+        self._timer = node.create_timer(PERIOD_S, self.check)
+
+    def close(self) -> None:
+        self.node.destroy_timer(self._timer)
+        self.node.report.wrong_types.clear()
+
+    def check(self) -> None:
+        node, found = self.node, {}
+        for topic, want in self.expected.items():
+            try:
+                infos = node.get_publishers_info_by_topic(topic)
+            except Exception:  # the graph is advisory: a failed query is retried next period
+                continue
+            for info in infos:
+                if info.topic_type == want:
+                    continue
+                who = publisher_name(info)
+                found[f"{topic} <- {who}"] = f"{info.topic_type} (expected {want})"
+                key = (topic, bytes(info.endpoint_gid))
+                if key not in self.seen:
+                    self.seen.add(key)
+                    node.report.count("wrong_type_publishers")
+                    node.get_logger().warning(clip(
+                        f"wrong type on input topic {shown(topic)}: {who} publishes "
+                        f"{shown(info.topic_type)}, this node subscribes {want}; DDS never "
+                        "delivers its messages", 400))
+        node.report.wrong_types.clear()  # only those that still exist
+        node.report.wrong_types.update(found)

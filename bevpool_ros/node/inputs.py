@@ -1,0 +1,280 @@
+"""bevpool_node's input side: subscriptions (made on activate, gone on deactivate), the checks
+every tensor passes before it may join a set, CameraInfo and TF calibration updates, and the
+hand-over of complete sets to the pooling thread."""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import numpy as np
+
+from .. import fp8
+from ..io.bev_message import stamp_to_ns
+from ..io.tensor_codec import TensorError, inspect_header, to_float
+from ..logtext import clip, shown
+from ..rig import RigError
+from .configure import STREAMS, tensor_topics
+from .qos import camera_info_qos, make_qos
+from .sync import CameraSet, CameraSetSynchronizer
+
+DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
+DEPTH_MAX = 1.01                      # a distribution lies in [0, 1]; 1 % for float16/fp8 rounding
+FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
+
+
+def check_depth_range(arr: np.ndarray) -> None:
+    """A depth distribution lies in [0, 1] (E4M3 codes, kept raw for a GPU backend, are decoded
+    first)."""
+    vals = fp8.decode(arr, np.float16) if arr.dtype == np.uint8 else arr
+    lo, hi = float(vals.min()), float(vals.max())
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # reached when the backend checks on its device
+        raise TensorError("non_finite", "depth holds NaN or Inf")
+    if not (lo >= 0 and hi <= DEPTH_MAX):
+        raise TensorError("depth_out_of_range", f"depth values span [{lo:.4g}, {hi:.4g}], "
+                          "a distribution lies in [0, 1]")
+
+
+def check_tensor(msg, header, stream: str, rig, cfg: dict, backend) -> np.ndarray:
+    """A CameraTensor's payload as an array of the rig's shape, or TensorError (a drop reason)."""
+    # a GPU backend takes E4M3 codes as they are and checks values on the device
+    on_device = getattr(backend, "checks_values_on_device", False)
+    arr = to_float(msg, header, cfg["input.check_finite"] and not on_device,
+                   raw_fp8=np.dtype(np.uint8) in backend.wire_dtypes)
+    N, D, H, W = rig.depth_shape
+    if stream == "depth":
+        if header.layout not in DEPTH_LAYOUTS:
+            raise TensorError("bad_layout",
+                              f"depth layout {shown(header.layout)} (expected 'DHW' or empty)")
+        if cfg["input.check_depth_range"] and arr.size:
+            check_depth_range(arr)
+        want = (D, H, W)
+    else:
+        layout = header.layout or cfg["input.feature_layout"]
+        if layout not in FEATURE_LAYOUTS:
+            raise TensorError("bad_layout",
+                              f"feature layout {shown(layout)} (expected HWC, CHW or empty)")
+        if layout == "CHW" and arr.ndim == 3:
+            arr = arr.transpose(1, 2, 0)  # a view; the one copy happens when the set is stacked
+        want = (H, W, rig.channels)
+    if arr.shape != want:
+        raise TensorError("bad_shape", f"{stream} shape {tuple(arr.shape)} != expected {want}")
+    return arr
+
+
+class Inputs:
+    """Everything between the input topics and ``worker.submit``."""
+
+    def __init__(self, node, depth_images: dict):
+        self.node = node
+        self.depth_images = depth_images  # camera -> converter, for depth cameras only
+        cfg = node.cfg
+        self.sync = CameraSetSynchronizer(node.cameras, *self.sync_args(),
+                                          on_drop=node.report.sync_dropped)
+        self.lock = threading.Lock()
+        self.subs: list = []
+        self.mf_sync = None
+        self.camera_frames: dict[str, str] = {}
+        self._camera_info_seen: dict[str, tuple] = {}
+        self._poll_timer = None
+        self._tf_buffer = self._tf_timer = self._tf_listener = None
+        if cfg["calibration.use_tf"]:
+            self._setup_tf()
+
+    def sync_args(self):
+        c = self.node.cfg
+        return (c["sync.slop_s"], c["sync.camera_timeout_s"], c["sync.missing_camera_policy"],
+                c["sync.min_cameras"], c["sync.max_pending_sets"])
+
+    def reconfigure_sync(self) -> None:
+        with self.lock:
+            self.sync.configure(*self.sync_args())
+        if self._poll_timer is not None:
+            self._restart_poll_timer()
+
+    # activate / deactivate ------------------------------------------------------------------
+    def subscribe(self) -> None:
+        from bevpool_msgs.msg import CameraTensor
+        from sensor_msgs.msg import CameraInfo, Image
+
+        node, cfg = self.node, self.node.cfg
+        in_qos = make_qos(cfg["input.qos_reliability"], cfg["input.qos_depth"])
+        mf = self._message_filters() if cfg["sync.use_message_filters"] else None
+        topics = tensor_topics(cfg, node.cameras)
+        for cam in node.cameras:
+            for stream in STREAMS:
+                kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
+                topic = topics[(cam, stream)]
+                if mf is None:
+                    cb = functools.partial(self.on_tensor, camera=cam, stream=stream)
+                    events = node.report.subscription_events(topic)
+                    self.subs.append(node.create_subscription(kind, topic, cb, in_qos,
+                                                              event_callbacks=events))
+                else:
+                    self.subs.append(mf.Subscriber(node, kind, topic, qos_profile=in_qos))
+            self.subs.append(node.create_subscription(
+                CameraInfo, cfg["input.camera_info_topic"].format(camera=cam),
+                lambda m, c=cam: self.on_camera_info(m, c), camera_info_qos()))
+        if mf is not None:
+            filters = [s for s in self.subs if isinstance(s, mf.Subscriber)]
+            self.mf_sync = mf.ApproximateTimeSynchronizer(
+                filters, queue_size=cfg["sync.max_pending_sets"] * 2, slop=cfg["sync.slop_s"])
+            self.mf_sync.registerCallback(self.on_message_filters_set)
+        self._restart_poll_timer()
+
+    def unsubscribe(self) -> None:
+        """No more input: subscriptions and the poll timer go, pending sets are forgotten."""
+        for sub in self.subs:
+            if hasattr(sub, "handle"):
+                self.node.destroy_subscription(sub)
+            elif hasattr(sub, "sub"):  # message_filters.Subscriber wraps one
+                self.node.destroy_subscription(sub.sub)
+        self.subs = []
+        self.mf_sync = None
+        if self._poll_timer is not None:
+            self.node.destroy_timer(self._poll_timer)
+            self._poll_timer = None
+        with self.lock:
+            self.sync.reset()
+
+    def close(self) -> None:
+        self.unsubscribe()
+        if self._tf_timer is not None:
+            self.node.destroy_timer(self._tf_timer)
+            self._tf_timer = None
+        if hasattr(self._tf_listener, "unregister"):  # tf2_ros: its /tf subscriptions go too
+            self._tf_listener.unregister()
+        self._tf_buffer = self._tf_listener = None
+
+    def _restart_poll_timer(self) -> None:
+        if self._poll_timer is not None:
+            self.node.destroy_timer(self._poll_timer)
+        period = min(0.05, max(0.002, self.node.cfg["sync.camera_timeout_s"] / 4))
+        self._poll_timer = self.node.create_timer(period, self.poll_sync)
+
+    def _message_filters(self):
+        try:
+            import message_filters
+        except ImportError:
+            self.node.get_logger().warning("sync.use_message_filters is set but message_filters "
+                                           "is not installed; using the built-in camera-set "
+                                           "synchroniser")
+            return None
+        return message_filters
+
+    def _setup_tf(self) -> None:
+        try:
+            from tf2_ros import Buffer, TransformListener
+        except ImportError:
+            self.node.get_logger().info("tf2_ros not installed: extrinsics from the rig YAML / "
+                                        "extrinsics.* parameters")
+            return
+        self._tf_buffer = Buffer()
+        self._tf_listener = TransformListener(self._tf_buffer, self.node)
+        period = self.node.cfg["calibration.tf_period_s"]
+        self._tf_timer = self.node.create_timer(period, self.update_from_tf)
+
+    # callbacks ------------------------------------------------------------------------------
+    def check_stamp(self, stamp_ns: int) -> None:
+        """Stamp 0 (never set) and stamps from the future are not capture times."""
+        if stamp_ns == 0:
+            raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
+        limit = self.node.cfg["sync.max_future_s"]
+        ahead_s = (stamp_ns - self.node.get_clock().now().nanoseconds) / 1e9
+        if ahead_s > limit:
+            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
+                              f"clock (sync.max_future_s {limit})")
+
+    def checked(self, msg, camera: str, stream: str) -> np.ndarray:
+        if stream == "depth" and camera in self.depth_images:  # a depth camera's Image -> [D, H, W]
+            return self.depth_images[camera](msg)
+        node = self.node
+        header = inspect_header(msg, node.cfg["input.max_tensor_bytes"])
+        return check_tensor(msg, header, stream, node.calibration.rig, node.cfg, node.backend)
+
+    def on_tensor(self, msg, camera: str, stream: str) -> None:
+        now = time.perf_counter()
+        stamp_ns = stamp_to_ns(msg.header.stamp)
+        try:
+            self.check_stamp(stamp_ns)
+            arr = self.checked(msg, camera, stream)
+        except TensorError as e:
+            self.node.report.drop(e.reason, f"{camera}/{stream}: {e.detail}")
+            return
+        with self.lock:
+            sets = self.sync.add(camera, stream, stamp_ns, arr, now)
+        for s in sets:
+            self.submit(s)
+
+    def on_message_filters_set(self, *msgs) -> None:
+        """All 2N tensors of one ApproximateTime set, in subscription order (camera, depth/feat)."""
+        now = time.perf_counter()
+        frames = {}
+        for i, msg in enumerate(msgs):
+            cam, stream = self.node.cameras[i // 2], STREAMS[i % 2]
+            try:
+                self.check_stamp(stamp_to_ns(msg.header.stamp))
+                arr = self.checked(msg, cam, stream)
+            except TensorError as e:
+                self.node.report.drop(e.reason, f"{cam}/{stream}: {e.detail}")
+                return
+            frames.setdefault(cam, {})[stream] = (stamp_to_ns(msg.header.stamp), arr)
+        self.submit(CameraSet(frames, self.node.cameras, (), now, now, True))
+
+    def on_camera_info(self, msg, camera: str) -> None:
+        node = self.node
+        self.camera_frames[camera] = msg.header.frame_id
+        if not node.cfg["calibration.use_camera_info"]:
+            return
+        key = (tuple(msg.k), msg.width, msg.height)
+        if self._camera_info_seen.get(camera) == key:
+            return  # unchanged: the common case at camera rate
+        try:
+            changed = node.calibration.update_intrinsics(camera, msg.k, msg.width, msg.height)
+        except RigError as e:
+            self._camera_info_seen.pop(camera, None)
+            node.report.drop("camera_info_rejected", f"{camera}: CameraInfo inconsistent with the "
+                             f"feature map: {e}")
+            return
+        self._camera_info_seen[camera] = key
+        if changed:
+            node.report.count("calibration_changes")
+            node.get_logger().info(f"{camera}: new intrinsics from CameraInfo; scatter map will "
+                                   "be rebuilt")
+
+    def update_from_tf(self) -> None:
+        from rclpy.time import Time
+
+        node, ego = self.node, self.node.cfg["ego_frame"]
+        for cam, frame in list(self.camera_frames.items()):
+            if not frame:
+                continue
+            try:
+                tf = self._tf_buffer.lookup_transform(ego, frame, Time())
+            except Exception as e:
+                text = clip(f"TF {ego} <- {shown(frame)} unavailable: {e}", 300)
+                node.report.warn("tf_lookup", text)
+                continue
+            t, q = tf.transform.translation, tf.transform.rotation
+            try:
+                pose = [t.x, t.y, t.z, q.w, q.x, q.y, q.z]
+                if node.calibration.update_extrinsics_vector(cam, pose):
+                    node.report.count("calibration_changes")
+            except RigError as e:
+                node.report.drop("tf_rejected", f"{cam}: {e}")
+
+    def poll_sync(self) -> None:
+        with self.lock:
+            sets = self.sync.poll(time.perf_counter())
+        for s in sets:
+            self.submit(s)
+
+    def submit(self, camera_set) -> None:
+        """To the pooling thread, unless no one would receive the grid (the image_pipeline rule)."""
+        node = self.node
+        if not node.active:
+            return  # a callback already queued when deactivate ran
+        if node.cfg["processing.skip_without_subscribers"] and not node.outputs.anyone_listening():
+            node.report.count("skipped_no_subscribers")
+            return
+        node.worker.submit(camera_set)

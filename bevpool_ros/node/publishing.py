@@ -1,0 +1,110 @@
+"""bevpool_node's output side: the BevFeature, the visualisation image and the optional GPU
+hand-off, published from the pooling thread. Publishers are lifecycle publishers: made on
+configure, they publish only while the node is active.
+
+The grid's dtype label comes from the pooled array itself (``PoolResult.bev``), never from the
+parameter: ``output.bev_dtype`` may change between pooling and publishing."""
+from __future__ import annotations
+
+import time
+
+from ..io.bev_message import bev_feature_msg, bev_rgb, image_msg, ns_to_time
+from ..io.tensor_codec import ReusableBuffer
+from .pooling import PoolResult
+from .qos import make_qos
+
+
+class Outputs:
+    def __init__(self, node):
+        from bevpool_msgs.msg import BevFeature
+        from sensor_msgs.msg import Image
+
+        self.node = node
+        cfg = node.cfg
+        out_qos = make_qos(cfg["output.qos_reliability"], cfg["output.qos_depth"])
+        self.bev_pub = node.create_lifecycle_publisher(BevFeature, cfg["output.bev_topic"], out_qos)
+        self.image_pub = node.create_lifecycle_publisher(Image, cfg["output.image_topic"], out_qos)
+        self.payload = ReusableBuffer()  # publish() copies synchronously: safe to reuse after it
+        self.handoff = None
+        self.handoff_off_reason = ""
+        self.published = 0
+        # (epoch, stamp) of the last grid: published stamps never go back within a clock epoch
+        self._last = None
+
+    def start_handoff(self, backend) -> None:
+        """output.gpu_handoff: the zero-copy GPU ring (after the backend prepared its buffers),
+        or none, with one warning saying why."""
+        cfg = self.node.cfg
+        if not cfg["output.gpu_handoff"]:
+            return
+        from .handoff_output import HandoffOutput
+
+        try:
+            qos = make_qos(cfg["output.qos_reliability"], cfg["output.qos_depth"])
+            self.handoff = HandoffOutput(self.node, backend, cfg["output.handoff_topic"],
+                                         cfg["output.handoff_ring_size"], qos)
+        except Exception as e:  # HandoffUnsupported, or a driver refusing the export
+            self.node.get_logger().warning(f"output.gpu_handoff is off: {e}")
+            self.handoff_off_reason = str(e)
+
+    def close(self) -> None:
+        node = self.node
+        if self.handoff is not None:
+            node.destroy_publisher(self.handoff.pub)
+            self.handoff.close()
+            self.handoff = None
+        for pub in (self.bev_pub, self.image_pub):
+            node.destroy_lifecycle_publisher(pub)
+
+    def anyone_listening(self) -> bool:
+        if self.bev_pub.get_subscription_count() > 0:
+            return True
+        return self.handoff is not None and self.handoff.pub.get_subscription_count() > 0
+
+    def handoff_state(self) -> str:
+        if self.handoff is not None:
+            return "on"
+        if not self.node.cfg["output.gpu_handoff"]:
+            return "off"
+        return f"refused: {self.handoff_off_reason}"[:200]
+
+    def publish(self, r: PoolResult) -> None:
+        """Runs in the pooling thread."""
+        node, s = self.node, r.camera_set
+        if not node.active:
+            return  # deactivated while this set was pooled: nothing leaves an inactive node
+        if s.epoch is not None:
+            if self._last is not None and self._last[0] == s.epoch and s.stamp_ns <= self._last[1]:
+                node.report.drop("stamp_regression", f"set {s.stamp_ns} ns is not newer than the "
+                                 f"last published {self._last[1]} ns")
+                return
+            self._last = (s.epoch, s.stamp_ns)
+        if self.handoff is not None:  # first: its consumers wait for no host copy or message build
+            self._publish_handoff(r)
+        t_msg = time.perf_counter()
+        backend = node.backend
+        msg = bev_feature_msg(
+            r.bev, r.rig, s.stamp_ns, node.cfg["ego_frame"], cameras=list(s.frames),
+            camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
+            backend=backend.name, precision=backend.precision,  # fixed per prepare()
+            dtype=r.bev.dtype.name, reuse=self.payload)
+        t_pub = time.perf_counter()
+        self.bev_pub.publish(msg)
+        done = time.perf_counter()
+        node.report.published(r, t_msg, t_pub, done)
+        self.published += 1
+        cfg = node.cfg
+        if cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
+            if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
+                self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), msg.header))
+
+    def _publish_handoff(self, r: PoolResult) -> None:
+        from std_msgs.msg import Header
+
+        header = Header(stamp=ns_to_time(r.camera_set.stamp_ns),
+                        frame_id=self.node.cfg["ego_frame"])
+        try:
+            self.handoff.publish(header, r.rig)
+        except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid
+            self.node.report.count("handoff_failed")
+            self.node.report.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")

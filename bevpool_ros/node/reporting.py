@@ -1,0 +1,191 @@
+"""bevpool_node's accounting: every counter, throttled drop logs, latency windows, the state
+snapshot and the /diagnostics message built from it (level rules: ``diagnostics.health``)."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+from ..logtext import clip
+from .diagnostics import RecentCounts, diagnostic_array, health
+from .latency import RollingStats
+from .throttle import ThrottledLog
+
+# counters that are events, not dropped data
+NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
+             "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
+             "dds_incompatible_type")
+STAGES = ("queue_wait", "assemble", "message", "publish")
+
+
+class Report:
+    def __init__(self, node):
+        self.node = node
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self.warn = ThrottledLog(node.get_logger().warning)
+        self.last_drop_detail: dict[str, str] = {}  # reason -> latest detail (named by ERROR)
+        self.wrong_types: dict[str, str] = {}       # "topic <- publisher" -> what it publishes
+        self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the level
+        self.windows(1000)
+        self.diag_pub = None
+        self._timer = None
+
+    def windows(self, size: int) -> None:
+        self.latency = RollingStats(size)    # last input -> published
+        self.pool_time = RollingStats(size)
+        self.overhead = RollingStats(size)   # latency - pool
+        # where the overhead goes: waiting for the pooling thread, stacking, message build, publish
+        self.stages = {k: RollingStats(size) for k in STAGES}
+
+    def resize(self, size: int) -> None:
+        for s in (self.latency, self.pool_time, self.overhead, *self.stages.values()):
+            s.resize(size)
+
+    # counting -------------------------------------------------------------------------------
+    def count(self, reason: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[reason] += n
+
+    def drop(self, reason: str, detail: str) -> None:
+        self.count(reason)
+        self.last_drop_detail[reason] = detail = clip(detail)
+        self.warn(reason, f"dropped ({reason}): {detail}")
+
+    def sync_dropped(self, reason: str, detail: str) -> None:
+        """The synchroniser counted a drop (sync_<reason>): say so, throttled per reason."""
+        self.last_drop_detail[f"sync_{reason}"] = detail = clip(detail)
+        self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {detail}")
+
+    def subscription_events(self, topic: str):
+        """What the middleware tells about an input topic (docs/ros_interface.md, "What the
+        middleware reports"): samples lost, publishers offering incompatible QoS, and publishers
+        of an incompatible type (an event rmw_fastrtps does not raise: the graph watch finds
+        them)."""
+        try:
+            from rclpy.event_handler import SubscriptionEventCallbacks
+        except ImportError:
+            return None
+
+        def incompatible_qos(info):
+            from rclpy.qos import qos_policy_name_from_kind
+
+            self.count("dds_incompatible_qos", max(1, int(info.total_count_change)))
+            policy = qos_policy_name_from_kind(info.last_policy_kind)
+            self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS "
+                      f"incompatible with this node's ({policy}): its messages never arrive")
+        return SubscriptionEventCallbacks(
+            message_lost=lambda info: self.count("dds_message_lost",
+                                                 max(1, int(info.total_count_change))),
+            incompatible_qos=incompatible_qos,
+            incompatible_type=lambda info: self.count("dds_incompatible_type",
+                                                      max(1, int(info.total_count_change))))
+
+    def published(self, r, t_msg: float, t_pub: float, done: float) -> None:
+        s = r.camera_set
+        latency = done - s.last_arrival
+        for k, v in (("queue_wait", r.started - s.last_arrival), ("assemble", r.assemble_s),
+                     ("message", t_pub - t_msg), ("publish", done - t_pub)):
+            self.stages[k].add(v * 1e3)
+        self.latency.add(latency * 1e3)
+        self.pool_time.add(r.pool_s * 1e3)
+        self.overhead.add((latency - r.pool_s) * 1e3)
+        self.count("published" if s.complete else "published_partial")
+
+    # /diagnostics ---------------------------------------------------------------------------
+    def start(self, period_s: float) -> None:
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        if self.diag_pub is None:
+            self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.restart_timer(period_s)
+
+    def restart_timer(self, period_s: float) -> None:
+        if self._timer is not None:
+            self.node.destroy_timer(self._timer)
+        self._timer = self.node.create_timer(period_s, self.publish_diagnostics)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self.node.destroy_timer(self._timer)
+            self._timer = None
+        if self.diag_pub is not None:
+            self.node.destroy_publisher(self.diag_pub)
+            self.diag_pub = None
+
+    def snapshot(self) -> dict:
+        node = self.node
+        with self._lock:
+            counts = Counter(self.counts)
+        with node.inputs.lock:
+            sync_counts = Counter(node.inputs.sync.counts)
+            missing = Counter(node.inputs.sync.missing_by_camera)
+            pending = node.inputs.sync.pending_sets
+        backend = node.backend
+        try:  # the pooling thread may be re-preparing the backend right now (a calibration change)
+            d = backend.describe()
+        except Exception as e:  # diagnostics must never take the node down
+            d = {"backend": backend.name, "precision": backend.precision,
+                 "describe_error": clip(f"{type(e).__name__}: {e}")}
+        lat, pool, over = (self.latency.percentiles(), self.pool_time.percentiles(),
+                           self.overhead.percentiles())
+        values = {
+            "state": node.state_label, "backend": d.get("backend", backend.name),
+            "backend_requested": node.backend_requested,
+            "precision": d.get("precision", ""), "regime": d.get("regime", "n/a"),
+            "device": d.get("device", ""),
+            "cameras": len(node.cameras), "calibration": node.calibration.rig.digest(),
+            "sets_published": counts["published"] + counts["published_partial"],
+            "sets_published_partial": counts["published_partial"],
+            "latency_p50_ms": lat[50], "latency_p95_ms": lat[95], "latency_p99_ms": lat[99],
+            "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
+            "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
+            "pending_sets": pending, "worker_queue": node.worker.queued,
+            "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
+        }
+        for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
+            if key in d:
+                values[key] = d[key]
+        for k, st in self.stages.items():
+            pk = st.percentiles((50, 99))
+            values[f"{k}_p50_ms"], values[f"{k}_p99_ms"] = pk[50], pk[99]
+        for k, v in sorted(sync_counts.items()):
+            values[f"sync_{k}"] = v
+        for k, v in sorted(counts.items()):
+            if k not in ("published", "published_partial"):
+                values[k if k in NOT_DROPS else f"dropped_{k}"] = v
+        for cam, v in sorted(missing.items()):
+            values[f"missing_{cam}"] = v
+        for cam, why in node.calibration.invalid.items():
+            values[f"invalid_calibration_{cam}"] = why
+        for where, what in sorted(self.wrong_types.items()):
+            values[f"wrong_type {where}"] = what
+        return values
+
+    def publish_diagnostics(self) -> None:
+        node = self.node
+        values = self.snapshot()
+        totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
+        totals["published"] = int(values["sets_published"])
+        # a drop stays visible a few periods, so a monitor polling slower than us still sees it
+        self._recent.window_s = max(2.0, 3 * node.cfg["diagnostics.period_s"])
+        level, text = health(self._recent.update(time.monotonic(), totals), self.last_drop_detail)
+        listening = node.outputs.anyone_listening()
+        if node.calibration.invalid:
+            level, text = "ERROR", f"no usable calibration for {sorted(node.calibration.invalid)}"
+        elif not node.active:
+            level, text = "OK", "inactive: configured, not subscribed to its inputs"
+        elif self.wrong_types and level != "ERROR":
+            level, text = "WARN", "publisher(s) of the wrong type on input topics: " + clip(
+                "; ".join(f"{k}: {v}" for k, v in sorted(self.wrong_types.items())), 300)
+        elif level == "OK" and node.backend_requested not in ("best", node.backend.name):
+            level = "WARN"
+            text = f"running {node.backend.name}, {node.backend_requested} unavailable"
+        elif level == "OK" and node.cfg["processing.skip_without_subscribers"] and not listening:
+            skipped = values.get("skipped_no_subscribers", 0)
+            text = f"idle: no subscriber to the BEV ({skipped} sets skipped)"
+        elif level == "OK":
+            text = f"{values['sets_published']} sets published"
+        self.diag_pub.publish(diagnostic_array(
+            node.get_clock().now().to_msg(), f"{node.get_name()}: bev pooling",
+            str(values["device"]), level, text, values))
