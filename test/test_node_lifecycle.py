@@ -2,6 +2,8 @@
 real ``<node>/change_state`` and ``<node>/get_state`` services, as Nav2's lifecycle manager does."""
 from __future__ import annotations
 
+import time
+
 import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import pytest
 from ros_harness import DISCOVERY_TIMEOUT, RosGraph
@@ -24,6 +26,14 @@ class Lifecycle:
         def ready():
             return self.change.service_is_ready() and self.get.service_is_ready()
         assert graph.spin_until(ready, DISCOVERY_TIMEOUT), graph.node.output()[-3000:]
+        # matched is not answered: on a busy machine our request can reach the server's reader
+        # before it knows us back. get_state changes nothing: asked again until it is answered.
+        deadline = time.monotonic() + 120.0
+        while True:
+            fut = self.get.call_async(GetState.Request())
+            if graph.spin_until(fut.done, 5.0) or time.monotonic() > deadline:
+                break
+        assert fut.done(), graph.node.output()[-3000:]
 
     def _call(self, client, request):
         fut = client.call_async(request)

@@ -201,7 +201,11 @@ class BevPoolNode(LifecycleNode):
             return
         topics = self._camera_tensor_topics(cfg, calib.camera_names, depth_images)
         depth = cfg["input.qos_depth"]
-        self.input_size_guard = input_guard(topics, depth)
+        try:
+            self.input_size_guard = input_guard(topics, depth)
+        except BaseException:  # e.g. a restart with another DDS profile: leave the graph first, so
+            super().destroy_node()  # peers never match this process's services (a dead server
+            raise                   # answered nothing: a lifecycle manager's first call hung)
         self._guarded = (sorted(topics), depth)
 
     def _guard_state(self, cfg, depth_images) -> str:
