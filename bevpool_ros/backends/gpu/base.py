@@ -20,8 +20,8 @@ import numpy as np
 from ...kernels.precision import decide, fp8_within_tolerance
 from ...scatter_map import ScatterMap
 from ..base import Backend, BackendUnavailable
-from ..device_payloads import any_device
 from ..cuda.runtime import get_runtime
+from ..device_payloads import any_device
 from ..staging import ALL_WIRE, split_cameras
 from .choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
 from .frame import DeviceOutput, GpuFrame
