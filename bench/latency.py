@@ -159,10 +159,10 @@ def role_subscriber(args) -> int:
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.node import Node
 
-    from bevpool_ros.node.diagnostics import status_values
     from bevpool_ros.io.bev_message import stamp_to_ns
-    from bevpool_ros.node.qos import make_qos
     from bevpool_ros.io.tensor_codec import decode_any
+    from bevpool_ros.node.diagnostics import status_values
+    from bevpool_ros.node.qos import make_qos
 
     rclpy.init(args=[sys.argv[0]])
     node = Node("bevpool_latency_subscriber")

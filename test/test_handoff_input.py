@@ -10,11 +10,9 @@ import subprocess
 import sys
 import textwrap
 
+import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import RosGraph, assert_bev_matches, no_gpu_env
 
 from bevpool_ros.handoff.camera_publisher import boot_id, ring_for_rig
@@ -22,9 +20,9 @@ from bevpool_ros.io.bev_message import ns_to_time
 from bevpool_ros.io.tensor_codec import DTYPE_CODES, TensorError
 from bevpool_ros.node.handoff_input import check_announcement, handoff_topics
 from bevpool_ros.node.params import defaults
+from bevpool_ros.paths import default_rig_path
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.rig import load_rig
-from bevpool_ros.paths import default_rig_path
 from bevpool_ros.scatter_map import build_scatter_map
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -294,9 +294,8 @@ def test_producer_restart_recovers(graph, producer, rig_path, reference):
 
 
 def test_node_restart_maps_the_ring_again(graph, rig_path, reference):
-    from test_node_lifecycle import Lifecycle
-
     from ros_harness import assert_bev_matches
+    from test_node_lifecycle import Lifecycle
 
     p = Producer(rig_path)
     try:
