@@ -13,7 +13,7 @@ Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScen
             event waited on (handoff_out; "handoff" is the same). handoff_both: the publisher
             hands its device tensors over too (CameraHandoffPublisher: ring copy + TensorHandoff;
             the clock starts when the last camera tensor's announcement is published) and the
-            node reads them in place (input.handoff on). One clock: CLOCK_MONOTONIC is
+            node reads them in place (input.handoff only). One clock: CLOCK_MONOTONIC is
             system-wide, so the two processes' timestamps compare directly. inprocess: pool call ->
             grid ready on the stream, timed on the GPU (bench/inprocess_latency.py; no ROS).
   node      the node's own view from /diagnostics: last input received -> BEV published
@@ -341,7 +341,7 @@ def run_pipeline(args) -> dict:
               "output.bev_dtype": args.bev_dtype, "output.publish_image": False, "diagnostics.period_s": 0.5,
               "diagnostics.latency_window": min(100000, args.frames + 10),
               "output.gpu_handoff": args.transport in HANDOFF_OUT,
-              "input.handoff": "on" if args.transport == "handoff_both" else "off"}
+              "input.handoff": "only" if args.transport == "handoff_both" else "none"}
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],

@@ -1,7 +1,7 @@
 """The input hand-off where it cannot run (no GPU here), over real DDS with real messages:
 the announcement checks, the node refusing bad or unopenable announcements with counted drops
 while CameraTensor cameras go on, the producer falling back to CameraTensor with one warning,
-and ``input.handoff: on`` refused at start without a GPU. The device path: test_handoff_input_gpu.py.
+and ``input.handoff: only`` refused at start without a GPU. The device path: test_handoff_input_gpu.py.
 """
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def test_handoff_topics_follow_the_parameters(rig):
     topics = handoff_topics(cfg, cameras)
     assert len(topics) == 2 * len(cameras)
     assert topics[(CAM, "feat")] == f"cameras/{CAM}/feat_handoff"
-    assert handoff_topics(dict(cfg, **{"input.handoff": "off"}), cameras) == {}
+    assert handoff_topics(dict(cfg, **{"input.handoff": "none"}), cameras) == {}
 
 
 def test_the_ring_holds_three_sets_of_the_largest_tensor(rig):
@@ -234,13 +234,13 @@ def test_a_producer_without_gpu_falls_back_to_camera_tensor_with_one_warning(gra
 
 
 @pytest.mark.ros
-def test_handoff_on_without_a_gpu_refuses_to_configure():
+def test_handoff_only_without_a_gpu_refuses_to_configure():
     from ros_harness import isolate_ros_env
 
     isolate_ros_env()
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args",
-                        "-p", "backend:=cpu", "-p", "input.handoff:=on"],
+                        "-p", "backend:=cpu", "-p", "input.handoff:=only"],
                        capture_output=True, text=True, timeout=120, cwd=REPO, env=no_gpu_env())
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "invalid configuration" in r.stderr and "input.handoff on" in r.stderr, r.stderr
+    assert "invalid configuration" in r.stderr and "input.handoff only" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr

@@ -14,7 +14,7 @@ size. Where the hand-off cannot work, the same call publishes the tensor as a Ca
   * the announcements have subscribers, but none opened the ring within ``connect_timeout_s``:
     they run on another host (or cannot map it);
   * nobody subscribes to the announcements while the CameraTensor topic has subscribers
-    (a bevpool_node with ``input.handoff`` off); hand-off resumes once someone subscribes.
+    (a bevpool_node with ``input.handoff: none``); hand-off resumes once someone subscribes.
 ``mode="on"`` never falls back (raises HandoffUnsupported); ``mode="off"`` always publishes
 CameraTensor.
 """

@@ -27,15 +27,15 @@ from ..io.tensor_codec import CODE_NAMES, TensorError
 from ..logtext import shown
 from .configure import STREAMS
 
-MODES = ("off", "auto", "on")
+MODES = ("none", "auto", "only")  # not on/off: YAML reads those as booleans
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
           "float8_e4m3": np.dtype(np.uint8)}
 RING_IDLE_S = 5.0  # a ring no announcement named for this long (and > 2 sync timeouts) is unmapped
 
 
 def handoff_topics(cfg: dict, cameras) -> dict[tuple[str, str], str]:
-    """(camera, stream) -> TensorHandoff topic (relative); none when input.handoff is off."""
-    if cfg["input.handoff"] == "off":
+    """(camera, stream) -> TensorHandoff topic (relative); none with input.handoff none."""
+    if cfg["input.handoff"] == "none":
         return {}
     return {(cam, stream): cfg["input.handoff_topic"].format(camera=cam, stream=stream)
             for cam in cameras for stream in STREAMS}
@@ -174,8 +174,8 @@ class HandoffInputs:
 
     def state(self) -> str:
         """For /diagnostics: the mode, and what this node can do with it."""
-        if self.mode == "off":
-            return "off"
+        if self.mode == "none":
+            return "none"
         if self.unavailable:
             return f"{self.mode}, unavailable: {self.unavailable}"[:200]
         rings = len(self.reader.socket_paths) if self.reader is not None else 0

@@ -79,11 +79,11 @@ class Inputs:
         self._camera_info_seen: dict[str, tuple] = {}
         self._poll_timer = None
         self._tf_buffer = self._tf_timer = self._tf_listener = None
-        self.handoff = HandoffInputs(node) if cfg["input.handoff"] != "off" else None
-        if cfg["input.handoff"] == "on":  # hand-off only: a node that cannot map rings is useless
+        self.handoff = HandoffInputs(node) if cfg["input.handoff"] != "none" else None
+        if cfg["input.handoff"] == "only":  # a node that cannot map rings would receive nothing
             self.handoff.open_reader()
             if self.handoff.unavailable:
-                raise StartupError(f"input.handoff on, but this node cannot map hand-off rings: "
+                raise StartupError(f"input.handoff only, but this node cannot map hand-off rings: "
                                    f"{self.handoff.unavailable}")
         if cfg["calibration.use_tf"]:
             self._setup_tf()
@@ -111,7 +111,7 @@ class Inputs:
         for cam in node.cameras:
             for stream in STREAMS:
                 kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
-                if kind is CameraTensor and cfg["input.handoff"] == "on" and mf is None:
+                if kind is CameraTensor and cfg["input.handoff"] == "only" and mf is None:
                     continue  # hand-off only: the announcements below carry this stream
                 topic = topics[(cam, stream)]
                 if mf is None:
@@ -165,7 +165,7 @@ class Inputs:
             self.handoff.close()
 
     def handoff_state(self) -> str:
-        return "off" if self.handoff is None else self.handoff.state()
+        return "none" if self.handoff is None else self.handoff.state()
 
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:

@@ -109,8 +109,9 @@ PARAMS: tuple[Param, ...] = (
     # same-host GPU hand-off of the inputs (node/handoff_input.py, docs/gpu_handoff.md)
     Param("input.handoff", "string", "auto", "Camera tensors left on this GPU by their producer "
           "(bevpool_msgs/TensorHandoff on input.handoff_topic, read in place): 'auto' subscribes to "
-          "them next to the CameraTensor topics (cameras may mix both), 'on' to them only (configure "
-          "fails without a GPU), 'off' not at all.", choices=("off", "auto", "on"), read_only=True),
+          "them next to the CameraTensor topics (cameras may mix both), 'only' to them alone "
+          "(configure fails without a GPU), 'none' not at all.", choices=("none", "auto", "only"),
+          read_only=True),
     Param("input.handoff_topic", "string", "cameras/{camera}/{stream}_handoff", "TensorHandoff "
           "topic ({camera}, {stream} = depth | feat).", read_only=True),
     # depth cameras (bevpool_ros/io/depth_image.py): a metric depth Image instead of a [D, H, W] Tensor

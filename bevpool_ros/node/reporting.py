@@ -142,7 +142,7 @@ class Report:
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": node.worker.queued,
             "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
-            "input_handoff": node.inputs.handoff_state() if node.inputs else "off",
+            "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
         }
         if "describe_error" in d:
             values["describe_error"] = d["describe_error"]
