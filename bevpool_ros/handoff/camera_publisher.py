@@ -1,14 +1,16 @@
 """The upstream node's side of the input hand-off, over ROS: camera tensors in, announcements out.
 
     pub = CameraHandoffPublisher(node, rig)            # one ring for every camera and stream
-    pub.publish("CAM_FRONT", "depth", depth_tensor, stamp_ns, stream=torch_stream)
+    pub.publish("CAM_FRONT", "depth", depth_tensor, stamp_ns, cuda_stream=torch_stream)
     pub.publish("CAM_FRONT", "feat", feat_tensor, stamp_ns, layout="HWC")
 
 Each ``publish`` copies the tensor into the next slot of the ring on the producer's stream
 (camera_producer.CameraTensorProducer) and announces it as bevpool_msgs/TensorHandoff on
 ``cameras/{camera}/{stream}_handoff``: a message of a few hundred bytes, whatever the tensor's
-size. Where the hand-off cannot work, the same call publishes the tensor as a CameraTensor on
-``cameras/{camera}/{stream}`` instead (downloaded once), after ONE warning saying why:
+size. The same bytes go first to every same-host consumer connected to the ring's signal socket
+(signal.py: a Unix-socket datagram wakes the consumer sooner than a DDS hop). Where the hand-off
+cannot work, the same call publishes the tensor as a CameraTensor on ``cameras/{camera}/{stream}``
+instead (downloaded once), after ONE warning saying why:
   * this GPU exports no POSIX-fd memory or no interprocess events (vmm.unsupported_reason), or
     there is no GPU at all;
   * the announcements have subscribers, but none opened the ring within ``connect_timeout_s``:
@@ -118,6 +120,11 @@ class CameraHandoffPublisher:
         self.producer = producer
         if mode != "off" and producer is None:
             self.producer = self._make_producer(rig, slot_bytes, ring_size, device)
+        self.signal = None
+        if self.producer is not None and self.producer.available:
+            from .signal import SignalServer, signal_path
+
+            self.signal = SignalServer(signal_path(self.producer.ring.socket_path))
         self.handoff_pubs, self.tensor_pubs = {}, {}
         for cam in self.cameras:
             for stream in STREAMS:
@@ -168,8 +175,12 @@ class CameraHandoffPublisher:
                            f"({list(self.cameras)} x {STREAMS})")
         if self._use_handoff(key):
             h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
-            self.handoff_pubs[key].publish(
-                announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot))
+            msg = announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot)
+            if self.signal is not None and self.signal.consumers:
+                from rclpy.serialization import serialize_message
+
+                self.signal.send(serialize_message(msg))  # same-host consumers: woken first
+            self.handoff_pubs[key].publish(msg)
             self.handed_off += 1
             return "handoff"
         arr, dtype = host_tensor(tensor, float(scale))
@@ -212,7 +223,15 @@ class CameraHandoffPublisher:
     def close(self) -> None:
         for pub in (*self.handoff_pubs.values(), *self.tensor_pubs.values()):
             self.node.destroy_publisher(pub)
+        self.signal = None
+        if self.producer is not None and self.producer.available:
+            from .signal import SignalServer, signal_path
+
+            self.signal = SignalServer(signal_path(self.producer.ring.socket_path))
         self.handoff_pubs, self.tensor_pubs = {}, {}
+        if self.signal is not None:
+            self.signal.close()
+            self.signal = None
         if self.producer is not None:
             self.producer.close()
             self.producer = None

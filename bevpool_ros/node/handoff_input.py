@@ -10,6 +10,11 @@ camera's payload, exactly where a CameraTensor's array would. The backend reads 
 claimed again before it was read is dropped (``handoff_overwritten``), at the announcement and
 again after the pooling read it (the ring's seqlock).
 
+Wake-up: once a ring is mapped, the node also connects to the producer's signal socket
+(handoff/signal.py) and takes each announcement from whichever arrives first, the Unix-socket
+datagram or the ROS message; the second copy is ignored (same ring, same sequence). /diagnostics
+``input_handoff`` says how many arrived first by each way.
+
 A producer that restarts makes a new ring (new ring id, usually a new socket): the next
 announcement maps it; rings no announcement named for a while are unmapped. A node that
 restarts maps the producer's ring again on its first announcement.
@@ -18,7 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
+from collections import Counter, OrderedDict
 
 import numpy as np
 
@@ -31,6 +38,7 @@ MODES = ("none", "auto", "only")  # not on/off: YAML reads those as booleans
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
           "float8_e4m3": np.dtype(np.uint8)}
 RING_IDLE_S = 5.0  # a ring no announcement named for this long (and > 2 sync timeouts) is unmapped
+SEEN_KEPT = 4096   # announcements remembered to ignore their second copy (socket or DDS)
 
 
 def handoff_topics(cfg: dict, cameras) -> dict[tuple[str, str], str]:
@@ -91,6 +99,11 @@ class HandoffInputs:
         self.unavailable = ""  # why this node cannot map rings (no GPU, no cuda-python)
         self.subs: list = []
         self._last_named: dict[str, float] = {}  # socket path -> monotonic time last announced
+        self._signals: dict = {}                 # socket path -> signal.SignalClient
+        self._seen: OrderedDict = OrderedDict()  # (socket path, ring id, sequence) taken
+        self.first_by: Counter = Counter()       # which way each announcement arrived first
+        self._on_payload = None
+        self._lock = threading.Lock()            # the executor and the signal threads
 
     @property
     def mode(self) -> str:
@@ -115,6 +128,7 @@ class HandoffInputs:
         from bevpool_msgs.msg import TensorHandoff
 
         node = self.node
+        self._on_payload = on_payload
         for (cam, stream), topic in handoff_topics(node.cfg, node.cameras).items():
             cb = functools.partial(self.on_announcement, camera=cam, stream=stream,
                                    on_payload=on_payload)
@@ -126,21 +140,68 @@ class HandoffInputs:
         for sub in self.subs:
             self.node.destroy_subscription(sub)
         self.subs = []
+        self._on_payload = None  # a datagram still arriving joins nothing
+        with self._lock:
+            clients, self._signals = list(self._signals.values()), {}
+        for client in clients:  # outside the lock: their threads may be waiting for it
+            if client is not None:
+                client.close()
 
-    def on_announcement(self, msg, camera: str, stream: str, on_payload) -> None:
+    def on_announcement(self, msg, camera: str, stream: str, on_payload, way: str = "dds") -> None:
         from ..io.bev_message import stamp_to_ns
 
         now = time.perf_counter()
         node = self.node
-        stamp_ns = stamp_to_ns(msg.header.stamp)
-        try:
-            node.inputs.check_stamp(stamp_ns)
-            check_announcement(msg, camera, stream, node.calibration.rig, node.cfg, self.boot)
-            view = self.open(msg)
-        except TensorError as e:
-            node.report.drop(e.reason, f"{camera}/{stream} (hand-off): {e.detail}")
-            return
+        with self._lock:
+            key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
+            if key in self._seen:
+                return  # its other copy came first
+            self._seen[key] = None
+            while len(self._seen) > SEEN_KEPT:
+                self._seen.popitem(last=False)
+            self.first_by[way] += 1
+            stamp_ns = stamp_to_ns(msg.header.stamp)
+            try:
+                node.inputs.check_stamp(stamp_ns)
+                check_announcement(msg, camera, stream, node.calibration.rig, node.cfg, self.boot)
+                view = self.open(msg)
+            except TensorError as e:
+                node.report.drop(e.reason, f"{camera}/{stream} (hand-off): {e.detail}")
+                return
+            self._listen(msg.socket_path)
         on_payload(camera, stream, stamp_ns, view, now)
+
+    def _listen(self, socket_path: str) -> None:
+        """Connect to the signal socket of a ring just mapped (once; none: the ROS message only)."""
+        if socket_path in self._signals:
+            return
+        from ..handoff.signal import SignalClient, signal_path
+
+        try:
+            self._signals[socket_path] = SignalClient(signal_path(socket_path), self._on_datagram)
+        except OSError as e:  # an older producer without one: the ROS messages wake us
+            self._signals[socket_path] = None
+            self.node.get_logger().info(f"hand-off producer at {socket_path} has no signal "
+                                        f"socket ({e}); woken by its ROS messages")
+
+    def _on_datagram(self, data: bytes) -> None:
+        """A signal-socket copy of an announcement (its own thread)."""
+        from bevpool_msgs.msg import TensorHandoff
+        from rclpy.serialization import deserialize_message
+
+        on_payload = self._on_payload
+        if on_payload is None:
+            return
+        try:
+            msg = deserialize_message(data, TensorHandoff)
+        except Exception as e:  # not one of ours: the producer is same-user, so a bug; say it
+            self.node.report.drop("bad_handoff", f"unreadable signal datagram: {e}")
+            return
+        if msg.camera not in self.node.cameras or msg.stream not in STREAMS:
+            self.node.report.drop("bad_handoff", f"signal datagram for {shown(msg.camera)}/"
+                                  f"{shown(msg.stream)}, not a camera/stream of this rig")
+            return
+        self.on_announcement(msg, msg.camera, msg.stream, on_payload, way="signal")
 
     def open(self, msg):
         """The announced tensor as a device view (HandoffView), not waited on: the backend's
@@ -167,10 +228,16 @@ class HandoffInputs:
             return
         idle = max(RING_IDLE_S, 2 * self.node.cfg["sync.camera_timeout_s"])
         now = time.monotonic()
-        for path in self.reader.socket_paths:
-            if now - self._last_named.get(path, 0.0) > idle:
-                self.reader.forget(path)
-                self._last_named.pop(path, None)
+        gone = []
+        with self._lock:
+            for path in self.reader.socket_paths:
+                if now - self._last_named.get(path, 0.0) > idle:
+                    self.reader.forget(path)
+                    self._last_named.pop(path, None)
+                    gone.append(self._signals.pop(path, None))
+        for client in gone:  # outside the lock: their threads may be waiting for it
+            if client is not None:
+                client.close()
 
     def state(self) -> str:
         """For /diagnostics: the mode, and what this node can do with it."""
@@ -179,7 +246,9 @@ class HandoffInputs:
         if self.unavailable:
             return f"{self.mode}, unavailable: {self.unavailable}"[:200]
         rings = len(self.reader.socket_paths) if self.reader is not None else 0
-        return f"{self.mode}, {rings} producer ring(s) mapped"
+        links = sum(1 for c in self._signals.values() if c is not None and c.connected)
+        return (f"{self.mode}, {rings} producer ring(s) mapped, {links} signal link(s), first "
+                f"arrival: signal {self.first_by['signal']}, dds {self.first_by['dds']}")
 
     def close(self) -> None:
         self.unsubscribe()
