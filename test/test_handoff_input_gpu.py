@@ -256,6 +256,19 @@ def test_all_cameras_handed_off_pool_against_the_reference(graph, producer, refe
     assert d and "1 producer ring(s) mapped" in d["input_handoff"], d
 
 
+def test_announcements_also_arrive_over_the_signal_socket(graph, producer):
+    import re
+
+    for _ in range(3):  # after the first mapping, the node listens on the producer's socket
+        assert send_until_grid(graph, producer, cameras(graph)) is not None
+
+    def signalled(d):
+        m = re.search(r"(\d+) signal link\(s\), first arrival: signal (\d+)", d.get("input_handoff", ""))
+        return bool(m) and int(m.group(1)) >= 1 and int(m.group(2)) > 0
+    d = graph.diagnostics_where(signalled, 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
+
+
 def test_a_rig_mixing_handoff_and_camera_tensor_cameras(graph, producer, reference):
     from ros_harness import assert_bev_matches
 

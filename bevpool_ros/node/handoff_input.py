@@ -154,12 +154,14 @@ class HandoffInputs:
         node = self.node
         with self._lock:
             key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
-            if key in self._seen:
-                return  # its other copy came first
-            self._seen[key] = None
-            while len(self._seen) > SEEN_KEPT:
-                self._seen.popitem(last=False)
-            self.first_by[way] += 1
+            first = self._seen.get(key)
+            if first is not None and first != way:
+                return  # its copy by the other way came first
+            if first is None:  # the same way twice is no copy: checked (and counted) again
+                self._seen[key] = way
+                self.first_by[way] += 1
+                while len(self._seen) > SEEN_KEPT:
+                    self._seen.popitem(last=False)
             stamp_ns = stamp_to_ns(msg.header.stamp)
             try:
                 node.inputs.check_stamp(stamp_ns)
