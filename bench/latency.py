@@ -499,6 +499,8 @@ def main(argv=None) -> int:
     args.rig = str(resolve_rig(args.rig))
     if args.transport == "inprocess":
         return main_inprocess(args, argv)
+    if args.transport in HANDOFF_OUT and args.backend not in ("cuda", "best"):
+        ap.error(f"--transport {args.transport} hands grids over on a GPU: --backend cuda")
     if args.input_dtype == "float8_e4m3":
         ap.error("--input-dtype float8_e4m3 is measured in-process only (--transport inprocess)")
 
@@ -533,6 +535,7 @@ def main(argv=None) -> int:
         if args.transport in HANDOFF_OUT else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
+        "input_handoff": d.get("input_handoff"),  # the node's wake-up: first arrivals by way
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
         "command": "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
