@@ -51,8 +51,10 @@ class DeviceInputRun:
         if out is not None:
             check_out(self.smap, out)
         target = out if out is not None else np.empty(self.smap.bev_shape, np.float32)
+        if len(cameras) != self.shapes["depth"][0]:
+            raise InputError(f"{len(cameras)} cameras for a map of {self.shapes['depth'][0]}")
+        bind(self.rt.device.ctx)  # this thread's current context: the backend's device
         per_stream = [self._stream_inputs(cameras, i, s) for i, s in enumerate(STREAMS)]
-        bind(self.rt.device.ctx)
         self.device.check_finite = self.frame.check_finite
         s = self.rt.stream
         for payloads, _, _ in per_stream:
