@@ -176,14 +176,23 @@ class Producer:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, cwd=REPO,
                                      env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        first = self.proc.stdout.readline()
-        assert first.startswith("ready True"), first + self.proc.stdout.read()
+        assert self._expect("ready").startswith("ready True")
+
+    def _expect(self, word: str) -> str:
+        """The next line starting with ``word``; log lines (stderr is merged) are kept aside."""
+        seen = []
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:  # the producer died: say what it printed
+                raise AssertionError("".join(seen) + f"producer exited {self.proc.wait(10)}")
+            if line.startswith(word):
+                return line
+            seen.append(line)
 
     def send(self, stamp: int, cameras, overwrite: bool = False) -> None:
         self.proc.stdin.write(f"{stamp} {','.join(cameras)}{' overwrite' if overwrite else ''}\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line.startswith("ok"), line + self.proc.stdout.read()
+        self._expect("ok")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
