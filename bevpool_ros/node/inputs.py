@@ -129,9 +129,11 @@ class Inputs:
             self.mf_sync = mf.ApproximateTimeSynchronizer(
                 filters, queue_size=cfg["sync.max_pending_sets"] * 2, slop=cfg["sync.slop_s"])
             self.mf_sync.registerCallback(self.on_message_filters_set)
-        if self.handoff is not None and mf is not None:
-            node.get_logger().warning("input.handoff needs the built-in synchroniser "
-                                      "(sync.use_message_filters is on): hand-off topics unused")
+        if self.handoff is not None and mf is not None:  # 'only' asked for them: say it louder
+            say = node.get_logger().warning if cfg["input.handoff"] == "only" else \
+                node.get_logger().info
+            say("input.handoff needs the built-in synchroniser (sync.use_message_filters is on): "
+                "hand-off topics unused, CameraTensor topics subscribed")
         elif self.handoff is not None:
             self.handoff.subscribe(in_qos, self.on_payload)
         self._restart_poll_timer()
