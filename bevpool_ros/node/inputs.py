@@ -166,6 +166,10 @@ class Inputs:
         if self.handoff is not None:
             self.handoff.close()
 
+    @property
+    def uses_message_filters(self) -> bool:
+        return self.mf_sync is not None
+
     def handoff_state(self) -> str:
         return "none" if self.handoff is None else self.handoff.state()
 

@@ -221,7 +221,8 @@ class BevPoolNode(LifecycleNode):
 
     def _input_types(self) -> dict[str, str]:
         topics = {}
-        handoff_only = self.cfg["input.handoff"] == "only"
+        handoff_only = (self.cfg["input.handoff"] == "only"
+                        and not self.inputs.uses_message_filters)
         for (cam, stream), t in configure.tensor_topics(self.cfg, self.cameras).items():
             image = stream == "depth" and cam in self.inputs.depth_images
             if not image and handoff_only:
