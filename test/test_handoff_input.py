@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
@@ -244,3 +245,87 @@ def test_handoff_only_without_a_gpu_refuses_to_configure():
     assert r.returncode == 2, r.stdout + r.stderr
     assert "invalid configuration" in r.stderr and "input.handoff only" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+class UnopenedRing:
+    """Stands in for a GPU producer (none here) whose ring no subscriber ever opens: what the
+    producer sees when the node runs on another host."""
+
+    available = True
+
+    def __init__(self, folder: str):
+        from types import SimpleNamespace
+
+        self.ring = SimpleNamespace(server=SimpleNamespace(served=0),
+                                    socket_path=os.path.join(folder, "ring.sock"))
+        self.sequence = 0
+
+    def publish(self, tensor, stream=None, scale=1.0):
+        from bevpool_ros.handoff.camera_producer import TensorHandoff
+
+        self.sequence += 1
+        return TensorHandoff(self.ring.socket_path, 1, 4, (self.sequence - 1) % 4, self.sequence,
+                             0, tensor.nbytes, DTYPE_CODES[tensor.dtype.name], tensor.shape,
+                             bytes(64), 0, bytes(16))
+
+    def close(self):
+        pass
+
+
+class CountingLogger:
+    def __init__(self):
+        self.warnings = []
+
+    def warning(self, text):
+        self.warnings.append(text)
+
+    def info(self, text):
+        pass
+
+
+@pytest.mark.ros
+def test_a_producer_whose_ring_nobody_opens_falls_back_with_one_warning(tmp_path):
+    import rclpy
+    from bevpool_msgs.msg import CameraTensor, TensorHandoff
+    from rclpy.executors import SingleThreadedExecutor
+    from ros_harness import isolate_ros_env
+
+    from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher
+    from bevpool_ros.node.qos import make_qos
+
+    isolate_ros_env()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("handoff_fallback_test", context=ctx)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    logger = CountingLogger()
+    node.get_logger = lambda: logger
+    try:
+        got = {"handoff": [], "tensor": []}
+        qos = make_qos("reliable", 10)
+        node.create_subscription(TensorHandoff, f"cameras/{CAM}/depth_handoff",
+                                 got["handoff"].append, qos)
+        node.create_subscription(CameraTensor, f"cameras/{CAM}/depth", got["tensor"].append, qos)
+        pub = CameraHandoffPublisher(node, cameras=[CAM], producer=UnopenedRing(str(tmp_path)),
+                                     connect_timeout_s=0.5)
+        assert pub.handing_off and not logger.warnings
+        depth = np.full((4, 2, 3), 0.25, np.float16)
+        ways, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline and not got["tensor"]:
+            ways.append(pub.publish(CAM, "depth", depth, 1_000_000_000 + len(ways), layout="DHW"))
+            executor.spin_once(timeout_sec=0.1)
+        assert got["tensor"], ways
+        assert ways[0] == "handoff" and ways[-1] == "camera_tensor"  # handed off, then not
+        assert not pub.handing_off and "did not open the hand-off ring" in pub.fallback_reason
+        assert len(logger.warnings) == 1 and "input hand-off unavailable" in logger.warnings[0]
+        for _ in range(3):
+            assert pub.publish(CAM, "depth", depth, 2_000_000_000) == "camera_tensor"
+        assert len(logger.warnings) == 1  # once, however many tensors follow
+        assert got["handoff"] and got["handoff"][0].camera == CAM  # the announcements were real
+        np.testing.assert_array_equal(np.frombuffer(bytes(got["tensor"][0].data), np.float16),
+                                      depth.ravel())
+        pub.close()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)

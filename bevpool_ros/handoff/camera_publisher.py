@@ -200,7 +200,7 @@ class CameraHandoffPublisher:
             return True
         pub = self.handoff_pubs[key]
         if pub.get_subscription_count() == 0:
-            # nobody takes announcements here; a CameraTensor subscriber (input.handoff off) does
+            # nobody takes announcements; a CameraTensor subscriber (input.handoff: none) does
             return self.tensor_pubs[key].get_subscription_count() == 0
         now = time.monotonic()
         if self._first_announced is None:
@@ -223,11 +223,6 @@ class CameraHandoffPublisher:
     def close(self) -> None:
         for pub in (*self.handoff_pubs.values(), *self.tensor_pubs.values()):
             self.node.destroy_publisher(pub)
-        self.signal = None
-        if self.producer is not None and self.producer.available:
-            from .signal import SignalServer, signal_path
-
-            self.signal = SignalServer(signal_path(self.producer.ring.socket_path))
         self.handoff_pubs, self.tensor_pubs = {}, {}
         if self.signal is not None:
             self.signal.close()
