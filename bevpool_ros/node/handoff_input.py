@@ -248,7 +248,7 @@ class HandoffInputs:
         if self.unavailable:
             return f"{self.mode}, unavailable: {self.unavailable}"[:200]
         rings = len(self.reader.socket_paths) if self.reader is not None else 0
-        links = sum(1 for c in self._signals.values() if c is not None and c.connected)
+        links = sum(1 for c in list(self._signals.values()) if c is not None and c.connected)
         return (f"{self.mode}, {rings} producer ring(s) mapped, {links} signal link(s), first "
                 f"arrival: signal {self.first_by['signal']}, dds {self.first_by['dds']}")
 
