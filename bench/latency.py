@@ -68,7 +68,7 @@ def role_publisher(args) -> int:
         return role_handoff_publisher(args)
 
     from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     rclpy.init(args=[sys.argv[0]])
     pub = SyntheticRigPublisher(load_rig(args.rig), dtype=args.input_dtype)
@@ -244,7 +244,7 @@ def workload_yaml(name: str) -> str:
 def resolve_rig(name: str) -> Path:
     """A rig YAML: the file given, a rig of config/rigs by name, or a benchmark workload of the
     shipped rig (bevpool_ros.workloads, e.g. wide_c256) written to a temporary YAML for the node."""
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.workloads import RIG_WORKLOADS, workload_rig
 
     path = Path(name)
@@ -266,7 +266,7 @@ def resolve_rig(name: str) -> Path:
 
 
 def rig_label(path) -> str:
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     return load_rig(path).name
 
@@ -274,7 +274,7 @@ def rig_label(path) -> str:
 def kernel_only(backend_name: str, precision: str, rig_path, frames: int = 50) -> dict:
     """The kernel alone on the synthetic inputs: the floor the node's latency sits on."""
     from bevpool_ros.backends import create_backend
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.scatter_map import build_scatter_map
     from bevpool_ros.synthetic import SyntheticScene
 
@@ -394,7 +394,8 @@ def render_md(res: dict) -> str:
         "",
         "| measure (ms) | p50 | p95 | p99 |",
         "|---|---|---|---|",
-        f"| end to end: last input published -> grid received (other process) | {e[50]:.2f} | {e[95]:.2f} | {e[99]:.2f} |",
+        f"| end to end: last input published -> grid received (other process) | {e[50]:.2f} | {e[95]:.2f} | "
+        f"{e[99]:.2f} |",
         f"| in the node: last input received -> BEV published | {n['p50']:.2f} | {n['p95']:.2f} | {n['p99']:.2f} |",
         f"| pooling stage in the node | {r['stage_p50_ms']:.3f} | | {r['stage_p99_ms']:.3f} |",
         f"| kernel alone (us) | {r['kernel_us']:.1f} | | |",
@@ -430,7 +431,7 @@ def main_inprocess(args, argv) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import inprocess_latency
 
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     if args.backend not in ("cuda", "best"):
         raise SystemExit("--transport inprocess measures the device path: --backend cuda")
@@ -516,7 +517,8 @@ def main(argv=None) -> int:
     backend = d.get("backend", args.backend)
     kern = kernel_only(backend if backend not in ("best", "") else "cpu", args.precision, args.rig)
     stage = ("stage_p50_ms", "stage_p99_ms") if "stage_p50_ms" in d else ("pool_p50_ms", "pool_p99_ms")
-    row = {"backend": backend, "precision": d.get("precision", args.precision), "output_dtype": sub.get("dtype", args.bev_dtype),
+    row = {"backend": backend, "precision": d.get("precision", args.precision),
+           "output_dtype": sub.get("dtype", args.bev_dtype),
            "transport": args.transport, "rig": rig_label(args.rig),
            "frames": len(sent), "received": len(sub["received"]),
            "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),

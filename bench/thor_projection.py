@@ -50,7 +50,8 @@ def project(rows: list[dict], meta: dict) -> list[dict]:
 
 def markdown(proj: list[dict]) -> str:
     lines = ["| workload | precision | compulsory MB | regime on Thor (L2 32 MiB) | classifier's kernel "
-             "| floor (us) | on-chip estimate (us) | expected (us) | bound by |", "|---|---|---|---|---|---|---|---|---|"]
+             "| floor (us) | on-chip estimate (us) | expected (us) | bound by |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for p in proj:
         lines.append(f"| {p['workload']} | {p['precision']} | {p['bytes'] / 1e6:.1f} | {p['regime']} | "
                      f"`{p['kernel'].replace('bevpool_v3_', '')}` | {p['floor_us']:.0f} | {p['on_chip_us']:.0f} | "

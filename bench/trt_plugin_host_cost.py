@@ -33,15 +33,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bevpool_ros.kernels import fp8  # noqa: E402
-from bevpool_ros.kernels.precision import fp8_within_tolerance  # noqa: E402
 from bevpool_ros.backends.cuda.runtime import get_runtime  # noqa: E402
 from bevpool_ros.backends.cuda.timing import time_graph  # noqa: E402
-from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE  # noqa: E402
 from bevpool_ros.backends.tensorrt import standin  # noqa: E402
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for  # noqa: E402
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs  # noqa: E402
 from bevpool_ros.backends.tensorrt.targets import Target  # noqa: E402
+from bevpool_ros.kernels import fp8  # noqa: E402
+from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE  # noqa: E402
+from bevpool_ros.kernels.precision import fp8_within_tolerance  # noqa: E402
 from bevpool_ros.reference import pool_reference  # noqa: E402
 from bevpool_ros.scatter_map import build_scatter_map  # noqa: E402
 from bevpool_ros.workloads import base_rig  # noqa: E402

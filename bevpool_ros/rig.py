@@ -1,8 +1,9 @@
 """Camera rig: everything the scatter map depends on, validated on construction.
 
 A rig is pure geometry (no ROS import): per-camera intrinsics and camera->ego extrinsics,
-the network's input transform (resize, crop) and feature stride, the depth bins, the BEV
-grid and the channel count. It loads from YAML (``config/rigs/*.yaml``) or is built from
+the network's input transform (resize, crop: the rig's, scaled to each camera's image size, or
+the camera's own) and feature stride, the depth bins, the BEV grid and the channel count. It
+loads from YAML (``config/rigs/*.yaml``, read by rig_yaml.py) or is built from
 sensor_msgs/CameraInfo-like data. Every invalid value raises :class:`RigError` naming the
 field, because a silently wrong rig means a silently wrong BEV tensor.
 """
@@ -12,10 +13,11 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from .input_transform import InputTransform
 
 
 class RigError(ValueError):
@@ -64,6 +66,22 @@ def quaternion_to_matrix(wxyz: Sequence[float], name: str = "rotation_wxyz") -> 
     ])
 
 
+def _crop_offset(name: str, value: Any) -> int:
+    v = _finite(name, value)
+    if v < 0 or not float(v).is_integer():
+        raise RigError(f"{name}: must be a non-negative integer, got {v}")
+    return int(v)
+
+
+def checked_transform(where: str, t: InputTransform) -> InputTransform:
+    """``t`` with every value checked (RigError naming ``where``) and normalised to float/int."""
+    return InputTransform(_positive(f"{where}.resize", t.resize),
+                          _crop_offset(f"{where}.crop_left", t.crop_left),
+                          _crop_offset(f"{where}.crop_top", t.crop_top),
+                          _positive_int(f"{where}.image_width", t.image_width),
+                          _positive_int(f"{where}.image_height", t.image_height))
+
+
 @dataclass(frozen=True)
 class Camera:
     """One camera: source image size, intrinsics K (source pixels) and camera->ego pose."""
@@ -74,6 +92,8 @@ class Camera:
     K: tuple[tuple[float, ...], ...]
     rotation: tuple[tuple[float, ...], ...]  # camera -> ego, 3x3
     translation: tuple[float, float, float]  # camera origin in ego, metres
+    # its own resize + crop (for the size it names), or None: the rig's, scaled to this camera
+    transform: InputTransform | None = None
 
     def __post_init__(self) -> None:
         pre = f"cameras[{self.name}]"
@@ -81,6 +101,8 @@ class Camera:
             raise RigError("cameras[].name: must be a non-empty string")
         object.__setattr__(self, "width", _positive_int(f"{pre}.width", self.width))
         object.__setattr__(self, "height", _positive_int(f"{pre}.height", self.height))
+        if self.transform is not None:
+            object.__setattr__(self, "transform", checked_transform(f"{pre}.input", self.transform))
         K = np.asarray(self.K, dtype=np.float64)
         if K.shape != (3, 3):
             raise RigError(f"{pre}.K: expected 3x3, got shape {K.shape}")
@@ -106,10 +128,12 @@ class Camera:
     def from_camera_info(cls, name: str, k: Sequence[float], width: int, height: int,
                          rotation_wxyz: Sequence[float] | None = None,
                          translation: Sequence[float] = (0.0, 0.0, 0.0),
-                         camera_to_ego: Sequence[Sequence[float]] | None = None) -> "Camera":
+                         camera_to_ego: Sequence[Sequence[float]] | None = None,
+                         transform: InputTransform | None = None) -> "Camera":
         """From CameraInfo fields (row-major ``k`` of 9, width, height) plus extrinsics.
 
-        Extrinsics are either a quaternion + translation or a 4x4 camera->ego matrix.
+        Extrinsics are either a quaternion + translation or a 4x4 camera->ego matrix;
+        ``transform`` is the camera's own input transform, if it has one.
         """
         k = list(k)
         if len(k) != 9:
@@ -119,11 +143,11 @@ class Camera:
             T = np.asarray(camera_to_ego, dtype=np.float64)
             if T.shape != (4, 4):
                 raise RigError(f"cameras[{name}].camera_to_ego: expected 4x4, got {T.shape}")
-            return cls(name, width, height, K, T[:3, :3], T[:3, 3])
+            return cls(name, width, height, K, T[:3, :3], T[:3, 3], transform)
         if rotation_wxyz is None:
             raise RigError(f"cameras[{name}]: extrinsics missing (rotation_wxyz or camera_to_ego)")
         R = quaternion_to_matrix(rotation_wxyz, f"cameras[{name}].rotation_wxyz")
-        return cls(name, width, height, K, R, translation)
+        return cls(name, width, height, K, R, translation, transform)
 
 
 @dataclass(frozen=True)
@@ -169,6 +193,8 @@ class Rig:
     z: Axis
     channels: int
     frustum_sampling: str = "bevdet"  # "bevdet": linspace(0, in-1, n); "centers": cell centres
+    # source size resize/crop are written for; None: the size of the cameras that use them
+    image_size: tuple[int, int] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -181,10 +207,8 @@ class Rig:
             object.__setattr__(self, f, _positive_int(f, getattr(self, f)))
         object.__setattr__(self, "resize", _positive("input.resize", self.resize))
         for f in ("crop_left", "crop_top"):
-            v = _finite(f"input.{f}", getattr(self, f))
-            if v < 0 or not float(v).is_integer():
-                raise RigError(f"input.{f}: must be a non-negative integer, got {v}")
-            object.__setattr__(self, f, int(v))
+            object.__setattr__(self, f, _crop_offset(f"input.{f}", getattr(self, f)))
+        object.__setattr__(self, "image_size", self._resolved_image_size())
         object.__setattr__(self, "depth_start", _finite("depth_bins.start", self.depth_start))
         object.__setattr__(self, "depth_stop", _finite("depth_bins.stop", self.depth_stop))
         object.__setattr__(self, "depth_step", _positive("depth_bins.step", self.depth_step))
@@ -197,13 +221,28 @@ class Rig:
                            f"{self.input_width}x{self.input_height}")
         if self.frustum_sampling not in ("bevdet", "centers"):
             raise RigError(f"frustum_sampling: expected 'bevdet' or 'centers', got {self.frustum_sampling!r}")
-        for cam in self.cameras:
-            rw, rh = int(round(cam.width * self.resize)), int(round(cam.height * self.resize))
-            if self.crop_left + self.input_width > rw or self.crop_top + self.input_height > rh:
+        for cam, t in zip(self.cameras, self.camera_transforms):
+            rw, rh = t.resized_size()
+            if t.crop_left + self.input_width > rw or t.crop_top + self.input_height > rh:
+                whose = f"cameras[{cam.name}].input" if cam.transform else "input"
                 raise RigError(
-                    f"input.crop: window {self.input_width}x{self.input_height} at "
-                    f"({self.crop_left}, {self.crop_top}) lies outside camera {cam.name}'s resized "
-                    f"image {rw}x{rh}")
+                    f"{whose}.crop: window {self.input_width}x{self.input_height} at "
+                    f"({t.crop_left}, {t.crop_top}) lies outside camera {cam.name}'s resized "
+                    f"image {rw}x{rh} ({cam.width}x{cam.height} x {t.resize:.6g})")
+
+    def _resolved_image_size(self) -> tuple[int, int]:
+        if self.image_size is not None:
+            if isinstance(self.image_size, (str, bytes)) or len(self.image_size) != 2:
+                raise RigError(f"image_size: expected [width, height], got {self.image_size!r}")
+            return (_positive_int("image_size[0]", self.image_size[0]),
+                    _positive_int("image_size[1]", self.image_size[1]))
+        sizes = {(c.width, c.height): c.name for c in self.cameras if c.transform is None}
+        if len(sizes) > 1:
+            listed = ", ".join(f"{name} {w}x{h}" for (w, h), name in sizes.items())
+            raise RigError(f"image_size: missing, and the cameras differ in size ({listed}): give "
+                           f"image_size, the source size input.resize and input.crop are written "
+                           f"for, or a camera its own input")
+        return next(iter(sizes), (self.cameras[0].width, self.cameras[0].height))
 
     # --- derived sizes -------------------------------------------------------------------
     @property
@@ -236,6 +275,20 @@ class Rig:
         """(Z, Y, X): the BEV tensor is [Z, Y, X, C], x fastest."""
         return (self.z.cells, self.y.cells, self.x.cells)
 
+    @property
+    def transform(self) -> InputTransform:
+        """The rig's own input transform, for an ``image_size`` source image."""
+        return InputTransform(self.resize, self.crop_left, self.crop_top, *self.image_size)
+
+    def transform_of(self, camera: Camera) -> InputTransform:
+        """The transform ``camera``'s image goes through: its own or the rig's, scaled to it."""
+        own = camera.transform or self.transform
+        return own.for_image(camera.width, camera.height, self.input_width, self.input_height)
+
+    @property
+    def camera_transforms(self) -> tuple[InputTransform, ...]:
+        return tuple(self.transform_of(c) for c in self.cameras)
+
     def with_cameras(self, cameras: Sequence[Camera]) -> "Rig":
         return replace(self, cameras=tuple(cameras))
 
@@ -254,80 +307,5 @@ class Rig:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-# --- YAML ---------------------------------------------------------------------------------
-def _require(d: Mapping, key: str, where: str) -> Any:
-    if not isinstance(d, Mapping) or key not in d:
-        raise RigError(f"{where}{key}: missing")
-    return d[key]
 
-
-def _camera_from_dict(c: Mapping, default_size: Sequence[int] | None) -> Camera:
-    name = str(_require(c, "name", "cameras[]."))
-    pre = f"cameras[{name}]."
-    size = c.get("image_size", default_size)
-    if size is None or len(size) != 2:
-        raise RigError(f"{pre}image_size: expected [width, height]")
-    intr = _require(c, "intrinsics", pre)
-    if "K" in intr:
-        k = np.asarray(intr["K"], dtype=np.float64).reshape(-1).tolist()
-    else:
-        fx = _require(intr, "fx", pre + "intrinsics.")
-        fy = intr.get("fy", fx)
-        k = [fx, 0.0, _require(intr, "cx", pre + "intrinsics."), 0.0, fy,
-             _require(intr, "cy", pre + "intrinsics."), 0.0, 0.0, 1.0]
-    ext = _require(c, "extrinsics", pre)
-    if "camera_to_ego" in ext:
-        return Camera.from_camera_info(name, k, size[0], size[1], camera_to_ego=ext["camera_to_ego"])
-    return Camera.from_camera_info(name, k, size[0], size[1],
-                                   rotation_wxyz=_require(ext, "rotation_wxyz", pre + "extrinsics."),
-                                   translation=_require(ext, "translation", pre + "extrinsics."))
-
-
-def _axis(grid: Mapping, name: str) -> Axis:
-    v = _require(grid, name, "bev_grid.")
-    if not isinstance(v, Sequence) or len(v) != 3:
-        raise RigError(f"bev_grid.{name}: expected [lower, upper, step]")
-    return Axis(name, *v)
-
-
-def rig_from_dict(d: Mapping) -> Rig:
-    """Build a rig from the YAML schema documented in docs/configuration.md."""
-    if not isinstance(d, Mapping):
-        raise RigError("rig: expected a mapping at the top level")
-    inp = _require(d, "input", "")
-    crop = inp.get("crop", [0, 0])
-    if not isinstance(crop, Sequence) or len(crop) != 2:
-        raise RigError("input.crop: expected [left, top]")
-    bins = _require(d, "depth_bins", "")
-    grid = _require(d, "bev_grid", "")
-    cams_raw = _require(d, "cameras", "")
-    if not isinstance(cams_raw, Sequence) or isinstance(cams_raw, (str, bytes)):
-        raise RigError("cameras: expected a list")
-    cams = tuple(_camera_from_dict(c, d.get("image_size")) for c in cams_raw)
-    return Rig(
-        name=str(d.get("name", "rig")),
-        cameras=cams,
-        input_width=_require(inp, "width", "input."),
-        input_height=_require(inp, "height", "input."),
-        resize=_require(inp, "resize", "input."),
-        crop_left=crop[0], crop_top=crop[1],
-        feature_stride=_require(d, "feature_stride", ""),
-        depth_start=_require(bins, "start", "depth_bins."),
-        depth_stop=_require(bins, "stop", "depth_bins."),
-        depth_step=_require(bins, "step", "depth_bins."),
-        x=_axis(grid, "x"), y=_axis(grid, "y"), z=_axis(grid, "z"),
-        channels=_require(d, "channels", ""),
-        frustum_sampling=str(d.get("frustum_sampling", "bevdet")),
-    )
-
-
-def load_rig(path: str | Path) -> Rig:
-    import yaml
-
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise RigError(f"{path}: not valid YAML ({e})") from None
-    return rig_from_dict(data)
-
+__all__ = ["Axis", "Camera", "InputTransform", "Rig", "RigError", "checked_transform", "quaternion_to_matrix"]

@@ -1,6 +1,7 @@
 """Five-array INT32 scatter map: built once per calibration, validated, cached, saved.
 
-Build: every (camera, depth bin, feature cell) frustum point -> undo crop/resize -> K^-1 ->
+Build: every (camera, depth bin, feature cell) frustum point -> undo the camera's crop/resize
+(rig.transform_of: its own, or the rig's scaled to its image size) -> K^-1 ->
 camera->ego -> voxel (floor) -> drop points outside the grid -> stable sort by BEV cell ->
 ``ranks_depth, ranks_feat, ranks_bev, interval_starts, interval_lengths`` (docs/contracts.md).
 """
@@ -290,13 +291,14 @@ def frustum_rays(rig: Rig) -> tuple[np.ndarray, np.ndarray]:
         s = rig.feature_stride
         us = (np.arange(fw) + 0.5) * s - 0.5
         vs = (np.arange(fh) + 0.5) * s - 0.5
-    # undo crop, then resize: input pixel -> source pixel
-    u, v = np.meshgrid((us + rig.crop_left) / rig.resize, (vs + rig.crop_top) / rig.resize)
-    pix = np.stack([u, v, np.ones_like(u)], axis=-1)  # homogeneous [H, W, 3]
     origins = np.array([cam.translation for cam in rig.cameras], dtype=np.float64)
-    rays = np.stack([pix @ (np.asarray(cam.rotation) @ np.linalg.inv(np.asarray(cam.K))).T
-                     for cam in rig.cameras])
-    return origins, rays
+    rays = []
+    for cam, t in zip(rig.cameras, rig.camera_transforms):
+        # undo this camera's crop, then its resize: input pixel -> source pixel
+        u, v = np.meshgrid((us + t.crop_left) / t.resize, (vs + t.crop_top) / t.resize)
+        pix = np.stack([u, v, np.ones_like(u)], axis=-1)  # homogeneous [H, W, 3]
+        rays.append(pix @ (np.asarray(cam.rotation) @ np.linalg.inv(np.asarray(cam.K))).T)
+    return origins, np.stack(rays)
 
 
 def frustum_points_ego(rig: Rig) -> np.ndarray:

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+FIGURE_SIZE = (6.4, 6.0)   # inches
+FIGURE_DPI = 110
+
 
 def _colormap(values01: np.ndarray) -> np.ndarray:
     try:
@@ -72,35 +75,61 @@ def log_norm_limits(values: np.ndarray, decades: float = 4.0) -> tuple[float, fl
     return (lo, hi) if hi > lo else (lo / 10.0, hi)
 
 
+EMPTY_COLOUR = "#ffffff"   # cells without data: the page, not the colour map's darkest colour
+EGO_COLOUR = "#00c060"
+# magma without its black end (a cell with the smallest value must not look like an empty one)
+# and without its palest end (which would look like the page)
+CMAP_RANGE = (0.12, 0.92)
+
+
+def _colour_map():
+    from matplotlib import colormaps, colors
+
+    return colors.ListedColormap(colormaps["magma"](np.linspace(*CMAP_RANGE, 256)),
+                                 name="magma_cells")
+
+
 def plot_bev(ax, values: np.ndarray, x_lower: float, y_lower: float, x_step: float, y_step: float,
              label: str, log: bool = True):
     """Draw values [Y, X] on ``ax`` in metres, ego x (forward) up and y (left) to the left, with a
-    colour bar. Log scale by default: one hot cell would otherwise leave everything else black."""
+    colour bar and a legend (ego, empty cells). Log scale by default: one hot cell would otherwise
+    leave everything else dark. Cells holding 0 (no data) are drawn in the page colour."""
     from matplotlib import colors
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     Y, X = values.shape
     limits = log_norm_limits(values) if log else None
     if limits is not None:
         norm = colors.LogNorm(*limits, clip=True)  # below the range: the darkest colour
-        shown = np.where(values > 0, values, np.nan)  # zero cells: the axes' background colour
     else:
-        norm, shown = None, values
-    ax.set_facecolor("black")
+        norm = None
+    # zero cells: not drawn, the page shows through
+    shown = np.where(np.asarray(values) > 0, values, np.nan) if log else values
+    ax.set_facecolor(EMPTY_COLOUR)
     extent = (y_lower, y_lower + Y * y_step, x_lower, x_lower + X * x_step)
-    im = ax.imshow(np.asarray(shown, dtype=np.float64).T, origin="lower", extent=extent, cmap="magma",
-                   norm=norm, interpolation="nearest", aspect="equal")
+    im = ax.imshow(np.asarray(shown, dtype=np.float64).T, origin="lower", extent=extent,
+                   cmap=_colour_map(), norm=norm, interpolation="nearest", aspect="equal")
     ax.invert_xaxis()  # +y (left of the vehicle) to the left
-    ax.plot([0], [0], marker="^", color="#00ff80", markersize=7, linestyle="none")  # ego, facing +x
+    ego = dict(marker="^", color=EGO_COLOUR, markeredgecolor="black", linestyle="none")
+    ax.plot([0], [0], markersize=8, **ego)
     ax.set_xlabel("y (m, left +)")
     ax.set_ylabel("x (m, forward +)")
     cbar = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     cbar.set_label(label + (" (log scale)" if limits is not None else ""))
+    handles = [Line2D([], [], label="ego vehicle (facing +x)", **ego)]
+    if log:
+        handles.append(Patch(facecolor=EMPTY_COLOUR, edgecolor="grey", label="empty cell (0)"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=len(handles),
+              fontsize=8, frameon=False)
     return im
 
 
 def save_bev_figure(path: str | Path, values: np.ndarray, x_lower: float, y_lower: float, x_step: float,
                     y_step: float, title: str, label: str, log: bool = True) -> Path:
-    """A PNG people can read: values [Y, X] with axes in metres, a colour bar, log scale."""
+    """A PNG people can read: values [Y, X] with axes in metres, a colour bar, a legend, a title
+    (also kept as the PNG's Title), log scale. The one figure of bevpool-inspect and
+    bevpool-demo."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,11 +137,11 @@ def save_bev_figure(path: str | Path, values: np.ndarray, x_lower: float, y_lowe
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=110)
+    fig, ax = plt.subplots(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
     plot_bev(ax, values, x_lower, y_lower, x_step, y_step, label, log)
     ax.set_title("\n".join(textwrap.wrap(title, 64)), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, metadata={"Title": title})
     plt.close(fig)
     return path
 

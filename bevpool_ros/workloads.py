@@ -13,7 +13,8 @@ from functools import lru_cache
 import numpy as np
 
 from .paths import default_rig_path
-from .rig import Axis, Rig, load_rig
+from .rig import Axis, Rig
+from .rig_yaml import load_rig
 from .scatter_map import ScatterMap, build_scatter_map, scatter_map_from_ranks
 
 # name -> (how it is derived, rig overrides)

@@ -1,24 +1,29 @@
-"""ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [namespace:=...] [backend:=...] [precision:=...]
-                                           [occupancy:=true] [autostart:=false]
+"""ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [rig_file:=...] [namespace:=...]
+                                           [backend:=...] [precision:=...] [occupancy:=true] [autostart:=false]
 
 Starts bevpool_node with a parameter file (default: config/cpu.yaml from the package share);
-``backend`` and ``precision``, when given, override the file; ``occupancy:=true`` also starts
-bevpool_occupancy (bev/features -> occupancy/grid) in the same namespace. ``autostart:=false``
-starts it as a launch_ros LifecycleNode left unconfigured, for a lifecycle manager (Nav2's
-lifecycle_manager, or ``ros2 lifecycle set``) to configure and activate. Needs launch + launch_ros
-(every ROS 2 install has them; they are not on PyPI).
+``rig_file``, ``backend`` and ``precision``, when given, override the file; ``occupancy:=true``
+also starts bevpool_occupancy (bev/features -> occupancy/grid) in the same namespace, given the
+same ``rig_file`` when there is one (it needs none: the BEV message carries the grid).
+``autostart:=false`` starts bevpool_node as a launch_ros LifecycleNode left unconfigured, for a
+lifecycle manager (Nav2's lifecycle_manager, or ``ros2 lifecycle set``) to configure and activate.
+Needs launch + launch_ros (every ROS 2 install has them; they are not on PyPI).
 """
 import os
 
-from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
+
+from launch import LaunchDescription
 
 PACKAGE = "bevpool_ros"
 ARGUMENTS = {
     "config_file": ("", "Parameter YAML for bevpool_node: a path, or a file name in the package's config/ "
                         "(cpu.yaml, desktop_rtx.yaml, drive_thor.yaml); empty: cpu.yaml"),
+    "rig_file": ("", "Rig YAML for bevpool_node (and bevpool_occupancy's coverage): a path, or a "
+                     "file name in the package's config/rigs/; empty: the config file's (default: "
+                     "the nuScenes rig)"),
     "namespace": ("", "Namespace of the node and of its relative topics"),
     "backend": ("", "Override: best | tensorrt | cuda | cpu (empty: keep the config file's)"),
     "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),
@@ -26,7 +31,7 @@ ARGUMENTS = {
     "autostart": ("true", "false: a managed node left unconfigured for a lifecycle manager"),
 }
 TRUE = ("true", "1", "yes")
-OVERRIDES = ("backend", "precision")  # launch arguments that are also node parameters
+OVERRIDES = ("rig_file", "backend", "precision")  # launch arguments that are also node parameters
 
 
 def _config_dir() -> str:
@@ -47,8 +52,16 @@ def _resolve_config(value: str) -> str:
     return value
 
 
+def _resolve_rig(value: str) -> str:
+    """A bare name that is not a file here -> that rig in the package config/rigs/ ('' stays '')."""
+    if value and os.path.dirname(value) == "" and not os.path.exists(value):
+        return os.path.join(_config_dir(), "rigs", value)
+    return os.path.abspath(value) if value else value
+
+
 def _node(context, *args, **kwargs):
     value = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
+    value["rig_file"] = _resolve_rig(value["rig_file"])
     parameters = [_resolve_config(value["config_file"])]
     overrides = {k: value[k] for k in OVERRIDES if value[k]}
     managed = value["autostart"].lower() not in TRUE
@@ -60,8 +73,11 @@ def _node(context, *args, **kwargs):
     nodes = [kind(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
                   namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True)]
     if value["occupancy"].lower() in TRUE:
+        # the same rig when one is named (exact coverage); without one it scores from the message
+        occupancy = [{"rig_file": value["rig_file"]}] if value["rig_file"] else []
         nodes.append(Node(package=PACKAGE, executable="bevpool_occupancy", name="bevpool_occupancy",
-                          namespace=value["namespace"], output="screen", emulate_tty=True))
+                          namespace=value["namespace"], parameters=occupancy, output="screen",
+                          emulate_tty=True))
     return nodes
 
 

@@ -7,7 +7,8 @@
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
 # h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log.
 # In-process block (BevPooler, no ROS; needs PyTorch and CuPy with CUDA): inprocess_pytest.log, and one row per
-# configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md.
+# configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md; the calls' host
+# side without the GPU: inprocess_host_cost.md/.json.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -85,6 +86,28 @@ if [ "${RUN_TRT:-1}" = 1 ]; then
   timeout 150 $PY bench/trt_plugin_host_cost.py --out "$OUT" 2>&1 | tee "$OUT/trt_plugin.log" | tail -8 || status=1
 fi
 # ---- end of the TensorRT plugin block ----------------------------------------------------------------
+# ---- TensorRT C++ plugin library block (owner: trtlib helper) ----------------------------------------
+# No TensorRT here either: bench/trt_cpp_plugin.py builds libbevpool_trt_plugin.so for this GPU
+# (scripts/build_trt_plugin.sh, nvcc + cmake) and its driver program plays TensorRT's part: nuScenes
+# (two calibrations, one config) and two rig variants, fp16 and fp8, enqueue eager and from a CUDA
+# graph over NaN-poisoned outputs vs the FP64 reference and bitwise vs the NVRTC build; host time per
+# enqueue. Needs the TensorRT headers: BEVPOOL_TRT_HEADERS (the folder holding 10.13/include), else
+# shared/, ../shared/ or .carry/ third_party copies. Writes $OUT/h200_trt_cpp_plugin.json (commit as
+# bench/results/h200_trt_cpp_plugin.json). Skip: RUN_TRT_CPP=0.
+if [ "${RUN_TRT_CPP:-1}" = 1 ]; then
+  trt_headers=""
+  for d in "${BEVPOOL_TRT_HEADERS:-}" shared/third_party/tensorrt-oss-headers \
+           ../shared/third_party/tensorrt-oss-headers .carry/tensorrt-oss-headers; do
+    if [ -n "$d" ] && [ -f "$d/10.13/include/NvInferRuntime.h" ]; then trt_headers=$d; break; fi
+  done
+  if [ -z "$trt_headers" ]; then
+    echo "TensorRT C++ plugin: no TensorRT headers found (set BEVPOOL_TRT_HEADERS)"; status=1
+  else
+    BEVPOOL_TRT_HEADERS=$trt_headers timeout 500 $PY bench/trt_cpp_plugin.py --out "$OUT" \
+        --build-dir /tmp/bevpool_trt_cpp_build 2>&1 | tee "$OUT/trt_cpp_plugin.log" | tail -9 || status=1
+  fi
+fi
+# ---- end of the TensorRT C++ plugin library block -----------------------------------------------------
 
 # --- ROS 2 on the GPU machine: the carried cp312 runtime, the ROS test suite, the node's latency --------
 # Publisher, node and subscriber in three processes over real DDS (and the GPU hand-off).
@@ -152,5 +175,9 @@ if [ "$RUN_INPROCESS" = 1 ]; then
   done
   [ -f "$OUT/inprocess_latency.md" ] && grep -E "^# |end to end|on the host|kernel alone|p99 minus|Error|error" \
       "$OUT/inprocess_latency.md"
+  # the same calls' Python on this host's CPU over a counting stand-in driver (driver calls per call, no GPU
+  # time): the real call's host cost minus this is what the driver calls cost here
+  timeout 300 $PY bench/inprocess_host_cost.py --calls 2000 --repeats 3 --json "$OUT/inprocess_host_cost.json" \
+      2>&1 | tee "$OUT/inprocess_host_cost.md" || status=1
 fi
 exit $status

@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def nuscenes_rig():
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
 
     return load_rig(NUSCENES_RIG)
 

@@ -3,7 +3,8 @@
 Each variant is a rig YAML mapping (the schema of docs/rigs.md), so every test also goes through
 the loader a user's file goes through. Cameras stand on a ring around the ego origin looking
 outwards (yaw measured from ego +x towards +y); ``pitch_deg`` tilts one down (negative: up).
-What varies over the set: 1..8 cameras, per-camera image sizes and intrinsics, resize and crop,
+What varies over the set: 1..8 cameras, per-camera image sizes (the rig's resize and crop scaled to
+each, or a camera's own) and intrinsics, resize and crop,
 feature strides, depth bins (D = 1..120, steps that are not whole metres), channel counts that
 fit no vector width (1, 3, 17, 100) next to wide ones (256, 384), non-square grids, several Z
 layers, grids off the ego origin, a camera that sees none of the grid and a rig that sees none.
@@ -16,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from bevpool_ros.rig import Rig, rig_from_dict
+from bevpool_ros.rig import Rig
+from bevpool_ros.rig_yaml import rig_from_dict
 
 
 def camera_to_ego(yaw_deg: float, pitch_deg: float = 0.0) -> list[list[float]]:
@@ -51,8 +53,11 @@ def ring(n: int, sizes, *, first_yaw: float = 0.0, radius: float = 1.0, **kw) ->
 
 def spec(name: str, channels: int, cameras: list[dict], *, input_size, resize=1.0, crop=(0, 0), stride=8,
          depth=(1.0, 40.0, 1.0), x=(-25.6, 25.6, 0.8), y=(-25.6, 25.6, 0.8), z=(-3.0, 3.0, 6.0),
-         sampling="bevdet") -> dict:
+         sampling="bevdet", image_size=None) -> dict:
+    """``image_size``: the source size resize and crop are written for (default: the first
+    camera's); cameras of other sizes get them scaled to their own (same field of view)."""
     return {"name": name, "channels": channels, "feature_stride": stride, "frustum_sampling": sampling,
+            "image_size": list(image_size or cameras[0]["image_size"]),
             "input": {"width": input_size[0], "height": input_size[1], "resize": resize, "crop": list(crop)},
             "depth_bins": dict(zip(("start", "stop", "step"), depth)),
             "bev_grid": {"x": list(x), "y": list(y), "z": list(z)}, "cameras": cameras}
@@ -104,6 +109,28 @@ VARIANTS: dict[str, dict] = {
     "blind_c80": spec("blind_c80", 80, [camera("back", (320, 240), 180.0, position=(0.0, 0.0, 1.5))],
                       input_size=(320, 240), depth=(1.0, 30.0, 1.0), x=(5.0, 45.0, 1.0), y=(-10.0, 10.0, 1.0)),
 }
+
+
+
+def mixed_sizes_nuscenes() -> dict:
+    """The shipped nuScenes rig with cameras of other sizes, C = 24: CAM_FRONT at 1920x1080 with
+    the same field of view (K x 1.2), CAM_BACK at 1280x960 (4:3, the rig's resize scaled by the
+    smaller ratio), CAM_BACK_LEFT at 1600x900 with its own resize and crop."""
+    d = yaml.safe_load(NUSCENES_RIG.read_text())
+    d.update(name="mixed_sizes_nuscenes", channels=24)
+    cams = {c["name"]: c for c in d["cameras"]}
+    front = cams["CAM_FRONT"]
+    front["image_size"] = [1920, 1080]
+    front["intrinsics"] = {k: v * 1.2 for k, v in front["intrinsics"].items()}
+    back = cams["CAM_BACK"]
+    back["image_size"] = [1280, 960]
+    back["intrinsics"] = {"fx": back["intrinsics"]["fx"] * 0.8, "cx": 640.0, "cy": 480.0}
+    cams["CAM_BACK_LEFT"]["input"] = {"resize": 0.5, "crop": [48, 190]}
+    return d
+
+
+NUSCENES_RIG = Path(__file__).resolve().parent.parent / "config/rigs/nuscenes_bevdet_r50.yaml"
+VARIANTS["mixed_sizes_nuscenes"] = mixed_sizes_nuscenes()
 
 # variants whose GPU run exercises the narrow (vec-1 / vec-2) kernels
 ODD_CHANNEL_VARIANTS = ("mono_c1_d1", "pair_c3_z2", "tri_c17", "solo_c17_z3")

@@ -160,8 +160,8 @@ def test_choice_key_names_every_input():
 
 
 def test_plan_for_is_what_the_tensorrt_config_uses():
-    from bevpool_ros.kernels.planning import plan_for
     from bevpool_ros.backends.tensorrt.plugin_config import bind_plan, config_for_v3, map_inputs
+    from bevpool_ros.kernels.planning import plan_for
 
     smap = get_workload("small")
     for precision in ("fp16", "fp8"):
@@ -212,10 +212,10 @@ def test_cpu_non_finite_is_refused_with_check_and_caught_without():
 
 # --- the worker: the grid lands in the message payload ------------------------------------------------
 def test_worker_pools_into_the_message_payload_memory():
+    from bevpool_ros.io.tensor_codec import ReusableBuffer, fill_msg
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.node.sync import CameraSet
-    from bevpool_ros.io.tensor_codec import ReusableBuffer, fill_msg
     from bevpool_ros.workloads import base_rig
 
     Tensor = pytest.importorskip("bevpool_msgs.msg").Tensor

@@ -4,7 +4,7 @@ the venv's ament packages) into an install space without symlinks, sourced, and 
 Checks, all from the install space (never the checkout, never the editable install): the Python
 packages are imported from it; the one resolver finds configs, rigs, kernel sources and message
 definitions under install/; NVRTC compiles the installed kernel sources; bevpool_node starts on a
-config from install/share and bevpool_occupancy on the default rig, both over DDS; a cuda-backend
+config from install/share and bevpool_occupancy on the installed rig, both over DDS; a cuda-backend
 start without a GPU fails for the missing GPU/driver, not for a missing file.
 The shell lines in BUILD are the README's colcon steps, as run here.
 """
@@ -70,7 +70,7 @@ def test_install_space_has_no_symlinks_and_holds_the_shipped_data(install):
     for f in ("config/cpu.yaml", "config/rigs/nuscenes_bevdet_r50.yaml", "plugin/bevpool_kernels.cu",
               "launch/bevpool.launch.py"):
         assert (share / f).is_file(), f
-    for exe in ("bevpool_node", "bevpool_occupancy", "bevpool-bag"):
+    for exe in ("bevpool_node", "bevpool_occupancy", "bevpool-bag", "bevpool-synthetic"):
         assert os.access(prefix / "lib" / "bevpool_ros" / exe, os.X_OK), exe  # where `ros2 run` looks
 
 
@@ -124,7 +124,9 @@ def _wait_for(log: Path, proc, text: str, timeout=60.0) -> bool:
 def test_node_and_occupancy_start_from_the_install_space(install):
     share = install / "install" / "bevpool_ros" / "share" / "bevpool_ros"
     node, node_log = _start(install, "bevpool_node", f"--ros-args --params-file {share}/config/cpu.yaml")
-    occ, occ_log = _start(install, "bevpool_occupancy", "")
+    # it needs no rig; given the installed one it takes its coverage from it
+    occ, occ_log = _start(install, "bevpool_occupancy",
+                          f"--ros-args -p rig_file:={share}/config/rigs/nuscenes_bevdet_r50.yaml")
     try:
         assert _wait_for(node_log, node, "ready:"), node_log.read_text()[-3000:]
         assert _wait_for(occ_log, occ, "ready:"), occ_log.read_text()[-3000:]

@@ -48,8 +48,8 @@ class Prepared:
     """One map on the device plus fresh random inputs and their references."""
 
     def __init__(self, rt, smap, seed):
-        from bevpool_ros.kernels import fp8
         from bevpool_ros.backends.cuda.runtime import MapOnDevice
+        from bevpool_ros.kernels import fp8
 
         self.smap, self.seed = smap, seed
         self.md = MapOnDevice(rt, smap)
@@ -68,8 +68,8 @@ class Prepared:
         self.abs8 = pool_reference(np.abs(dd), np.abs(fd), smap) * self.scale8
 
     def check(self, variant, precision, acc, label, kernel=None, k_min=None, threads=None):
-        from bevpool_ros.kernels.table import UnsupportedShape
         from bevpool_ros.kernels.precision import fp8_within_tolerance
+        from bevpool_ros.kernels.table import UnsupportedShape
 
         try:
             plan = self.md.plan(variant, precision, acc=acc, out_scale=self.scale8 if precision == "fp8" else 1.0,
@@ -150,7 +150,8 @@ def random_rig_map(rng):
     step = float(rng.choice([0.2, 0.4, 0.5, 0.8, 1.0, 1.6]))
     n_cam = int(rng.integers(1, len(rig.cameras) + 1))
     cams = tuple(rng.permutation(np.array(rig.cameras, dtype=object))[:n_cam])
-    rig = replace(rig, name="fuzz", cameras=cams, channels=int(rng.choice([1, 3, 6, 8, 16, 17, 30, 40, 64, 80, 96, 100, 128, 160])),
+    rig = replace(rig, name="fuzz", cameras=cams,
+                  channels=int(rng.choice([1, 3, 6, 8, 16, 17, 30, 40, 64, 80, 96, 100, 128, 160])),
                   depth_step=float(rng.choice([0.5, 1.0, 2.0])),
                   x=Axis("x", -half, half, step), y=Axis("y", -half * rng.uniform(0.5, 1), half, step))
     return build_scatter_map(rig)

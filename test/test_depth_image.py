@@ -7,8 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.io.depth_image import (DepthBins, DepthImageConverter, converters_for, depth_distribution,
-                                     resize_nearest)
+from bevpool_ros.io.depth_image import (
+    DepthBins,
+    DepthImageConverter,
+    converters_for,
+    depth_distribution,
+    resize_nearest,
+)
 from bevpool_ros.io.image_codec import ENCODINGS, ImageError, array_to_image, check_image, image_to_array
 
 
@@ -260,10 +265,12 @@ class DepthImageGraph:
             kind = Image if MODES[n] == "image" else CameraTensor
             self.pubs[(cam.name, "depth")] = self.pubnode.create_publisher(kind, f"cameras/{cam.name}/depth", qos)
             self.pubs[(cam.name, "feat")] = self.pubnode.create_publisher(CameraTensor, f"cameras/{cam.name}/feat", qos)
-            self.pubs[(cam.name, "info")] = self.pubnode.create_publisher(CameraInfo, f"cameras/{cam.name}/camera_info", qos)
+            self.pubs[(cam.name, "info")] = self.pubnode.create_publisher(CameraInfo,
+                                                                          f"cameras/{cam.name}/camera_info", qos)
         self.spin_until = lambda pred, t=20.0: spin_until(self.ex, pred, t)
         self.stamp = 5_000 * 10 ** 9
-        ok = self.spin_until(lambda: all(p.get_subscription_count() > 0 for k, p in self.pubs.items() if k[1] != "info"))
+        ok = self.spin_until(lambda: all(p.get_subscription_count() > 0
+                                         for k, p in self.pubs.items() if k[1] != "info"))
         assert ok, self.node.output()
         for _ in range(40):  # discovery is asymmetric: publish until a grid comes back
             if self.publish_and_wait(0, timeout=1.0)[0] is not None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_depth_image import metric_frame
+from test_gpu_frame_gpu import assert_matches, backend, pool_through_worker
 
 from bevpool_ros.kernels import fp8 as fp8_codec
 from bevpool_ros.metric_depth import DepthBins, DepthSpec
 from bevpool_ros.scatter_map import scatter_map_for
 from bevpool_ros.workloads import base_rig
-
-from test_depth_image import metric_frame
-from test_gpu_frame_gpu import assert_matches, backend, pool_through_worker
 
 pytestmark = pytest.mark.gpu
 

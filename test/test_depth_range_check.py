@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from bevpool_ros import fp8
-from bevpool_ros.node.inputs import check_depth_range
 from bevpool_ros.io.tensor_codec import TensorError
+from bevpool_ros.node.inputs import check_depth_range
 
 
 def test_raw_e4m3_codes_are_checked_as_values_not_as_codes():

@@ -59,13 +59,16 @@ class Recorder:
 
         class Stream:
             def __init__(self, name="capture"):
-                self.name = name
+                self.name = self.handle = name
 
             def memset32(self, dst, value, count):
                 rec.log.append(("memset32", self.name, dst.ptr, value, count))
 
             def d2d(self, dst, src, nbytes):
                 rec.log.append(("d2d", self.name, dst.ptr, src.ptr, nbytes))
+
+            def d2h(self, dst, src, nbytes):
+                rec.log.append(("d2h", self.name, dst, src.ptr, nbytes))
 
         class Graph:
             def __init__(self, stream, record):
@@ -229,3 +232,40 @@ def test_a_binding_is_captured_on_its_second_use_and_a_few_are_kept(rec):
         run(rec, f, other)
         run(rec, f, other)
     assert len(f._graphs) == df.GRAPHS_KEPT and rec.destroyed == 2  # b and the first other went
+
+
+class Done:
+    """A done target: a pinned word's address and an event that logs its records."""
+
+    def __init__(self, rec, host_ptr):
+        self.host_ptr = host_ptr
+        self.event = SimpleNamespace(
+            record=lambda stream, external=False: rec.log.append(("record", stream, external))
+        )
+
+
+def test_the_flag_copy_and_event_are_part_of_the_replayed_graph(rec):
+    """The done target's copy and event follow the epilogue, eagerly and in the capture (an
+    external record: every replay records it); another target is another graph."""
+    f = frame(rec, "fp16")
+    b, done = binding(), Done(rec, 0x1000)
+    run_done = lambda target: f.enqueue(rec.Stream("caller"), b, target)  # noqa: E731
+    run_done(done)
+    assert [e[0] for e in rec.log][-3:] == ["launch", "d2h", "record"]
+    assert rec.entries("d2h") == [("d2h", "caller", 0x1000, f.flags.ptr, 4)]
+    assert rec.entries("record") == [("record", "caller", False)]
+    rec.log.clear()
+    run_done(done)  # seen before: captured (on the capture stream), then replayed
+    assert [e[0] for e in rec.log if e[0] in ("capture", "d2h", "record", "replay")] == [
+        "capture", "d2h", "record", "replay"
+    ]
+    assert rec.entries("record") == [("record", "capture", True)]
+    rec.log.clear()
+    run_done(done)
+    assert rec.log == [("replay", "caller")]  # the whole call: one replay
+    rec.log.clear()
+    run_done(Done(rec, 0x2000))  # the same binding, another target: its own (eager) frame
+    assert rec.entries("d2h")[0][2] == 0x2000 and not rec.entries("replay")
+    rec.log.clear()
+    run(rec, f, b)  # no target: neither copy nor event
+    assert not rec.entries("d2h") and not rec.entries("record")

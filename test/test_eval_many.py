@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
+from ray_cluster_harness import free_port, make_cluster, remove
 
 from bevpool_ros.bag.io import BagError
 from bevpool_ros.bag.many import drops_by_reason, find_bags
 from bevpool_ros.bag.record import record_synthetic
-from ray_cluster_harness import free_port, make_cluster, remove
 
 FRAMES = 5
 
@@ -42,10 +42,11 @@ def report_dir(bags, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval-many", str(bags), "--out", str(out),
                         "-p", "backend:=cpu", "-p", "diagnostics.period_s:=0.2", "--local-cpus", "2",
-                        "--rate", "0.5"],
+                        "--paced"],
                        capture_output=True, text=True, timeout=420,
                        env={k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"})  # eval-many turns it off
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    (out / "stderr.txt").write_text(r.stderr)
     return out
 
 
@@ -73,27 +74,67 @@ def test_report_json_aggregates_every_bag(report_dir, bags):
     assert set(rows) == {"drive_0", "drive_1", "drive_2"}
     domains = {b["domain"] for b in rep["bags"]}
     assert len(domains) == 3  # one DDS domain per task
+    assert rep["settings"]["mode"] == "paced"
     for name, b in rows.items():
         assert b["ok"] and b["node_rc"] == 0, b
-        assert b["bag_sets"] == FRAMES
-        # the set missing CAM_BACK is dropped; on 2 shared cores the first may be lost to discovery
-        assert 1 <= b["published"] <= FRAMES - 1
+        assert b["bag_sets"] == FRAMES and b["mode"] == "paced"
+        # the set missing CAM_BACK is incomplete in the bag (dropped); paced, all others come back
+        assert b["complete_sets"] == b["published_complete"] == b["published"] == FRAMES - 1
+        assert b["lost"] == 0 and b["lost_by_cause"] == {}
+        assert (b["backend"], b["precision"]) == ("cpu", "fp32")  # what ran (its diagnostics)
         assert b["compared"] == b["within_tolerance"] == b["published"] == b["frames"]
         # the incomplete set times out, or is superseded when the next set completes first
         assert b["drops"].get("sync_incomplete_timeout", 0) + b["drops"].get("sync_superseded", 0) >= 1
         assert (report_dir / "bags" / name / "metadata.yaml").is_file()
     s = rep["summary"]
     assert s["bags"] == 3 and s["bags_ok"] == 3 and s["bags_failed"] == 0
+    assert s["complete_sets"] == s["published_complete"] == 3 * (FRAMES - 1) and s["lost"] == 0
     assert s["published"] == sum(b["published"] for b in rep["bags"]) == s["within_tolerance"]
     assert 0 <= s["max_abs_err"] < 1e-4
     assert s["e2e_ms"]["p50"] > 0
 
 
 @pytest.mark.ros
+def test_report_html_table_says_published_of_complete_causes_and_what_ran(report_dir):
+    page = (report_dir / "report.html").read_text()
+    for header in ("published / complete sets", "lost by cause", "mode", "backend (precision)"):
+        assert f"<th>{header}</th>" in page
+    row = page[page.index(">drive_0<"):].split("</tr>", 1)[0]
+    cells = f"<td>{FRAMES - 1} / {FRAMES - 1}</td><td>none</td><td>paced</td><td>cpu (fp32)</td>"
+    assert cells in row, row
+
+
+@pytest.mark.ros
+def test_eval_many_says_what_it_is_starting(report_dir):
+    err = (report_dir / "stderr.txt").read_text()
+    assert "eval-many: starting local Ray ..." in err
+    assert "eval-many: local Ray up in " in err and "3 bag(s)" in err and "paced" in err
+
+
+def test_html_row_of_a_bag_that_lost_sets_names_the_causes():
+    from bevpool_ros.bag.report import render_html, report_dict
+
+    row = {"bag": "/b/lossy", "ok": False,
+           "failures": ["35 of 40 complete sets lost (worker_busy 30, ...)"], "mode": "rate x100",
+           "complete_sets": 40, "published_complete": 5, "published": 5, "lost": 35,
+           "lost_by_cause": {"worker_busy": 30, "sync_evicted": 5}, "backend": "cpu",
+           "precision": "fp32", "compared": 5, "within_tolerance": 5, "max_abs_err": 1e-7,
+           "e2e_ms": {"p50": 1.0, "p99": 2.0}}
+    report = report_dict([row], {"mode": "rate x100"})
+    assert report["summary"]["lost_by_cause"] == {"worker_busy": 30, "sync_evicted": 5}
+    page = render_html(report, [row])
+    cells = ("<td>5 / 40</td><td>worker_busy 30, sync_evicted 5</td><td>rate x100</td>"
+             "<td>cpu (fp32)</td>")
+    assert cells in page, page
+    assert "35 of 40 complete sets lost" in page and 'class="bad"' in page
+
+
+@pytest.mark.ros
 def test_report_html_renders_its_plots_in_a_headless_browser(report_dir, tmp_path):
     exe = chromium()
     page = (report_dir / "report.html").as_uri()
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}"]
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([exe, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert 'data-plots-rendered="6"' in dom.stdout  # 3 plots + 3 BEV pictures decoded by the browser
@@ -152,7 +193,7 @@ def two_bags(tmp_path_factory, nuscenes_rig):
 
 def _eval_many_on(cluster, *args, timeout_s=300, **env):
     return subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "eval-many", *map(str, args),
-                           "-p", "backend:=cpu", "--rate", "0.5", "--no-progress"],
+                           "-p", "backend:=cpu", "--paced", "--no-progress"],
                           capture_output=True, text=True, timeout=timeout_s, env={**cluster.env, **env})
 
 

@@ -66,7 +66,8 @@ def assert_matches(out, smap, precision, d, f, what=""):
         assert np.all(err <= tol), f"{what}: max err {err.max():.4g}"
     else:
         unit = max(1.0, float(np.abs(d).max()) * float(np.abs(f).max()))  # tolerance in the inputs' units
-        ok, err = fp8_within_tolerance(out, pool_reference(d, f, smap), pool_reference(np.abs(d), np.abs(f), smap), unit)
+        ok, err = fp8_within_tolerance(out, pool_reference(d, f, smap), pool_reference(np.abs(d), np.abs(f), smap),
+                                       unit)
         assert ok, f"{what}: FP8 error {err:.4g} outside the documented tolerance"
 
 
@@ -219,10 +220,10 @@ def pool_through_worker(be, rig, out_dtype: str, cameras_of, check, sets: int = 
     judges each grid; no set may be dropped. Closes ``be``."""
     import time
 
+    from bevpool_ros.io.tensor_codec import ReusableBuffer
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.node.sync import CameraSet
-    from bevpool_ros.io.tensor_codec import ReusableBuffer
 
     cal = LiveCalibration(rig)
     done, drops = [], []

@@ -134,14 +134,14 @@ def test_dlpack_export_is_zero_copy(dtype):
 
 @pytest.mark.ros
 def test_handoff_message_carries_ring_slot_and_geometry():
-    from rclpy.serialization import deserialize_message, serialize_message
-
     from bevpool_msgs.msg import BevHandoff
+    from rclpy.serialization import deserialize_message, serialize_message
+    from std_msgs.msg import Header
+
     from bevpool_ros.handoff.message import handoff_msg
     from bevpool_ros.handoff.producer import Written
     from bevpool_ros.paths import config_dir
-    from bevpool_ros.rig import load_rig
-    from std_msgs.msg import Header
+    from bevpool_ros.rig_yaml import load_rig
 
     class Ring:  # what handoff_msg reads from a HandoffRing
         socket_path, ring_id, ring_size, uuid = "/tmp/x/ring.sock", 2 ** 61 + 3, 4, bytes(range(16))

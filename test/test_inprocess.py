@@ -5,11 +5,15 @@ protocol objects built here (no GPU, no framework needed). The device path: test
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import rig_variants as rv
+from fake_cuda import torch_stand_in
 
 from bevpool_ros import BevPooler
 from bevpool_ros.backends.errors import InputError, NonFiniteInput
@@ -20,8 +24,6 @@ from bevpool_ros.pipeline import streams, tensors
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 from bevpool_ros.tolerance import error_ratio
-
-import rig_variants as rv
 
 SMALL_RIGS = ("mono_c1_d1", "pair_c3_z2", "tri_c17", "blind_c80")
 DOC = Path(__file__).resolve().parent.parent / "docs" / "inprocess.md"
@@ -318,6 +320,57 @@ def test_dlpack_capsules_are_read_and_released():
     assert len(dlpack._alive) == before
 
 
+@pytest.fixture
+def torch_like(monkeypatch):
+    """test/fake_cuda.py's PyTorch stand-in as ``torch`` (PyTorch itself: test_inprocess_gpu)."""
+    torch = torch_stand_in()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    return torch
+
+
+def test_torch_tensors_are_read_through_their_accessors(torch_like):
+    """A plain CUDA tensor: address, dtype (float8_e4m3fn as E4M3 codes), shape, device read
+    without its (Python, slow) protocol methods; the current stream as PyTorch's raw handle."""
+    T = torch_like.Tensor
+    t = T((2, 3), torch_like.float16, 0x7000, device=1)
+    assert tensors.is_device(t) and not tensors.is_device(T((2,), torch_like.float16, 0, None))
+    got = tensors.device_tensor(t, "x")
+    assert (got.ptr, got.dtype, got.shape, got.device, got.stream) == (
+        0x7000, np.float16, (2, 3), 1, None
+    )
+    assert tensors.device_tensor(T((4,), torch_like.float8_e4m3fn, 0x7100), "x").dtype == np.uint8
+    assert T.protocol_reads == 0
+    assert streams.framework_stream(t) == (0xC0DE + 1, None)
+
+
+def test_torch_tensors_the_accessors_cannot_vouch_for_go_through_the_protocols(torch_like):
+    """Requires grad, not contiguous, a dtype the kernels do not take, another layout, a
+    subclass: the protocols judge them and their refusals are what the caller reads."""
+    T = torch_like.Tensor
+    with pytest.raises(InputError, match="requires grad"):
+        tensors.device_tensor(T((2,), torch_like.float16, 0x7000, requires_grad=True), "depth")
+    with pytest.raises(InputError, match="contiguous"):
+        tensors.device_tensor(T((2, 3), torch_like.float16, 0x7000, contiguous=False), "x")
+    assert tensors.device_tensor(T((2,), torch_like.float64, 0x7000), "x").dtype == np.float64
+    sparse = T((2,), torch_like.float16, 0x7000, layout=torch_like.sparse_coo)
+    with pytest.raises(InputError):
+        tensors.device_tensor(sparse, "x")
+    reads = T.protocol_reads
+    subclass = type("Parameter", (T,), {})((2,), torch_like.float16, 0x7000)
+    assert tensors.device_tensor(subclass, "x").shape == (2,)
+    assert T.protocol_reads > reads  # not a plain tensor: read as any other producer
+    assert tensors.device_tensor(CudaLike((2,), "<f2"), "x").ptr == 0x7F0000000000
+
+
+def test_torch_current_stream_without_the_raw_accessor(torch_like):
+    """An older PyTorch: the public current stream, held as the stream's owner."""
+    current = type("Stream", (), {"cuda_stream": 0x51})()
+    torch_like._C = SimpleNamespace()
+    torch_like.cuda = SimpleNamespace(current_stream=lambda device: current)
+    t = torch_like.Tensor((2,), torch_like.float16, 0x7000)
+    assert streams.framework_stream(t) == (0x51, current)
+
+
 def test_a_producer_refusal_is_an_input_error():
     class RequiresGrad:  # what PyTorch does for a tensor that requires grad
         @property
@@ -344,7 +397,9 @@ def test_streams_in_every_form():
             streams.stream_handle(bad)
     assert (
         streams.same_stream(0, 1)
+        and streams.same_stream(0x55, 0x55)
         and not streams.same_stream(0, 2)
+        and not streams.same_stream(2, 2)  # the per-thread stream: another one in each thread
         and not streams.same_stream(None, 0)
     )
     assert streams.exported(0) == 1 and streams.exported(0x40) == 0x40

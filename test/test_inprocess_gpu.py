@@ -5,23 +5,23 @@ dtype, from both frameworks, against the FP64 reference, into outputs poisoned f
 0xFF bytes); several rigs; graphs replayed over new values; ordering on the caller's stream
 (a non-default one, the framework's current one, one named explicitly), with no host wait: the
 call returns while a long kernel enqueued before it still runs; calls from worker threads and
-on alternating streams; the value checks; the refusals.
+on alternating streams; replayed graphs' own flags and events; recycled grid memory reused on
+another stream only after its consumer; the value checks; the refusals.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import rig_variants as rv
+from test_gpu_frame_gpu import assert_matches, in_thread
+from test_inprocess import DOC, doc_example
 
 from bevpool_ros import BevPooler
 from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.fp8 import decode
 from bevpool_ros.kernels.fp8 import quantize
 from bevpool_ros.workloads import get_workload
-
-import rig_variants as rv
-from test_gpu_frame_gpu import assert_matches, in_thread
-from test_inprocess import DOC, doc_example
 
 pytestmark = pytest.mark.gpu
 
@@ -309,6 +309,99 @@ def test_from_worker_threads_on_alternating_streams(torch):
         grids.append(in_thread(lambda: p.pool(depth, feat, stream=streams[i])))
     for grid, (_, (d, f)) in zip(grids, frames):
         assert_matches(grid.check().numpy(), smap, "fp16", d, f, "threads")
+
+
+# --- the steady state: replayed graphs, recycled grid memory ------------------------------------
+def test_replayed_calls_carry_their_own_flags_and_events(torch):
+    """Frame after frame into the pooler's own grid, each dropped before the next: one memory,
+    one slot, so one graph replayed, whose flag copy and event are its own nodes. Every
+    replay's flags are its frame's (a poisoned frame between clean ones), and its event is
+    recorded by the replay (not ready while a long kernel before it runs)."""
+    smap = get_workload("small")
+    p = pooler(smap, "fp16", grid_dtype=np.float32)
+    (hd, hf), (d, f) = host_inputs(smap, 12, np.float16, "fp16")
+    depth, feat = torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda()
+    bad = torch.from_numpy(hf).cuda()
+    bad.view(-1, smap.channels)[int(smap.ranks_feat[0]), 0] = float("nan")
+    clean = feat.clone()
+    addresses = set()
+    for frame, poisoned in enumerate((False, False, False, True, False, True, False)):
+        feat.copy_(bad if poisoned else clean)  # same tensor, same address: the same binding
+        grid = p.pool(depth, feat)
+        addresses.add(grid.ptr)
+        if poisoned:
+            with pytest.raises(NonFiniteInput):
+                grid.check()
+        else:
+            assert_matches(grid.check().numpy(), smap, "fp16", d, f, f"replay {frame}")
+        grid = None
+    assert len(addresses) == 1
+    stats = p.describe()
+    assert stats["eager_frames"] == 1 and stats["graph_replays"] == 6
+    torch.cuda._sleep(SLEEP_CYCLES // 4)  # on the current stream, before a replayed call
+    grid = p.pool(depth, feat)
+    assert not grid.ready(), "the replayed event was recorded before the frame ran"
+    assert_matches(grid.check().numpy(), smap, "fp16", d, f, "after a long kernel")
+    assert p.describe()["graph_replays"] == 7
+
+
+def test_replayed_calls_on_two_streams_stay_ordered(torch):
+    """Calls alternating between streams A and B, each a graph replay by then: B's call waits
+    on the device for A's (they share the pooler's buffers) through the event A's graph
+    recorded; it is not ready while a long kernel holds A back, and both grids are right."""
+    smap = get_workload("small")
+    p = pooler(smap, "fp16", grid_dtype=np.float32)
+    frames = [host_inputs(smap, 30 + i, np.float32, "fp16") for i in range(2)]
+    inputs = [(torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda()) for (hd, hf), _ in frames]
+    outs = [torch.empty(smap.bev_shape, dtype=torch.float32, device="cuda") for _ in frames]
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def both(sleep_first: bool):
+        if sleep_first:
+            with torch.cuda.stream(a):
+                torch.cuda._sleep(SLEEP_CYCLES // 4)
+        ga = p.pool(*inputs[0], out=outs[0], stream=a)
+        gb = p.pool(*inputs[1], out=outs[1], stream=b)
+        return ga, gb
+
+    for _ in range(3):  # eager, captured, replayed: the same slots when released in this order
+        ga, gb = both(False)
+        gb.check().release()
+        ga.check().release()
+    replays = p.describe()["graph_replays"]
+    ga, gb = both(True)
+    assert p.describe()["graph_replays"] == replays + 2
+    assert not gb.ready(), "B's call did not wait for A's, held back by a long kernel"
+    for grid, out, (_, (d, f)) in zip((ga, gb), outs, frames):
+        grid.check()
+        assert_matches(out.cpu().numpy(), smap, "fp16", d, f, "two streams, replayed")
+
+
+def test_recycled_grid_memory_waits_for_its_consumer_on_another_stream(torch):
+    """A grid made and read on stream A (its consumer held back by a long kernel) is dropped;
+    the next call, on stream B, gets the same memory and must not overwrite it before A's
+    consumer read it: the consumer's copy is the first frame's grid, B's grid the second's."""
+    smap = get_workload("small")
+    p = pooler(smap, "fp16", grid_dtype=np.float32)
+    frames = [host_inputs(smap, 20 + i, np.float16, "fp16") for i in range(2)]
+    inputs = [(torch.from_numpy(hd).cuda(), torch.from_numpy(hf).cuda()) for (hd, hf), _ in frames]
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    with torch.cuda.stream(a):
+        grid = p.pool(*inputs[0])
+        first_ptr = grid.ptr
+        bev = torch.from_dlpack(grid)  # on A: no wait needed
+        torch.cuda._sleep(SLEEP_CYCLES // 4)
+        seen_by_consumer = bev.clone()  # runs on A after the long kernel
+        del bev, grid  # every use is enqueued: the memory goes back
+    with torch.cuda.stream(b):
+        second = p.pool(*inputs[1])
+    assert second.ptr == first_ptr, "the released memory was not reused"
+    torch.cuda.synchronize()
+    (_, (d0, f0)), (_, (d1, f1)) = frames
+    assert_matches(seen_by_consumer.cpu().numpy(), smap, "fp16", d0, f0, "A's consumer")
+    assert_matches(second.check().numpy(), smap, "fp16", d1, f1, "B's grid")
 
 
 # --- value checks and refusals ------------------------------------------------------------------

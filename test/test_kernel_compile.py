@@ -5,12 +5,10 @@ from __future__ import annotations
 import os
 import stat
 
+import cuda.bindings.nvrtc  # noqa: E402,F401  (pinned in requirements.txt: missing = a real failure)
 import pytest
 
-import cuda.bindings.nvrtc  # noqa: E402,F401  (pinned in requirements.txt: missing = a real failure)
-
 from bevpool_ros.backends.cuda import nvrtc_build  # noqa: E402
-
 from bevpool_ros.kernels.table import ALL_KERNELS  # noqa: E402
 
 

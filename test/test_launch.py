@@ -1,7 +1,7 @@
 """launch/bevpool.launch.py without launch/launch_ros (not installable here): it compiles, its
 arguments are the documented six, and, run against minimal stand-ins for the launch API, it
 starts bevpool_node with the config file and only the overrides that were given, all of which
-are parameters the node declares."""
+are parameters the node declares; bevpool_occupancy gets the same rig file, or none."""
 from __future__ import annotations
 
 import ast
@@ -17,11 +17,14 @@ from bevpool_ros.node import params as P
 LAUNCH = Path(__file__).resolve().parent.parent / "launch" / "bevpool.launch.py"
 
 
-def test_compiles_and_declares_the_six_arguments():
+ARGUMENTS = {"config_file", "rig_file", "namespace", "backend", "precision", "occupancy", "autostart"}
+
+
+def test_compiles_and_declares_every_argument():
     tree = ast.parse(LAUNCH.read_text())
     compile(tree, str(LAUNCH), "exec")
     src = LAUNCH.read_text()
-    for arg in ("config_file", "namespace", "backend", "precision", "occupancy", "autostart"):
+    for arg in ARGUMENTS:
         assert f'"{arg}"' in src
 
 
@@ -77,7 +80,7 @@ def fake_launch(monkeypatch):
 def run(module, made, **given):
     ld = module.generate_launch_description()
     args = {a.name: a.default_value for a in ld if hasattr(a, "default_value")}
-    assert set(args) == {"config_file", "namespace", "backend", "precision", "occupancy", "autostart"}
+    assert set(args) == ARGUMENTS
     opaque = [a for a in ld if hasattr(a, "function")]
     opaque[0].function(args | given)
     return made
@@ -126,3 +129,45 @@ def test_autostart_false_starts_a_lifecycle_node_left_unconfigured(fake_launch):
     assert made["kind"] == "LifecycleNode" and made["namespace"] == "rig_a"
     assert made["parameters"][1] == {"autostart": False}
     assert P.check("autostart", False) is None and P.BY_NAME["autostart"].default is True
+
+
+def _by_executable(made, executable):
+    (node,) = [n for n in made["nodes"] if n["executable"] == executable]
+    return node
+
+
+def test_rig_file_reaches_both_nodes_as_parameters_they_declare(fake_launch, tmp_path):
+    """occupancy:=true with a custom rig: the node pools on it and the occupancy node scores with
+    it (before, the consumer got no rig_file, took the nuScenes rig and dropped every grid)."""
+    from bevpool_ros.occupancy.node import PARAMETERS as OCCUPANCY_PARAMETERS
+
+    rig = tmp_path / "my_rig.yaml"
+    rig.write_text("name: mine\n")
+    made = run(*fake_launch, rig_file=str(rig), occupancy="true")
+    node = _by_executable(made, "bevpool_node")
+    assert node["parameters"][1] == {"rig_file": str(rig)}
+    assert "rig_file" in P.BY_NAME and P.check("rig_file", str(rig)) is None
+    occupancy = _by_executable(made, "bevpool_occupancy")
+    assert occupancy["parameters"] == [{"rig_file": str(rig)}]
+    assert all(set(d) <= set(OCCUPANCY_PARAMETERS) for d in occupancy["parameters"])
+
+
+def test_without_rig_file_the_occupancy_node_gets_none(fake_launch):
+    made = run(*fake_launch, occupancy="true")
+    assert _by_executable(made, "bevpool_occupancy")["parameters"] == []
+    assert len(_by_executable(made, "bevpool_node")["parameters"]) == 1  # the config file's rig
+
+
+def test_bare_rig_names_resolve_to_the_package_rigs(fake_launch):
+    made = run(*fake_launch, rig_file="nuscenes_bevdet_r50.yaml")
+    path = Path(made["parameters"][1]["rig_file"])
+    assert path.is_file() and path.parent.name == "rigs" and path.is_absolute()
+
+
+def test_relative_rig_paths_become_absolute(fake_launch, tmp_path, monkeypatch):
+    """The nodes may run in another working directory than the launch command."""
+    (tmp_path / "rigs").mkdir()
+    (tmp_path / "rigs" / "r.yaml").write_text("name: r\n")
+    monkeypatch.chdir(tmp_path)
+    made = run(*fake_launch, rig_file="rigs/r.yaml", occupancy="true")
+    assert made["parameters"][1]["rig_file"] == str(tmp_path / "rigs" / "r.yaml")

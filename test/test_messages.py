@@ -1,17 +1,23 @@
 """bevpool_msgs and numpy <-> message conversion (no ROS graph needed)."""
 from __future__ import annotations
 
+import bevpool_msgs.msg as msgs  # noqa: E402  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg as msgs  # noqa: E402  (built by scripts/build_msgs.sh; missing = a real failure)
 from rclpy.serialization import deserialize_message, serialize_message  # noqa: E402
 
 from bevpool_ros import fp8  # noqa: E402
-from bevpool_ros.io.bev_message import bev_feature_msg, stamp_to_ns  # noqa: E402
 from bevpool_ros.demo.consumer import cell_center  # noqa: E402
-from bevpool_ros.io.tensor_codec import (DTYPE_CODES, TensorError, decode_any, fill_msg, from_msg,  # noqa: E402
-                                           inspect_header, make_tensor)
+from bevpool_ros.io.bev_message import bev_feature_msg, stamp_to_ns  # noqa: E402
+from bevpool_ros.io.tensor_codec import (  # noqa: E402
+    DTYPE_CODES,
+    TensorError,
+    decode_any,
+    fill_msg,
+    from_msg,
+    inspect_header,
+    make_tensor,
+)
 
 
 def test_dtype_codes_match_the_message_constants():
@@ -164,9 +170,10 @@ def test_reusable_buffer_casts_in_place_and_keeps_its_memory():
 def test_camera_tensor_bound_is_the_guards_and_the_parameters():
     import re
 
+    from conftest import REPO
+
     from bevpool_ros.node import params as P
     from bevpool_ros.node.dds_guard import TENSOR_BOUND_BYTES
-    from conftest import REPO
 
     text = (REPO / "msg" / "CameraTensor.msg").read_text()
     assert int(re.search(r"^uint8\[<=(\d+)\] data$", text, re.M).group(1)) == TENSOR_BOUND_BYTES

@@ -5,11 +5,9 @@ published, within float32 tolerance; the image and diagnostics topics must carry
 """
 from __future__ import annotations
 
+import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import BACKEND_PRECISIONS, RosGraph, assert_bev_matches  # noqa: E402
 
 from bevpool_ros import fp8  # noqa: E402
@@ -161,7 +159,8 @@ def test_fp8_and_auto_with_a_calibration_change_mid_stream(precision):
         K[0, 0] *= 1.15
         K[1, 1] *= 1.15
         new_rig = g.rig.with_cameras([dc_replace(c, K=K) if c.name == cam.name else c for c in g.rig.cameras])
-        g.pub.pubs[(cam.name, "camera_info")].publish(camera_info_msg(new_rig, 0, g.pub.get_clock().now().to_msg(), "x"))
+        g.pub.pubs[(cam.name, "camera_info")].publish(camera_info_msg(new_rig, 0,
+                                                                      g.pub.get_clock().now().to_msg(), "x"))
         assert g.diagnostics_where(lambda d: int(d.get("calibration_changes", 0)) > 0) is not None
         after = g.publish_and_wait(2, timeout=60.0, camera_info=False)  # resent until a grid comes
         assert after is not None, g.node.output()[-3000:]

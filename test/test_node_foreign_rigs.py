@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 
+import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import rig_variants as V
 from ros_harness import DISCOVERY_TIMEOUT, assert_bev_matches, isolate_ros_env, spin_until
 
@@ -178,8 +177,8 @@ def node_with_refusing_backend(monkeypatch, tmp_path):
 
 
 def test_backend_that_cannot_run_the_rig_falls_back_to_cpu(node_with_refusing_backend, capfd):
-    from rclpy.executors import SingleThreadedExecutor
     import rclpy.node
+    from rclpy.executors import SingleThreadedExecutor
 
     from bevpool_ros.demo.consumer import BevConsumer
 
@@ -218,3 +217,67 @@ def test_without_fallback_the_refusal_is_a_startup_error_naming_c(node_with_refu
 
     with pytest.raises(StartupError, match=r"backend 'cuda' cannot run rig solo_c17_z3 \(C = 17.*UnsupportedShape"):
         node_with_refusing_backend(fallback=False)
+
+
+# --- cameras of mixed image sizes ----------------------------------------------------------------
+def test_cameras_of_mixed_sizes_keep_their_field_of_view(tmp_path):
+    """A rig file whose CAM_FRONT is a 1920x1080 camera with the 1600x900 ones' field of view, then
+    a CameraInfo that makes CAM_FRONT_LEFT one mid-stream: every grid equals the FP64 reference of
+    the all-1600x900 rig (a scatter map without any scaling), as the same world seen by the same
+    network input must give."""
+    from dataclasses import replace as dc_replace
+
+    import yaml
+    from conftest import NUSCENES_RIG
+    from test_rig_fov import SCALE, front_at_1920
+
+    from bevpool_ros.demo.session import PipelineSession
+    from bevpool_ros.demo.synthetic_publisher import camera_info_msg
+    from bevpool_ros.rig_yaml import rig_from_dict
+
+    same = yaml.safe_load(NUSCENES_RIG.read_text()) | {"name": "mixed_front", "channels": 16}
+    path = tmp_path / "mixed_front.yaml"
+    path.write_text(yaml.safe_dump(front_at_1920(same), sort_keys=False))
+    want_map = build_scatter_map(rig_from_dict(same))
+    isolate_ros_env()
+    g = PipelineSession(str(path), {"diagnostics.period_s": 0.2})
+    stamp = [1_000 * 10**9]
+
+    def grid_of(index: int, **kw):
+        """Publish frame ``index`` (fresh stamps) until its grid comes back: a set may be lost to
+        discovery, a re-preparation or a loaded machine, never trusted to one send."""
+        for _ in range(30):
+            stamp[0] += 100_000_000
+            g.pub.publish_frame(index, stamp[0], **kw)
+            if g.spin_until(lambda: stamp[0] in g.con.by_stamp(), 3.0):
+                return g.con.by_stamp()[stamp[0]]
+        return None
+
+    def counter(key: str) -> int:
+        return int((g.con.latest_diagnostics() or {}).get(key, 0))
+
+    try:
+        assert (g.rig.cameras[0].width, g.rig.cameras[0].height) == (1920, 1080)
+        assert g.spin_until(lambda: g.pub.subscribers_matched() and g.con.publisher_matched(), 120.0), \
+            g.node.output()[-3000:]
+        got = grid_of(1)
+        assert got is not None, g.node.output()[-3000:]
+        assert_bev_matches(got.bev, pool_reference(*g.pub.arrays(1), want_map), got.msg)
+        # CameraInfo mid-stream: CAM_FRONT_LEFT becomes 1920x1080 with the same field of view
+        left = g.rig.cameras[2]
+        K = np.asarray(left.K) * np.array([[SCALE], [SCALE], [1.0]])
+        bigger = g.rig.with_cameras([dc_replace(c, width=1920, height=1080, K=K) if c is left else c
+                                     for c in g.rig.cameras])
+        info = camera_info_msg(bigger, 2, g.pub.get_clock().now().to_msg(), f"{left.name}_optical")
+        assert g.spin_until(lambda: g.con.latest_diagnostics() is not None, 60.0)
+        before = counter("calibration_changes")
+        g.pub.pubs[(left.name, "camera_info")].publish(info)
+        assert g.spin_until(lambda: counter("calibration_changes") > before, 60.0), \
+            g.node.output()[-3000:]
+        assert counter("dropped_camera_info_rejected") == 0, g.node.output()[-3000:]
+        got = grid_of(2, camera_info=False)
+        assert got is not None, g.node.output()[-3000:]
+        assert_bev_matches(got.bev, pool_reference(*g.pub.arrays(2), want_map), got.msg)
+    finally:
+        rc, log = g.close()
+    assert rc == 0, log[-3000:]

@@ -2,10 +2,8 @@
 (naming the cause), WARN while anything is dropped, OK otherwise."""
 from __future__ import annotations
 
-import pytest
-
 import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
+import pytest
 from ros_harness import isolate_ros_env, spin_until  # noqa: E402
 
 from bevpool_ros.node.diagnostics import FAILING_AFTER, RecentCounts, health  # noqa: E402

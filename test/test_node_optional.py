@@ -5,11 +5,9 @@ from __future__ import annotations
 import sys
 import types
 
+import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import numpy as np
 import pytest
-
-import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
 from ros_harness import isolate_ros_env, spin_until  # noqa: E402
 
 pytestmark = pytest.mark.ros
@@ -149,6 +147,31 @@ def test_extrinsics_parameter_at_run_time(ros_context):
         assert node.counts["parameter_rejected"] == 2
     finally:
         node.destroy_node()
+
+
+def test_every_parameter_change_is_logged_accepted_or_rejected(ros_context, capfd):
+    """Not throttled like data drops: an operator setting parameters gets every answer in the log,
+    the accepted ones with their new values."""
+    from rclpy.parameter import Parameter
+
+    node = make_node(ros_context)
+    try:
+        capfd.readouterr()
+        for v in (0.03, 0.04, 0.05, 0.06, 0.07):
+            assert node.set_parameters([Parameter("sync.slop_s", value=v)])[0].successful
+        for v in (-1.0, -2.0, -3.0, 5.0, 6.0):
+            assert not node.set_parameters([Parameter("sync.slop_s", value=v)])[0].successful
+        both = [Parameter("sync.camera_timeout_s", value=0.2),
+                Parameter("output.bev_dtype", value="float16")]
+        assert node.set_parameters_atomically(both).successful
+        log = capfd.readouterr().err
+    finally:
+        node.destroy_node()
+    for v in (0.03, 0.04, 0.05, 0.06, 0.07):
+        assert f"parameter change accepted: sync.slop_s := {v}" in log, log
+    assert log.count("parameter change rejected: sync.slop_s") == 5, log
+    assert ("parameter change accepted: sync.camera_timeout_s := 0.2, "
+            "output.bev_dtype := 'float16'") in log, log
 
 
 def test_diagnostics_survive_a_backend_that_cannot_describe_itself(ros_context):

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
-
+import pytest
 from ros_harness import RosGraph, camera_tensor_cdr  # noqa: E402
 
 pytestmark = pytest.mark.ros

@@ -103,13 +103,15 @@ def occupancy_graph(nuscenes_rig):
     isolate_ros_env()
     import rclpy
     from bevpool_msgs.msg import BevFeature
+    from conftest import NUSCENES_RIG
     from diagnostic_msgs.msg import DiagnosticArray
     from nav_msgs.msg import OccupancyGrid
     from rclpy.executors import SingleThreadedExecutor
 
     from bevpool_ros.node.qos import make_qos
 
-    node = NodeProcess({"diagnostics_period_s": 0.2}, module="bevpool_ros.occupancy.node")
+    node = NodeProcess({"diagnostics_period_s": 0.2, "rig_file": str(NUSCENES_RIG)},
+                       module="bevpool_ros.occupancy.node")
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     ex = SingleThreadedExecutor(context=ctx)
@@ -166,6 +168,7 @@ def test_grid_over_dds_matches_numpy(occupancy_graph, dtype):
     assert msg.header.frame_id == "base_link"
     assert msg.info.resolution == pytest.approx(rig.x.step)
     assert (msg.info.origin.position.x, msg.info.origin.position.y) == pytest.approx((rig.x.lower, rig.y.lower))
+    assert msg.info.origin.position.z == 0.0 and rig.z.lower == -5.0  # the ground, not the floor
     assert msg.info.origin.orientation.w == 1.0
     wire = bev.astype(np.float16) if dtype == "float16" else bev
     names = [c.name for c in rig.cameras]
@@ -190,7 +193,6 @@ BAD_GRIDS = [
     ("bad_layout", {"layout": "YXC"}),
     ("bad_layout", {"layout": "Q" * 1_000_000}),
     ("non_square_cells", {"resolution_y": 0.5}),
-    ("grid_mismatch", {"origin__x": -40.0}),
     ("bad_shape", {"channels": 7}),
     ("bad_size", "truncated"),
 ]
@@ -225,6 +227,29 @@ def test_bad_grids_are_dropped_counted_and_the_node_goes_on(occupancy_graph, rea
 
 
 @pytest.mark.ros
+def test_a_grid_that_is_not_the_rigs_is_scored_with_its_own_coverage(occupancy_graph):
+    """The rig is an optional extra: a BEV of another grid (or cameras the rig lacks) is published,
+    unknown cells from its own zero columns, counted as rig_mismatch, never dropped."""
+    from bevpool_ros.node.diagnostics import status_values
+    from bevpool_ros.occupancy.grid import written_columns
+
+    g, rig = occupancy_graph, occupancy_graph.rig
+    for sec, edit in ((60, {"origin__x": -40.0}), (62, {"cameras": ["CAM_FRONT", "CAM_ROOF"]})):
+        bev = random_bev(rig, sec)
+        msg = _bev_msg(rig, bev, sec, cameras=edit.pop("cameras", None), **edit)
+        got = _publish_and_get(g, msg, sec)
+        assert got is not None, g.node.output()[-2000:]
+        Y, X = rig.grid_shape[1:]
+        np.testing.assert_array_equal(np.asarray(got.data, np.int8).reshape(Y, X),
+                                      expected_grid(bev, written_columns(bev)))
+        assert (np.asarray(got.data) == -1).any()  # random_bev's empty columns
+    g.diags.clear()
+    assert g.spin_until(lambda: any(int(status_values(d).get("rig_mismatch", 0)) >= 2
+                                    for d in g.diags))
+    assert all("dropped_grid_mismatch" not in status_values(d) for d in g.diags)
+
+
+@pytest.mark.ros
 def test_bad_parameters_exit_with_code_2():
     from ros_harness import isolate_ros_env
 
@@ -234,4 +259,7 @@ def test_bad_parameters_exit_with_code_2():
     node = NodeProcess({"threshold": 1.5}, module="bevpool_ros.occupancy.node")
     assert node.proc.wait(60) == 2
     assert "threshold" in node.stop()[1]
+    node = NodeProcess({"rig_file": "/nonexistent/rig.yaml"}, module="bevpool_ros.occupancy.node")
+    assert node.proc.wait(60) == 2
+    assert "rig_file: /nonexistent/rig.yaml does not exist" in node.stop()[1]
 

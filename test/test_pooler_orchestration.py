@@ -11,15 +11,15 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from test_device_frame import Recorder
 
 from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.backends.gpu import device_frame as df
 from bevpool_ros.backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
 from bevpool_ros.pipeline import grid as grid_module
+from bevpool_ros.pipeline import grid_memory
 from bevpool_ros.pipeline import pooler as pooler_module
 from bevpool_ros.workloads import get_workload
-
-from test_device_frame import Recorder
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 _addresses = itertools.count(1)
@@ -46,10 +46,10 @@ def rig(monkeypatch):
     events = itertools.count(1)
 
     class Event:
-        def __init__(self):
+        def __init__(self, ctx=None):
             self.id = next(events)
 
-        def record(self, stream):
+        def record(self, stream, external=False):
             rec.log.append(("record", self.id, int(stream)))
 
         def wait(self, stream):
@@ -73,27 +73,23 @@ def rig(monkeypatch):
         def wrap(cls, handle):
             return cls(int(handle))
 
-        def d2h(self, dst, src, nbytes):
-            rec.log.append(("d2h", self.name, dst, src.ptr, nbytes))
-
         def memset8(self, dst, value, nbytes):
             rec.log.append(("memset8", self.name, dst.ptr, value, nbytes))
 
     class Pinned:
-        def __init__(self, shape, dtype):
+        def __init__(self, shape, dtype, ctx=None):
             self.array = np.zeros(shape, dtype)
 
         def free(self):
             pass
 
     class OwnGrid:
-        def __init__(self, nbytes, stream, ctx, pools, keep=None):
-            self.keep = keep
+        def __init__(self, nbytes, stream, ctx, pools):
             self.ptr, self.nbytes = 0x9000_0000_0000 + next(_addresses) * (1 << 24), nbytes
             rec.log.append(("alloc", int(stream), nbytes))
 
-        def free(self):
-            pass
+        def free(self, stream):
+            rec.log.append(("free", self.ptr, stream))
 
     for module, name, value in (
         (df, "DeviceBuffer", rec.Buffer),
@@ -103,7 +99,8 @@ def rig(monkeypatch):
         (pooler_module, "DeviceBuffer", rec.Buffer),
         (pooler_module, "Event", Event),
         (pooler_module, "Stream", Stream),
-        (pooler_module, "StreamOrderedBuffer", OwnGrid),
+        (grid_memory, "StreamOrderedBuffer", OwnGrid),
+        (grid_memory, "Event", Event),
         (pooler_module, "bind", lambda ctx: None),
         (pooler_module, "pointer_device", lambda ptr: 0),
         (grid_module, "Event", Event),

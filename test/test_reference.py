@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bevpool_ros.backends import CpuBackend, InputError, create_backend
 from bevpool_ros.reference import pool_bruteforce, pool_reference

@@ -6,10 +6,10 @@ import copy
 import numpy as np
 import pytest
 import yaml
-
-from bevpool_ros.rig import Camera, RigError, load_rig, quaternion_to_matrix, rig_from_dict
-
 from conftest import NUSCENES_RIG
+
+from bevpool_ros.rig import Camera, RigError, quaternion_to_matrix
+from bevpool_ros.rig_yaml import load_rig, rig_from_dict
 
 
 @pytest.fixture()

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 import rig_variants as V
 
 from bevpool_ros.backends import CpuBackend
+from bevpool_ros.backends.staging import split_cameras
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.autotune import candidate_kernels
-from bevpool_ros.kernels.twin import v3_kernel_twin
 from bevpool_ros.kernels.planning import plan_for
-from bevpool_ros.backends.staging import split_cameras
+from bevpool_ros.kernels.twin import v3_kernel_twin
 from bevpool_ros.reference import pool_bruteforce, pool_reference
-from bevpool_ros.rig import load_rig
+from bevpool_ros.rig_yaml import load_rig
 from bevpool_ros.scatter_map import build_scatter_map, frustum_points_ego
 
 NAMES = sorted(V.VARIANTS)
@@ -137,7 +136,7 @@ def test_the_example_in_docs_rigs_md_loads_and_sees_its_grid():
 
     import yaml
 
-    from bevpool_ros.rig import rig_from_dict
+    from bevpool_ros.rig_yaml import rig_from_dict
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "rigs.md").read_text()
     (block,) = re.findall(r"```yaml\n(.*?)```", text, re.S)

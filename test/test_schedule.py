@@ -1,18 +1,24 @@
-"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, depth-pair entries, the kernel's reduction rule (its float64 twin) against the FP64 reference,
+"""V3 schedule and launch geometry (CPU): teams, owners, empty cells, depth-pair entries, the kernel's reduction rule
+(its float64 twin) against the FP64 reference,
 kernel choice and grids, the generated kernel table, FP8 helpers."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from bevpool_ros.backends.cuda.timing import rotation_sets
 from bevpool_ros.kernels import fp8
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.precision import decide, fp8_within_tolerance
-from bevpool_ros.kernels.schedule import (build_v3_schedule, check_schedule,
-                                                points_per_slot, split_evenly, team_end_of,
-                                                v2do_intervals)
+from bevpool_ros.kernels.schedule import (
+    build_v3_schedule,
+    check_schedule,
+    points_per_slot,
+    split_evenly,
+    team_end_of,
+    v2do_intervals,
+)
 from bevpool_ros.kernels.twin import v3_kernel_twin
-from bevpool_ros.backends.cuda.timing import rotation_sets
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import scatter_map_from_ranks
 

@@ -12,20 +12,18 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-from bevpool_ros.backends import BackendUnavailable, create_backend
-from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE
-from bevpool_ros.reference import pool_reference
-from bevpool_ros.regime import MiB
-
 from tensorrt_helpers import tiny_map, trt_rtx_or_skip
 
 import bevpool_ros.backends.gpu.base as GB  # GpuBackend: the runtime and the frame it builds
 import bevpool_ros.backends.tensorrt.backend as B
 import bevpool_ros.backends.tensorrt.runner as R
+from bevpool_ros.backends import BackendUnavailable, create_backend
 from bevpool_ros.backends.gpu.choices import ChoiceStore, LaunchChoice
 from bevpool_ros.backends.tensorrt import TensorRTBackend
 from bevpool_ros.backends.tensorrt.trt_import import TensorRTMissing
+from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE
+from bevpool_ros.reference import pool_reference
+from bevpool_ros.regime import MiB
 
 
 def _no_gpu() -> bool:
@@ -159,9 +157,9 @@ def test_prepare_builds_then_reuses_engine(fake_gpu):
 
 def test_two_calibrations_hit_the_same_engine_with_different_arrays(fake_gpu, nuscenes_rig):
     """A calibration change (TF update) uploads new map arrays: no rebuild, no reload, no re-tune."""
-    from bevpool_ros.scatter_map import build_scatter_map
-
     from tensorrt_helpers import recalibrated
+
+    from bevpool_ros.scatter_map import build_scatter_map
 
     a, b = build_scatter_map(nuscenes_rig), build_scatter_map(recalibrated(nuscenes_rig))
     assert a.key != b.key and a.num_points != b.num_points
@@ -226,7 +224,8 @@ def test_auto_keeps_fp8_only_when_faster_and_within_tolerance(fake_gpu, monkeypa
     b.prepare(smap)
     assert b.precision == "fp8" and b.auto_record.fp8_within_tolerance and list(b.runners) == ["fp8"]
     assert b.describe()["input_dtype"] == "float8_e4m3"
-    monkeypatch.setattr(FakeFrame, "frame_time_us", lambda self, cameras, **kw: 5.0 if self.precision == "fp16" else 9.0)
+    monkeypatch.setattr(FakeFrame, "frame_time_us",
+                        lambda self, cameras, **kw: 5.0 if self.precision == "fp16" else 9.0)
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc2"))
     b2 = fake_gpu("sm_120", "auto", choice_store=ChoiceStore(tmp_path / "kc2"))
     b2.prepare(smap)

@@ -7,17 +7,15 @@ What it cannot prove here: that the engine runs (no GPU; TensorRT-RTX also refus
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from tensorrt_helpers import bind_to_map, build_for, tiny_map, trt_rtx_or_skip
 
-from bevpool_ros.backends.tensorrt.builder import EngineBuildError, build_engine, plugin_config_for
+from bevpool_ros.backends.tensorrt.builder import EngineBuildError, plugin_config_for
 from bevpool_ros.backends.tensorrt.network import create_network, onnx_model_bytes, populate
 from bevpool_ros.backends.tensorrt.plugin import fields_to_collection, plugin_classes, register_plugin
-from bevpool_ros.backends.tensorrt.plugin_config import PLUGIN_NAME, map_inputs
+from bevpool_ros.backends.tensorrt.plugin_config import PLUGIN_NAME
 from bevpool_ros.backends.tensorrt.targets import Target, TargetError, known_target
 from bevpool_ros.regime import MiB
-
-from tensorrt_helpers import bind_to_map, build_for, tiny_map, trt_rtx_or_skip
 
 BUILDS = [("sm_86", "fp16"), ("sm_89", "fp16"), ("sm_89", "fp8"), ("sm_120", "fp16"), ("sm_120", "fp8")]
 
@@ -117,7 +115,6 @@ def test_creator_round_trip_through_registry(lib):
 def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     """enqueue without a GPU: the launch is intercepted; checks binding, stream, and no allocation."""
     import bevpool_ros.backends.cuda.driver as drv
-
     from bevpool_ros.kernels import table as L
 
     smap = tiny_map()

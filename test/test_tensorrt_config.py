@@ -5,17 +5,31 @@ import json
 
 import numpy as np
 import pytest
+from tensorrt_helpers import tiny_map
 
+from bevpool_ros.backends.tensorrt.builder import plugin_config_for
+from bevpool_ros.backends.tensorrt.plugin_config import (
+    FIELDS,
+    PluginConfig,
+    PluginConfigError,
+    bind_plan,
+    config_for_plan,
+    config_for_v3,
+    map_bounds,
+    map_inputs,
+)
+from bevpool_ros.backends.tensorrt.targets import (
+    Target,
+    TargetError,
+    arch_cc,
+    check_buildable,
+    check_runnable,
+    fp8_supported,
+    known_target,
+)
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.schedule import build_v3_schedule
-from bevpool_ros.backends.tensorrt.builder import plugin_config_for
-from bevpool_ros.backends.tensorrt.plugin_config import (FIELDS, PluginConfig, PluginConfigError, bind_plan,
-                                                         config_for_plan, config_for_v3, map_bounds, map_inputs)
-from bevpool_ros.backends.tensorrt.targets import (Target, TargetError, arch_cc, check_buildable, check_runnable,
-                                                   fp8_supported, known_target)
 from bevpool_ros.regime import MiB
-
-from tensorrt_helpers import tiny_map
 
 
 @pytest.mark.parametrize("precision,regime", [("fp16", "DRAM-bound"), ("fp16", "L2-resident"),

@@ -7,7 +7,9 @@ import stat
 import pytest
 
 from bevpool_ros.backends.tensorrt.engine_cache import EngineCache, EngineKey
-from bevpool_ros.private_cache import MAGIC, seal as wrap, unseal as unwrap
+from bevpool_ros.private_cache import MAGIC
+from bevpool_ros.private_cache import seal as wrap
+from bevpool_ros.private_cache import unseal as unwrap
 
 
 def key(**kw):

@@ -9,15 +9,18 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tensorrt_helpers import build_for, tiny_map, trt_rtx_or_skip
 
 import bevpool_ros.backends.tensorrt.network as N
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for
-from bevpool_ros.backends.tensorrt.engine_check import (EngineCheckError, check_engine_fields, check_network,
-                                                       engine_plugin_fields)
+from bevpool_ros.backends.tensorrt.engine_check import (
+    EngineCheckError,
+    check_engine_fields,
+    check_network,
+    engine_plugin_fields,
+)
 from bevpool_ros.backends.tensorrt.network import add_map_profile, create_network, populate
 from bevpool_ros.backends.tensorrt.targets import known_target
-
-from tensorrt_helpers import build_for, tiny_map, trt_rtx_or_skip
 
 
 @pytest.fixture(scope="module")

@@ -93,7 +93,8 @@ def test_no_gpu_means_tensorrt_is_never_loaded(tmp_path):
     code = ("import sys\nfrom bevpool_ros.backends.cuda.driver import live_l2_bytes\n"
             "from bevpool_ros.backends import create_backend\n"
             "b = create_backend('best', 'fp16')\n"
-            "print('GPU' if live_l2_bytes() else 'NOGPU', b.name, any(m.startswith('tensorrt') for m in sys.modules))\n")
+            "print('GPU' if live_l2_bytes() else 'NOGPU', b.name, "
+            "any(m.startswith('tensorrt') for m in sys.modules))\n")
     r = run_py(code, tmp_path)
     assert r.returncode == 0, r.stderr
     gpu, name, loaded = r.stdout.split()

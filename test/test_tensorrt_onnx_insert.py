@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from tensorrt_helpers import tiny_map, trt_rtx_or_skip
 
 from bevpool_ros.backends.tensorrt.builder import build_engine, plugin_config_for
 from bevpool_ros.backends.tensorrt.engine_check import check_engine_fields
@@ -13,8 +14,6 @@ from bevpool_ros.backends.tensorrt.onnx_insert import insert_bevpool, main
 from bevpool_ros.backends.tensorrt.plugin_config import PLUGIN_NAME
 from bevpool_ros.backends.tensorrt.targets import known_target
 
-from tensorrt_helpers import tiny_map, trt_rtx_or_skip
-
 onnx = pytest.importorskip("onnx")
 C_IN = 8
 
@@ -22,7 +21,8 @@ C_IN = 8
 def user_model(smap, bev_layout: str):
     """Image features -> depth head (softmax over bins) + feature head (NCHW) ... BEV encoder (3x3 conv)
     reading a placeholder input ``bev_in``: the two halves of a BEVDet-style network."""
-    from onnx import TensorProto as T, helper, numpy_helper
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
 
     N, D, H, W = smap.depth_shape
     Z, Y, X = smap.grid_shape

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tensorrt_helpers import recalibrated
 
-from bevpool_ros.kernels import fp8
-from bevpool_ros.kernels.precision import fp8_within_tolerance
 from bevpool_ros.backends.tensorrt import standin
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs
 from bevpool_ros.backends.tensorrt.targets import Target
+from bevpool_ros.kernels import fp8
+from bevpool_ros.kernels.precision import fp8_within_tolerance
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
-
-from tensorrt_helpers import recalibrated
 
 
 @pytest.mark.gpu
@@ -67,11 +66,11 @@ def test_gpu_plugin_two_calibrations_one_config(precision, nuscenes_rig):
 def test_standin_runs_the_plugin_code_without_tensorrt(monkeypatch, nuscenes_rig):
     """CPU half of the above: the stand-in builds the real plugin classes, fields survive the
     creator round trip, on_shape_change re-binds per calibration; the launch is intercepted."""
+    from tensorrt_helpers import bind_to_map
+
     import bevpool_ros.backends.cuda.driver as drv
     from bevpool_ros.backends.tensorrt.plugin import fields_to_collection, plugin_classes, register_plugin
     from bevpool_ros.backends.tensorrt.targets import known_target
-
-    from tensorrt_helpers import bind_to_map
 
     Plugin, _ = plugin_classes(standin)
     monkeypatch.setattr(Plugin, "kernel_loader", staticmethod(lambda: "MODULE"))
@@ -81,7 +80,8 @@ def test_standin_runs_the_plugin_code_without_tensorrt(monkeypatch, nuscenes_rig
     target = known_target("sm_89")
     cfg, _ = plugin_config_for(maps[0], "fp16", target)
     creator = register_plugin(standin)
-    built = creator.create_plugin("bevpool", fields_to_collection(standin, cfg.to_fields()), standin.TensorRTPhase.BUILD)
+    built = creator.create_plugin("bevpool", fields_to_collection(standin, cfg.to_fields()),
+                                  standin.TensorRTPhase.BUILD)
     p = creator.create_plugin("bevpool", built.get_fields_to_serialize(), standin.TensorRTPhase.RUNTIME)
     p = p.attach_to_context(None)
     assert p.cfg == cfg

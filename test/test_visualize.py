@@ -22,7 +22,8 @@ def test_plot_has_metre_axes_colour_bar_log_scale_and_the_right_orientation():
     import matplotlib
 
     matplotlib.use("Agg")
-    from matplotlib import colors, pyplot as plt
+    from matplotlib import colors
+    from matplotlib import pyplot as plt
 
     Y, X = 4, 6
     values = np.arange(1, Y * X + 1, dtype=float).reshape(Y, X)  # distinct per cell
@@ -54,3 +55,45 @@ def test_inspect_png_is_readable_not_nearly_black(tmp_path):
     bright = coloured & (rgb.mean(axis=-1) > 0.25)
     assert coloured.mean() > 0.2, "hardly any data drawn"
     assert bright.sum() / coloured.sum() > 0.3, "most cells near black: the scale is dominated by one cell"
+
+
+def _pixel(fig, ax, buf, y_m: float, x_m: float) -> np.ndarray:
+    """RGB (0..1) of the figure at ego (y, x) metres."""
+    px, py = ax.transData.transform((y_m, x_m))
+    return buf[int(round(buf.shape[0] - py)), int(round(px)), :3] / 255.0
+
+
+def test_a_cell_with_one_point_is_not_drawn_like_an_empty_cell():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    values = np.zeros((8, 8))
+    values[2, 3] = 1.0      # one point
+    values[5, 5] = 500.0    # a long interval sets the top of the scale
+    fig, ax = plt.subplots(dpi=100)
+    plot_bev(ax, values, x_lower=-4.0, y_lower=-4.0, x_step=1.0, y_step=1.0, label="points")
+    fig.canvas.draw()
+    buf = np.asarray(fig.canvas.buffer_rgba()).astype(float)
+    centre = lambda iy, ix: _pixel(fig, ax, buf, -4.0 + iy + 0.5, -4.0 + ix + 0.5)  # noqa: E731
+    one, empty, top = centre(2, 3), centre(0, 0), centre(5, 5)
+    assert np.abs(one - empty).sum() > 1.0, (one, empty)   # clearly apart, not both near black
+    assert np.abs(top - empty).sum() > 0.3, (top, empty)   # nor the brightest cell the page
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("ego" in t for t in labels) and any("empty" in t for t in labels)
+    plt.close(fig)
+
+
+def test_inspect_png_has_a_title_and_the_shared_figure_size(tmp_path):
+    from PIL import Image
+
+    from bevpool_ros.visualize import FIGURE_DPI, FIGURE_SIZE
+
+    png = tmp_path / "canonical.png"
+    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", "canonical", "--png",
+                        str(png)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    with Image.open(png) as im:
+        assert im.size == (round(FIGURE_SIZE[0] * FIGURE_DPI), round(FIGURE_SIZE[1] * FIGURE_DPI))
+        assert "points per BEV cell" in im.info.get("Title", "")

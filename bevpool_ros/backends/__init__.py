@@ -3,7 +3,16 @@ from __future__ import annotations
 
 import logging
 
-from .base import Backend, BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, PRECISIONS, all_finite, check_inputs
+from .base import (
+    PRECISIONS,
+    Backend,
+    BackendUnavailable,
+    InputError,
+    NonFiniteInput,
+    NonFiniteOutput,
+    all_finite,
+    check_inputs,
+)
 from .cpu import CpuBackend
 
 log = logging.getLogger(__name__)
@@ -53,5 +62,6 @@ def create_backend(name: str = "best", precision: str = "fp16", fallback: bool =
     raise BackendUnavailable("no backend available: " + "; ".join(reasons))
 
 
-__all__ = ["Backend", "BackendUnavailable", "InputError", "NonFiniteInput", "NonFiniteOutput", "PRECISIONS", "all_finite", "check_inputs",
+__all__ = ["Backend", "BackendUnavailable", "InputError", "NonFiniteInput", "NonFiniteOutput", "PRECISIONS",
+           "all_finite", "check_inputs",
            "CpuBackend", "create_backend", "BACKENDS"]

@@ -1,45 +1,71 @@
-"""Replay evaluation: play a camera bag into a real bevpool_node over DDS, record and score its output.
+"""Replay evaluation: play a camera bag into a real bevpool_node over DDS, record and score its
+output.
 
-1. the node runs in its own process with the given parameters (isolated DDS domain);
-2. the bag's messages are published raw (CDR as recorded) at the recorded pace x ``rate``;
-3. every BevFeature the node publishes is written to the output bag with its arrival time;
-4. each published grid is recomputed from the exact input messages it names
+1. the bag is checked against the node's parameters (its topics, depth modes) before anything
+   starts;
+2. the node runs in its own process with the given parameters (isolated DDS domain);
+3. the bag's messages are published raw (CDR as recorded), at the recorded pace x ``rate`` or paced
+   (one set at a time, each after the previous grid came back): ``replay``;
+4. every BevFeature the node publishes is written to the output bag with its arrival time;
+5. each published grid is recomputed from the exact input messages it names
    (``BevFeature.cameras`` / ``camera_stamps``) with the FP64 reference, on the calibration the
    node had (the rig file, intrinsics from the bag's CameraInfo), and compared; a depth camera's
    Image becomes its distribution by the node's rule (``input.depth_image_*`` as the node got them).
-The report counts sets in the bag, grids published, grids matching the reference within the
-tolerance of the precision each grid says it was computed at (bevpool_ros/tolerance.py; a fixed
-``atol`` instead when given), and latency from the last input of a set being played to its grid
-arriving.
+The report counts the sets in the bag (complete ones apart: ``sets``), grids published, every
+complete set lost with its cause (``losses``), grids matching the reference within the tolerance of
+the precision each grid says it was computed at (bevpool_ros/tolerance.py; a fixed ``atol``
+instead when given), and latency from the last input of a set being played to its grid arriving.
+A run passes when every grid matches and no more complete sets were lost than allowed.
 """
 from __future__ import annotations
 
+import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
-from ..io.depth_image import DepthImageConverter
-from ..node.calibration import LiveCalibration
 from ..io.bev_message import stamp_to_ns
+from ..io.depth_image import DepthImageConverter
 from ..io.tensor_codec import decode_any
+from ..node.calibration import LiveCalibration
+from ..progress import progress_bar
 from ..reference import pool_reference
 from ..rig import Rig
 from ..scatter_map import scatter_map_for
 from ..tolerance import error_ratio
-from .io import BagWriter, camera_stream, read_bag
+from . import losses
+from .io import BagWriter, bag_summary, camera_stream, read_bag
+from .losses import AllowLost
+from .sets import BagSets, grid_key
+
+LOST_STAMPS_SHOWN = 20
+PLOTTED = ("frame_errors", "frame_error_ratios", "e2e_ms")  # per-grid lists: the report plots them
+PACED_CAMERA_TIMEOUT_S = 5.0
 
 
 @dataclass
 class EvalReport:
-    bag_sets: int = 0                      # distinct (depth) stamps of the first camera
-    published: int = 0
+    mode: str = ""                         # "rate x1" or "paced"
+    bag_sets: int = 0                      # sets in the bag (complete + incomplete)
+    complete_sets: int = 0                 # every camera the node subscribes, within its slop
+    published: int = 0                     # grids the node published (partial ones too)
+    published_complete: int = 0            # complete sets of the bag that came back whole
+    lost: int = 0                          # complete sets that did not
+    lost_by_cause: dict = field(default_factory=dict)
+    lost_stamps: list[int] = field(default_factory=list)
+    allowed_lost: int = 0
+    allow_lost: str = "0"
+    resent: int = 0                        # sets sent again: the node had received none of them
+    node_parameters: dict = field(default_factory=dict)  # on its command line (-p, the mode's)
+    backend: str = ""                      # what the node ran (its diagnostics)
+    precision: str = ""
     compared: int = 0
     within_tolerance: int = 0
     max_abs_err: float = 0.0
-    frame_errors: list[float] = field(default_factory=list)  # max |error| per compared grid, in bag order
-    frame_error_ratios: list[float] = field(default_factory=list)  # max |error| / allowed: <= 1 passes
+    frame_errors: list[float] = field(default_factory=list)  # max |error| per grid, bag order
+    frame_error_ratios: list[float] = field(default_factory=list)  # max |error| / allowed: <= 1
     e2e_ms: list[float] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
@@ -47,41 +73,37 @@ class EvalReport:
 
     def to_dict(self) -> dict:
         pct = (lambda q: float(np.percentile(self.e2e_ms, q))) if self.e2e_ms else (lambda q: None)
-        return {"bag_sets": self.bag_sets, "published": self.published, "compared": self.compared,
-                "within_tolerance": self.within_tolerance, "max_abs_err": self.max_abs_err,
-                "atol": self.atol, "tolerance": tolerance_text(self.atol), "e2e_ms": {"p50": pct(50), "p99": pct(99)},
-                "diagnostics": self.diagnostics, "node_rc": self.node_rc}
+        out = {"ok": self.ok, "failures": self.failures()}
+        out.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in PLOTTED)
+        out.update(tolerance=tolerance_text(self.atol), e2e_ms={"p50": pct(50), "p99": pct(99)})
+        return out
+
+    def failures(self) -> list[str]:
+        """Why the run fails, one line each (empty: it passes)."""
+        out = []
+        if self.lost > self.allowed_lost:
+            out.append(f"{self.lost} of {self.complete_sets} complete sets lost "
+                       f"({losses.describe(self.lost_by_cause)}), {self.allowed_lost} allowed "
+                       f"(--allow-lost {self.allow_lost}; --paced loses none to a slow machine)")
+        if self.within_tolerance < self.compared:
+            out.append(f"{self.compared - self.within_tolerance} of {self.compared} grids out of "
+                       f"tolerance (worst |error| {self.max_abs_err:.3g})")
+        if self.compared == 0:
+            out.append("no grid to compare: the node published nothing from this bag")
+        if self.node_rc not in (0, None):
+            out.append(f"bevpool_node exited with code {self.node_rc}")
+        return out
 
     @property
     def ok(self) -> bool:
-        return self.compared > 0 and self.within_tolerance == self.compared
+        return not self.failures()
 
-
-def play_and_record(bag: Path, out_bag: Path, session, rate: float, drain_s: float) -> tuple[dict, dict, dict]:
-    """Publish the bag into the node; returns (play times, grid arrival times, last diagnostics)."""
-    from .play import BagPlayer
-
-    player = BagPlayer(bag, context=session.context)
-    session.executor.add_node(player)
-    played: dict[tuple[str, int], float] = {}     # (camera, header stamp) -> perf_counter, last stream
-    arrivals: dict[int, float] = {}
-    with BagWriter(out_bag) as writer:
-        def on_bev(r):
-            arrivals[r.stamp_ns] = r.received
-            writer.write("/bev/features", r.msg, time.time_ns())
-
-        session.con.on_bev = on_bev
-        if not session.spin_until(lambda: player.subscribers_ready() and
-                                  session.con.bev_sub.get_publisher_count() > 0, 30.0):
-            raise RuntimeError("node did not subscribe to the bag's topics within 30 s")
-        player.start(rate, on_sent=lambda key, t: played.__setitem__(key, t))
-        session.spin_until(lambda: player.done, player.duration_s / rate + 30.0)
-        session.spin_until(lambda: False, drain_s)
-        session.con.diagnostics.clear()
-        session.spin_until(lambda: session.con.latest_diagnostics() is not None, 5.0)
-    session.executor.remove_node(player)
-    player.destroy_node()
-    return played, arrivals, session.con.latest_diagnostics() or {}
+    def summary(self) -> str:
+        """One line: mode, what ran, sets and grids, and the verdict with its reasons."""
+        verdict = "ok" if self.ok else "FAILED: " + "; ".join(self.failures())
+        return (f"({self.mode}, {self.backend} {self.precision}): {self.published_complete} of "
+                f"{self.complete_sets} complete sets published, {self.within_tolerance} of "
+                f"{self.compared} grids within tolerance: {verdict}")
 
 
 def tolerance_text(atol: float | None) -> str:
@@ -107,10 +129,16 @@ def node_parameter(name: str, node_params: dict | None, params_file: str | None)
     return BY_NAME[name].default
 
 
-def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: DepthImageConverter | None = None
-          ) -> None:
+def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport,
+          depth_image: DepthImageConverter | None = None, show_progress: bool = False) -> None:
     """Recompute each published grid from the inputs it names; stream the input bag once.
     ``depth_image``: how depth Images become distributions (default: the node's defaults)."""
+    with progress_bar(total=sum(1 for _ in read_bag(out_bag)), desc="score", unit="grid",
+                      enabled=show_progress) as bar:
+        _score(bag, out_bag, rig, report, depth_image, bar)
+
+
+def _score(bag, out_bag, rig, report, depth_image, bar) -> None:
     depth_image = depth_image or DepthImageConverter(rig)
     wanted: dict[tuple[str, int], list[int]] = {}
     outputs = []
@@ -123,8 +151,6 @@ def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: D
     report.published = len(outputs)
     calib = LiveCalibration(rig)
     inputs: dict[tuple[str, int], dict[str, np.ndarray]] = {}
-    first_cam = rig.cameras[0].name
-    seen_sets = set()
     done = set()
     for m in read_bag(bag):
         where = camera_stream(m.topic)
@@ -136,8 +162,6 @@ def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: D
         if stream == "camera_info":
             calib.update_intrinsics(cam, list(msg.k), msg.width, msg.height)
             continue
-        if cam == first_cam and stream == "depth":
-            seen_sets.add(st)
         if (cam, st) not in wanted:
             continue
         if m.msgtype == "sensor_msgs/msg/Image":  # a depth camera (input.depth_mode: image)
@@ -151,7 +175,7 @@ def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport, depth_image: D
             if idx not in done and _complete(outputs[idx][1], inputs):
                 _compare(outputs[idx], inputs, calib.rig, report)
                 done.add(idx)
-    report.bag_sets = len(seen_sets)
+                bar.update(1)
 
 
 def _complete(provenance: dict, inputs: dict) -> bool:
@@ -178,26 +202,120 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
     report.within_tolerance += ratio <= 1.0
 
 
+def paced_parameters(node_params: dict | None, params_file: str | None) -> dict:
+    """The node's parameters for a paced replay, unless given with -p: ``sync.camera_timeout_s``
+    at least PACED_CAMERA_TIMEOUT_S and reliable input QoS. A set is sent whole, so only a slow
+    machine could spread its messages past a timeout made for live cameras, or drop one of them
+    in transport (the sensor-data QoS is best effort); its slowness must not cost an accuracy
+    run a set."""
+    params = dict(node_params or {})
+    name = "sync.camera_timeout_s"
+    if name not in params:
+        params[name] = max(float(node_parameter(name, None, params_file)), PACED_CAMERA_TIMEOUT_S)
+    params.setdefault("input.qos_reliability", "reliable")
+    return params
+
+
+def node_view(bag, rig: Rig, node_params: dict | None, params_file: str | None):
+    """The node's view of ``bag`` (preflight.NodeView), checked to fit it: BagError if not."""
+    from .preflight import NodeView, check_bag_fits
+
+    view = NodeView.of(rig, lambda name: node_parameter(name, node_params, params_file))
+    check_bag_fits(bag, bag_summary(bag)["topics"], view)
+    return view
+
+
 def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_params: dict | None = None,
                  params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
-                 drain_s: float = 2.0) -> EvalReport:
-    from ..demo.session import PipelineSession
-    from ..rig import load_rig
+                 drain_s: float = 2.0, paced: bool = False, allow_lost: AllowLost = AllowLost(),
+                 set_timeout_s: float = 10.0, show_progress: bool = False) -> EvalReport:
+    """Evaluate one bag; ``paced``: one set at a time (``rate`` unused). On any failure the output
+    bag is removed again (a rerun finds ``out_bag`` free)."""
+    from ..rig_yaml import load_rig
 
     bag, out_bag = Path(bag), Path(out_bag)
-    report = EvalReport(atol=atol)
+    rig = load_rig(rig_path)
+    view = node_view(bag, rig, node_params, params_file)  # before a node starts, a file is written
+    node_params = paced_parameters(node_params, params_file) if paced else dict(node_params or {})
+    report = EvalReport(atol=atol, allow_lost=str(allow_lost), node_parameters=node_params)
+    rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file)
+            for k in ("distribution", "sigma_m")}
+    try:
+        sets, result, report.node_rc = _replay(
+            bag, out_bag, rig_path, node_params, params_file, view, None if paced else rate,
+            dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress))
+        converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
+        score(bag, out_bag, rig, report, converter, show_progress)
+    except BaseException:
+        shutil.rmtree(out_bag, ignore_errors=True)
+        raise
+    report.diagnostics = result.diagnostics_end
+    account(report, sets, result, grid_keys(out_bag), allow_lost)
+    last_played = _last_played_per_set(result.played, out_bag)
+    report.e2e_ms = [(result.arrivals[s] - t) * 1e3 for s, t in last_played.items()
+                     if s in result.arrivals]
+    return report
+
+
+def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, options: dict):
+    """Start the node, play the bag into it (``rate`` None: paced), record its grids in
+    ``out_bag``; (the bag's sets, ReplayResult, the node's exit code)."""
+    from ..demo.session import PipelineSession
+    from .play import BagPlayer
+    from .replay import Replay
+    from .sets import find_sets
+
     session = PipelineSession(rig_path=rig_path, node_params=node_params, params_file=params_file,
                               publisher=False)
+    player = None
     try:
-        played, arrivals, report.diagnostics = play_and_record(bag, out_bag, session, rate, drain_s)
+        player = BagPlayer(bag, context=session.context)
+        session.executor.add_node(player)
+        sets = find_sets(player.entries, view.cameras, view.slop_s)
+        replay = Replay(session, player, sets, options["set_timeout_s"], options["show_progress"])
+        with BagWriter(out_bag) as writer:
+            record = lambda r: writer.write("/bev/features", r.msg, time.time_ns())  # noqa: E731
+            result = replay.run(record, rate, options["drain_s"])
     finally:
-        report.node_rc, _ = session.close()
-    rig = load_rig(rig_path)
-    rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file) for k in ("distribution", "sigma_m")}
-    score(bag, out_bag, rig, report, DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"])))
-    report.e2e_ms = [(arrivals[s] - t) * 1e3 for s, t in _last_played_per_set(played, out_bag).items()
-                     if s in arrivals]
-    return report
+        if player is not None:
+            session.executor.remove_node(player)
+            player.destroy_node()
+        node_rc, _ = session.close()
+    return sets, result, node_rc
+
+
+def grid_keys(out_bag: Path) -> list:
+    return [grid_key(m.decode()) for m in read_bag(out_bag)]
+
+
+def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: AllowLost) -> None:
+    """Complete sets of the bag against the grids that came back: lost ones, and why."""
+    got = set(keys)
+    d, d0 = result.diagnostics_end, result.diagnostics_start
+    report.mode, report.resent = result.mode, result.resent
+    report.backend, report.precision = d.get("backend", ""), d.get("precision", "")
+    report.bag_sets, report.complete_sets = sets.total, len(sets.complete)
+    lost = [s for s in sets.complete if s.key not in got]
+    partial = [s for s in lost if any(k < s.key for k in got)]  # came back with cameras zero-filled
+    report.published_complete = len(sets.complete) - len(lost)
+    report.lost = len(lost)
+    report.lost_stamps = [s.stamp_ns for s in lost[:LOST_STAMPS_SHOWN]]
+    report.allowed_lost = allow_lost.of(len(sets.complete))
+    if result.mode == "paced":
+        causes: dict[str, int] = {}
+        for s in lost:
+            cause = losses.PARTIAL if s in partial else result.causes.get(s.key, losses.UNEXPLAINED)
+            causes[cause] = causes.get(cause, 0) + 1
+        report.lost_by_cause = causes
+        return
+    counts = losses.growth(losses.set_level_counts(d), losses.set_level_counts(d0))
+    # zero-filled grids of the bag's own incomplete sets: those sets were not dropped
+    whole = len(got & {s.key for s in sets.complete})
+    partial_of_incomplete = max(0, len(keys) - whole - len(partial))
+    accepted = "sync_accepted_messages"
+    short = result.messages_sent - (losses.counter(d, accepted) - losses.counter(d0, accepted))
+    report.lost_by_cause = losses.rate_mode_causes(
+        len(lost), len(partial), counts, max(0, sets.incomplete - partial_of_incomplete), short)
 
 
 def _last_played_per_set(played: dict, out_bag: Path) -> dict[int, float]:

@@ -1,4 +1,5 @@
-"""rosbag2 (MCAP) files through ``rosbags``, with rclpy messages on both sides.
+"""rosbag2 files (MCAP, or SQLite3 ``.db3`` as older ROS 2 releases record) through ``rosbags``,
+with rclpy messages on both sides.
 
 Messages are (de)serialised by rclpy itself (CDR), so a bag written here replays into any ROS 2
 node and ``ros2 bag play`` reads it; ``rosbags`` only handles the container and the message
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
-from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 from ..logtext import clip
 
@@ -68,15 +69,18 @@ def message_class(msgtype: str):
     return getattr(importlib.import_module(f"{pkg}.{kind}"), name)
 
 
-class BagWriter:
-    """Write rclpy messages into a new rosbag2 directory (MCAP storage)."""
+STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 
-    def __init__(self, path: str | Path):
+
+class BagWriter:
+    """Write rclpy messages into a new rosbag2 directory (MCAP storage, or ``sqlite3``: .db3)."""
+
+    def __init__(self, path: str | Path, storage: str = "mcap"):
         self.path = Path(path)
         if self.path.exists():
             raise BagError(f"{self.path} already exists: choose another output or remove it")
         self.store = typestore()
-        self._writer = Writer(self.path, version=9, storage_plugin=StoragePlugin.MCAP)
+        self._writer = Writer(self.path, version=9, storage_plugin=STORAGES[storage])
         self._connections = {}
 
     def __enter__(self) -> "BagWriter":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,9 @@ def find_bags(paths) -> list[Path]:
 
 
 def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, params_file: str | None,
-                 rate: float, atol: float | None, domain: int) -> dict:
-    """One bag on DDS domain ``domain`` -> the report dict + what the HTML report plots."""
+                 rate: float, atol: float | None, domain: int, options: dict | None = None) -> dict:
+    """One bag on DDS domain ``domain`` -> the report dict + what the HTML report plots;
+    ``options``: evaluate_bag's keyword options (paced, allow_lost, set_timeout_s)."""
     _default_sigint()
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
@@ -62,9 +64,11 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
     use_large_data_profile()
     t0 = time.monotonic()
     try:
-        report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol)
+        report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol,
+                              **(options or {}))
     except Exception as e:  # one broken bag is a failed row in the report, not a failed run
-        return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "domain": domain}
+        return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "failures": [str(e)],
+                "domain": domain}
     out = report.to_dict()
     out.update(bag=bag, out_bag=out_bag, ok=report.ok, domain=domain, wall_s=time.monotonic() - t0,
                frame_errors=report.frame_errors, frame_error_ratios=report.frame_error_ratios,
@@ -118,15 +122,31 @@ def last_bev_energy(out_bag: str) -> dict | None:
 def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None = None,
                   params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                   address: str | None = None, resources: TaskResources = TaskResources(),
-                  num_cpus: int | None = None, show_progress: bool = True) -> list[dict]:
+                  num_cpus: int | None = None, show_progress: bool = True, paced: bool = False,
+                  allow_lost=None, set_timeout_s: float = 10.0) -> list[dict]:
     """Evaluate every bag as its own Ray task; results in the order of ``bags``.
 
     Paths are made absolute: a cluster's workers do not run in this folder (on several machines
     the bags, the rig and ``out_dir`` must be on a file system every node mounts at the same path).
+    Start-up (Ray starting or being joined: seconds, silent otherwise) is said on stderr.
     """
+    from .losses import AllowLost
+
+    where = f"the Ray cluster at {address}" if address else "local Ray"
+    def say(text: str) -> None:
+        if show_progress:
+            print(f"eval-many: {text}", file=sys.stderr, flush=True)
+
+    say(f"starting {where} ..." if address is None else f"joining {where} ...")
+    t0 = time.monotonic()
     ray = start_ray(address, num_cpus)
-    check_fits(ray, resources.num_cpus, resources.num_gpus,
-               f"the Ray cluster at {address}" if address else "local Ray")
+    check_fits(ray, resources.num_cpus, resources.num_gpus, where)
+    cpus = sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive"))
+    say(f"{where} up in {time.monotonic() - t0:.1f} s ({cpus:g} CPUs); {len(bags)} bag(s), "
+        f"{resources.num_cpus:g} CPU + {resources.num_gpus:g} GPU per task, "
+        + ("paced" if paced else f"rate x{rate:g}"))
+    options = {"paced": paced, "allow_lost": allow_lost or AllowLost(),
+               "set_timeout_s": set_timeout_s}
     env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV_PREFIXES)}
     task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1,
                       runtime_env={"env_vars": env} if env else None)(_evaluate_task)
@@ -140,7 +160,7 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
         domain = DOMAINS[(base + i) % len(DOMAINS)]
         out_bag = out_dir / "bags" / Path(bag).name
         refs[task.remote(str(Path(bag).resolve()), str(out_bag), rig_path, dict(node_params or {}), params_file,
-                         rate, atol, domain)] = i
+                         rate, atol, domain, options)] = i
     results: list[dict | None] = [None] * len(bags)
     pending = list(refs)
     with progress_bar(total=len(pending), desc="bags", unit="bag", enabled=show_progress) as bar:

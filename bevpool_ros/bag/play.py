@@ -25,15 +25,14 @@ class BagPlayer(Node):
     def __init__(self, bag: str | Path, topics=None, reliability: str = "reliable", depth: int = 10,
                  node_name: str = "bevpool_bag_player", **kw):
         super().__init__(node_name, **kw)
-        from ..io.bev_message import stamp_to_ns
+        from .sets import tensor_entries
 
         self.messages = list(read_bag(bag, topics))
-        # (camera, header stamp) of each tensor message, decoded once here, not while playing
-        self.keys = []
-        for m in self.messages:
-            where = camera_stream(m.topic)
-            tensor = where is not None and where[1] != "camera_info"
-            self.keys.append((where[0], stamp_to_ns(m.decode().header.stamp)) if tensor else None)
+        # the tensor messages' (camera, stream, header stamp), decoded once here, not while playing
+        self.entries = tensor_entries(self.messages)
+        self.keys: list[tuple[str, int] | None] = [None] * len(self.messages)
+        for e in self.entries:
+            self.keys[e.index] = (e.camera, e.stamp_ns)
         qos = make_qos(reliability, depth)
         self.pubs = {}
         for m in self.messages:
@@ -51,8 +50,9 @@ class BagPlayer(Node):
         return all(p.get_subscription_count() > 0 for t, p in self.pubs.items() if not t.endswith("camera_info"))
 
     def start(self, rate: float = 1.0, on_sent=None) -> None:
-        """Play from now; ``on_sent((camera, stamp_ns), perf_counter)`` after each tensor message."""
-        t0_bag = self.messages[0].t_ns if self.messages else 0
+        """Play the rest of the bag from now, at the recorded pace x ``rate``;
+        ``on_sent((camera, stamp_ns), perf_counter)`` after each tensor message."""
+        t0_bag = self.messages[self.sent].t_ns if not self.done else 0
         t0 = time.perf_counter()
 
         def tick():
@@ -61,13 +61,27 @@ class BagPlayer(Node):
                 m = self.messages[self.sent]
                 if (m.t_ns - t0_bag) / 1e9 / rate > now - t0:
                     return
-                self.pubs[m.topic].publish(m.raw)
-                if on_sent and self.keys[self.sent]:
-                    on_sent(self.keys[self.sent], time.perf_counter())
+                self._publish(self.sent, on_sent)
                 self.sent += 1
             self._timer.cancel()
 
         self._timer = self.create_timer(0.001, tick)
+
+    def publish_through(self, index: int, on_sent=None) -> None:
+        """Publish every message not yet sent up to ``index`` (inclusive) now (paced replay)."""
+        while self.sent <= min(index, len(self.messages) - 1):
+            self._publish(self.sent, on_sent)
+            self.sent += 1
+
+    def publish_again(self, indices, on_sent=None) -> None:
+        """Publish these (already sent) messages once more, as recorded."""
+        for i in indices:
+            self._publish(i, on_sent)
+
+    def _publish(self, i: int, on_sent) -> None:
+        self.pubs[self.messages[i].topic].publish(self.messages[i].raw)
+        if on_sent and self.keys[i]:
+            on_sent(self.keys[i], time.perf_counter())
 
     @property
     def done(self) -> bool:

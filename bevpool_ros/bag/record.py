@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..metric_depth import DepthBins, millimetre_image, most_likely_depth
-from ..io.bev_message import ns_to_time
 from ..demo.synthetic_publisher import camera_info_msg
+from ..io.bev_message import ns_to_time
 from ..io.tensor_codec import make_camera_tensor
+from ..metric_depth import DepthBins, millimetre_image, most_likely_depth
+from ..progress import progress_bar
 from ..rig import Rig
 from ..synthetic import SyntheticScene
 from .io import BagWriter
@@ -28,7 +29,7 @@ START_NS = 1_700_000_000_000_000_000  # a fixed epoch: bags are reproducible byt
 def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: float = 20.0,
                      dtype: str = "float16", layout: str = "HWC", seed: int = 0,
                      jitter_ms: float = 0.0, skip: dict[int, set[str]] | None = None,
-                     depth_images=()) -> dict:
+                     depth_images=(), show_progress: bool = False, storage: str = "mcap") -> dict:
     """Write the bag; returns {frame index: stamp_ns} of the sets it holds."""
     unknown = set(depth_images) - {c.name for c in rig.cameras}
     if unknown:
@@ -37,7 +38,8 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
     rng = np.random.default_rng(seed)
     period = int(1e9 / rate_hz)
     stamps = {}
-    with BagWriter(path) as bag:
+    with (BagWriter(path, storage) as bag,
+          progress_bar(frames, "record", "set", enabled=show_progress) as bar):
         for i in range(frames):
             stamp = START_NS + i * period
             stamps[i] = stamp
@@ -59,6 +61,7 @@ def record_synthetic(path: str | Path, rig: Rig, frames: int = 20, rate_hz: floa
                     msg.header.frame_id = frame_id
                     bag.write(TOPIC.format(camera=cam.name, stream=stream), msg,
                               stamp + offset + 2_000_000 + 1000 * (n * 3 + k))
+            bar.update(1)
     return stamps
 
 

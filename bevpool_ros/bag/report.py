@@ -24,10 +24,16 @@ def summarise(results: list[dict]) -> dict:
     e2e = np.concatenate([r.get("e2e_ms_all", []) for r in results] or [[]])
     pct = (lambda q: float(np.percentile(e2e, q))) if e2e.size else (lambda q: None)
     drops: dict[str, int] = {}
+    lost_by_cause: dict[str, int] = {}
     for r in results:
         for k, v in r.get("drops", {}).items():
             drops[k] = drops.get(k, 0) + v
+        for k, v in r.get("lost_by_cause", {}).items():
+            lost_by_cause[k] = lost_by_cause.get(k, 0) + v
     return {"bags": len(results), "bags_ok": len(ok), "bags_failed": len(results) - len(ok),
+            "complete_sets": sum(r.get("complete_sets", 0) for r in results),
+            "published_complete": sum(r.get("published_complete", 0) for r in results),
+            "lost": sum(r.get("lost", 0) for r in results), "lost_by_cause": lost_by_cause,
             "published": sum(r.get("published", 0) for r in results),
             "compared": sum(r.get("compared", 0) for r in results),
             "within_tolerance": sum(r.get("within_tolerance", 0) for r in results),
@@ -78,7 +84,8 @@ def latency_cdf_png(results) -> str:
     ax.set_ylabel("fraction of grids")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # a bag without grids has no curve
+        ax.legend(fontsize=8, loc="lower right")
     return _png(fig)
 
 
@@ -147,32 +154,59 @@ def _fmt(v) -> str:
     return f"{v:.3g}" if isinstance(v, float) else html.escape(str(v))
 
 
+def _published_of_complete(row: dict) -> str | None:
+    if "complete_sets" not in row:
+        return None
+    return f"{row.get('published_complete', 0)} / {row['complete_sets']}"
+
+
+def _causes(causes: dict | None) -> str:
+    from .losses import describe
+
+    return describe(causes) if causes else "none"
+
+
+def _ran(row: dict) -> str | None:
+    """The backend and precision the node ran (its diagnostics), not the ones asked for."""
+    return f"{row['backend']} ({row.get('precision', '?')})" if row.get("backend") else None
+
+
 def render_html(report: dict, results: list[dict]) -> str:
     s = report["summary"]
     tolerance = report["settings"].get("tolerance", "")
+    mode = report["settings"].get("mode", "")
     rows = []
     for row in report["bags"]:
         cls = "" if row.get("ok") else ' class="bad"'
         e2e = row.get("e2e_ms", {})
+        why = row.get("failures") or [row.get("error", "failed")]
+        result = "ok" if row.get("ok") else "; ".join(why)
+        causes = _causes(row.get("lost_by_cause")) if "complete_sets" in row else None
+        cells = [_published_of_complete(row), causes, row.get("mode"), _ran(row),
+                 row.get("within_tolerance"), row.get("max_abs_err"), e2e.get("p50"),
+                 e2e.get("p99"), row.get("wall_s")]
         rows.append(f"<tr{cls}><td style='text-align:left'>{html.escape(Path(row['bag']).name)}</td>"
-                    + "".join(f"<td>{_fmt(x)}</td>" for x in (
-                        row.get("bag_sets"), row.get("published"), row.get("within_tolerance"),
-                        row.get("max_abs_err"), e2e.get("p50"), e2e.get("p99"), row.get("wall_s"),
-                        "ok" if row.get("ok") else row.get("error", "mismatch")))
-                    + "</tr>")
+                    + "".join(f"<td>{_fmt(x)}</td>" for x in cells)
+                    + f"<td style='text-align:left'>{html.escape(result)}</td></tr>")
     bevs = [(b, _name(r)) for r in results if (b := bev_png(r))]
     plots = [(latency_cdf_png(results), "end-to-end latency CDF per bag"),
-             (frame_error_png(results), "error per frame, relative to the tolerance"), (drops_png(results), "drops by reason")]
+             (frame_error_png(results), "error per frame, relative to the tolerance"),
+             (drops_png(results), "drops by reason")]
     return "\n".join([
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>bevpool-bag eval-many</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>bevpool-bag eval-many</h1>",
-        f"<p>{s['bags']} bags ({s['bags_ok']} ok, {s['bags_failed']} failed); {s['published']} grids published, "
+        f"<p>{s['bags']} bags ({s['bags_ok']} ok, {s['bags_failed']} failed), {html.escape(mode)}; "
+        f"{s['published_complete']} of {s['complete_sets']} complete sets published, "
+        f"{s['lost']} lost "
+        f"({html.escape(_causes(s['lost_by_cause']))}); {s['published']} grids published, "
         f"{s['within_tolerance']} of {s['compared']} within tolerance of the FP64 reference "
         f"({html.escape(tolerance)}); worst error "
         f"{_fmt(s['max_abs_err'])}; end-to-end latency p50 {_fmt(s['e2e_ms']['p50'])} ms, "
         f"p99 {_fmt(s['e2e_ms']['p99'])} ms.</p>",
-        "<table><tr><th>bag</th><th>sets</th><th>published</th><th>within tol.</th><th>max err</th>"
+        "<table><tr><th>bag</th><th>published / complete sets</th><th>lost by cause</th>"
+        "<th>mode</th>"
+        "<th>backend (precision)</th><th>within tol.</th><th>max err</th>"
         "<th>e2e p50 ms</th><th>e2e p99 ms</th><th>wall s</th><th>result</th></tr>",
         *rows, "</table>",
         "<h2>Latency, error, drops</h2><div class='plots'>",

@@ -1,21 +1,28 @@
 """bevpool-bag: rosbag2 camera bags for replay evaluation, without rosbag2.
 
   bevpool-bag record-synthetic OUT_BAG [--frames 40] [--rate 20] [--dtype float16] [--skip 5:CAM_BACK]
-                               [--depth-image CAM_FRONT ...]
+                               [--depth-image CAM_FRONT ...] [--storage mcap|sqlite3]
   bevpool-bag info BAG
   bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
   bevpool-bag eval BAG --out OUT_BAG [--params-file config/cpu.yaml] [-p backend:=cpu] [--report r.json]
+                   [--paced | --rate 1.0] [--allow-lost N|FRACTION]
   bevpool-bag eval-many BAG_OR_DIR... --out DIR [--address auto] [--num-cpus 1] [--num-gpus 0] [eval options]
 
 ``eval`` runs bevpool_node on the bag over DDS, records its BevFeature output into OUT_BAG and
-scores every grid against the FP64 reference recomputed from the exact inputs it names.
+scores every grid against the FP64 reference recomputed from the exact inputs it names. It counts
+the complete camera sets in the bag and every one that did not come back as a grid, by cause.
+``--paced`` sends one set at a time, the next only when the previous grid came back (accuracy
+runs on a slow machine); otherwise the bag plays at its recorded pace x --rate.
 ``eval-many`` runs one such evaluation per bag as a Ray task (a local Ray instance, or the
 cluster at --address), each on its own DDS domain, and writes DIR/report.json, DIR/report.html
-(plots) and DIR/bags/<bag> (the node's output per bag).
-Exit status: 0 when every published grid matches within --atol, 1 otherwise, 2 on bad usage
-(including a bag that cannot be read, e.g. truncated or with broken metadata, an output that
-already exists, a Ray cluster that cannot be joined or has no node big enough for one task):
-one line on stderr, no traceback.
+(plots) and DIR/bags/<bag> (the node's output per bag). Bags may be MCAP or SQLite (.db3).
+Exit status: 0 when every published grid matches within tolerance, no complete set was lost
+beyond --allow-lost and the node exited cleanly, 1 otherwise (the reasons on stderr), 2 on bad
+usage (including a bag that
+cannot be read, e.g. truncated or with broken metadata, a bag the node's parameters do not fit,
+e.g. depth Images without input.depth_mode, a node that does not start, an output that already
+exists, a Ray cluster that cannot be joined or has no node big enough for one task): one line on
+stderr, no traceback, nothing left in --out.
 """
 from __future__ import annotations
 
@@ -30,6 +37,16 @@ def _skip_arg(text: str) -> tuple[int, str]:
     if not cam or not frame.isdigit():
         raise argparse.ArgumentTypeError(f"expected FRAME:CAMERA, got {text!r}")
     return int(frame), cam
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
 
 
 def _param_arg(text: str) -> tuple[str, object]:
@@ -55,6 +72,8 @@ def main(argv=None) -> int:
     rec.add_argument("--rate", type=float, default=20.0)
     rec.add_argument("--dtype", default="float16", choices=("float32", "float16", "float8_e4m3"))
     rec.add_argument("--layout", default="HWC", choices=("HWC", "CHW"))
+    rec.add_argument("--storage", default="mcap", choices=("mcap", "sqlite3"),
+                     help="rosbag2 storage: mcap (default) or sqlite3 (.db3, older ROS 2 releases)")
     rec.add_argument("--jitter-ms", type=float, default=0.0, help="per-camera stamp jitter")
     rec.add_argument("--skip", type=_skip_arg, action="append", default=[], metavar="FRAME:CAMERA",
                      help="leave CAMERA out of FRAME (repeatable)")
@@ -71,6 +90,7 @@ def main(argv=None) -> int:
     ev.add_argument("--out", required=True, help="output bag with the node's BevFeature messages")
     _eval_options(ev, default_rig)
     ev.add_argument("--report", help="write the report as JSON here")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bars")
     many = sub.add_parser("eval-many", help="evaluate many bags as Ray tasks; JSON + HTML report")
     many.add_argument("bags", nargs="+", metavar="BAG_OR_DIR", help="rosbag2 directories or folders of them")
     many.add_argument("--out", required=True, help="report folder (report.json, report.html, bags/)")
@@ -84,25 +104,31 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from ..bag.io import BagError
     from ..bag.ray_cluster import ClusterError
+    from ..rig import RigError
+    from ..rig_yaml import load_rig
 
     try:
+        if getattr(args, "rig", None):
+            load_rig(args.rig)  # a bad rig file fails here, before a node or Ray starts
         return _run(args)
-    except (BagError, ClusterError) as e:
+    except (BagError, ClusterError, RigError) as e:
         print(f"bevpool-bag {args.cmd}: {e}", file=sys.stderr)
         return 2
 
 
 def _run(args) -> int:
     if args.cmd == "record-synthetic":
-        from ..rig import load_rig
         from ..bag.record import record_synthetic
+        from ..rig_yaml import load_rig
 
         skip = {}
         for frame, cam in args.skip:
             skip.setdefault(frame, set()).add(cam)
         try:
             stamps = record_synthetic(args.out, load_rig(args.rig), args.frames, args.rate, args.dtype,
-                                      args.layout, jitter_ms=args.jitter_ms, skip=skip, depth_images=args.depth_image)
+                                      args.layout, jitter_ms=args.jitter_ms, skip=skip,
+                                      depth_images=args.depth_image, show_progress=True,
+                                      storage=args.storage)
         except ValueError as e:
             print(f"bevpool-bag: {e}", file=sys.stderr)
             return 2
@@ -123,40 +149,62 @@ def _run(args) -> int:
     if Path(args.out).exists():  # before a node is started for nothing
         raise BagError(f"--out {args.out} already exists: choose another output or remove it")
     bag_summary(args.bag)  # a bag that cannot be read fails here, not half-way through a replay
-    report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file, args.rate, args.atol)
+    report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file,
+                          args.rate, args.atol, paced=args.paced, allow_lost=args.allow_lost,
+                          set_timeout_s=args.set_timeout, show_progress=not args.no_progress)
     out = report.to_dict()
     print(json.dumps(out, indent=1))
     if args.report:
         Path(args.report).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"bevpool-bag eval {report.summary()}", file=sys.stderr)
     return 0 if report.ok else 1
 
 
 def _eval_options(parser, default_rig: str) -> None:
+    from ..bag.losses import AllowLost
+
     parser.add_argument("--rig", default=default_rig)
     parser.add_argument("--params-file")
     parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
-    parser.add_argument("--rate", type=float, default=1.0)
+    pace = parser.add_mutually_exclusive_group()
+    pace.add_argument("--rate", type=_positive, default=1.0,
+                      help="play at the recorded pace x RATE (default 1)")
+    pace.add_argument("--paced", action="store_true",
+                      help="one set at a time, the next when the previous grid came back: nothing "
+                           "lost to a slow machine")
+    parser.add_argument("--set-timeout", type=_positive, default=10.0, metavar="S",
+                        help="--paced: give a set up to S seconds to come back (default 10)")
+    parser.add_argument("--allow-lost", type=AllowLost.parse, default=AllowLost(),
+                        metavar="N|FRACTION",
+                        help="pass although up to N complete sets (or this fraction of them: 0.05, "
+                             "5%%) were lost (default 0)")
     parser.add_argument("--atol", type=float, default=None,
                         help="fixed absolute tolerance; default: the tolerance of the precision each grid "
                              "was computed at (bevpool_ros/tolerance.py)")
 
 
 def _eval_many(args) -> int:
-    from ..bag.evaluate import tolerance_text
+    from ..bag.evaluate import node_view, tolerance_text
     from ..bag.io import BagError, bag_summary
     from ..bag.many import TaskResources, evaluate_many, find_bags
     from ..bag.report import write_report
+    from ..rig_yaml import load_rig
 
     bags = find_bags(args.bags)
-    for bag in bags:  # every bag readable, every output free: checked before Ray and the nodes start
+    rig = load_rig(args.rig)
+    for bag in bags:  # before Ray starts: every bag readable and fit for the node, outputs free
         bag_summary(bag)
+        node_view(bag, rig, dict(args.param), args.params_file)
     taken = [b.name for b in bags if (Path(args.out) / "bags" / b.name).exists()]
     if taken:
         raise BagError(f"--out {args.out} already holds outputs for {taken}: choose another folder or remove it")
     results = evaluate_many(bags, Path(args.out), args.rig, dict(args.param), args.params_file, args.rate,
                             args.atol, args.address, TaskResources(args.num_cpus, args.num_gpus),
-                            args.local_cpus, show_progress=not args.no_progress)
-    settings = {"rig": args.rig, "params": dict(args.param), "params_file": args.params_file, "rate": args.rate,
+                            args.local_cpus, show_progress=not args.no_progress, paced=args.paced,
+                            allow_lost=args.allow_lost, set_timeout_s=args.set_timeout)
+    settings = {"rig": args.rig, "params": dict(args.param), "params_file": args.params_file,
+                "mode": "paced" if args.paced else f"rate x{args.rate:g}", "rate": args.rate,
+                "allow_lost": str(args.allow_lost), "set_timeout_s": args.set_timeout,
                 "atol": args.atol, "tolerance": tolerance_text(args.atol), "ray_address": args.address or "local",
                 "per_task": {"num_cpus": args.num_cpus, "num_gpus": args.num_gpus}}
     report = write_report(Path(args.out), results, settings)

@@ -178,8 +178,8 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     (recorded in the meta file; the autotuner makes the per-map choice)."""
     import itertools
 
-    from ..kernels import table as L
     from ..backends.cuda.runtime import MapOnDevice
+    from ..kernels import table as L
 
     inputs = make_inputs(smap, seed=args.seed + 1)
     refs = references(smap, inputs)
@@ -235,9 +235,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
         any_r = v3 or v2
 
         def ratio(a, b):
-            return f"{a['median_us'] / b['median_us']:.2f}x" if a and b and "median_us" in a and "median_us" in b else "n/a"
+            return (f"{a['median_us'] / b['median_us']:.2f}x"
+                    if a and b and "median_us" in a and "median_us" in b else "n/a")
 
-        lines.append(f"| {w} | {any_r['channels']} | {any_r['points']:,} | {any_r['max_interval']} | {t(v2)} | {t(do)} | "
+        lines.append(f"| {w} | {any_r['channels']} | {any_r['points']:,} | {any_r['max_interval']} | {t(v2)} | "
+                     f"{t(do)} | "
                      f"{t(v3)} | {t(v8)} | {ratio(v2, v8)} | {ratio(v2, v3)} | {ratio(do, v3)} | "
                      f"{v3['floor_us']:.2f} | {v3['x_floor']:.2f}x | {v3.get('tight_floor_us', float('nan')):.2f} | "
                      f"{v3.get('x_tight_floor', float('nan')):.2f}x | {ratio(v3, v8)} | {v3.get('regime', '')} | "
@@ -253,8 +255,23 @@ def markdown(rows: list[dict], meta: dict) -> str:
             return f"{r[k]:.4f}" if k in r else "n/a"
 
         same = all(r.get("repeat_identical", False) for r in (v2, do, v3, v8) if r)
-        lines.append(f"| {w} | {e(v2)} | {e(do)} | {e(v3)} | {e(v8)} | {e(v8, 'max_abs_err_vs_dequantised')} | {same} |")
+        lines.append(f"| {w} | {e(v2)} | {e(do)} | {e(v3)} | {e(v8)} | {e(v8, 'max_abs_err_vs_dequantised')} | "
+                     f"{same} |")
     return "\n".join(lines) + "\n"
+
+
+def _gpu_runtime():
+    """The CUDA runtime on GPU 0, or None after one line on stderr saying why there is none."""
+    from ..backends import BackendUnavailable
+
+    try:
+        from ..backends.cuda.runtime import get_runtime
+
+        return get_runtime(0)
+    except (BackendUnavailable, ImportError, OSError) as e:
+        print(f"bevpool-bench: times CUDA kernels, and this machine has no usable GPU: {e} "
+              "(--save-maps works without one)", file=sys.stderr)
+        return None
 
 
 def main(argv=None) -> int:
@@ -307,9 +324,9 @@ def main(argv=None) -> int:
         if not (args.json or args.md or args.tune or args.ncu_once):
             return 0
 
-    from ..backends.cuda.runtime import get_runtime
-
-    rt = get_runtime(0)
+    rt = _gpu_runtime()
+    if rt is None:
+        return 2
     dev = rt.device
     if args.ncu_once:
         from ..backends.cuda.runtime import MapOnDevice
@@ -331,9 +348,9 @@ def main(argv=None) -> int:
                 md.run(plan, d, f)
         return 0
 
-    from ..kernels.table import plan_empty
     from ..backends.cuda.driver import launch as launch_kernel
     from ..backends.cuda.timing import d2d_bandwidth, time_graph
+    from ..kernels.table import plan_empty
 
     bw = d2d_bandwidth(rt.stream)
     empty = plan_empty()
@@ -341,7 +358,8 @@ def main(argv=None) -> int:
                            inner=args.inner, reps=args.reps)["median_us"]
     meta = {"device": dev.name, "arch": dev.arch, "l2_mib": dev.l2_bytes / 2**20, "sms": dev.sm_count,
             "d2d_gbps": bw / 1e9, "launch_us": launch_us, "reps": args.reps, "inner": args.inner,
-            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "autotune": args.autotune, "rotate": not args.no_rotate,
+            "acc": args.acc, "k_min": args.k_min, "threads": args.threads, "autotune": args.autotune,
+            "rotate": not args.no_rotate,
             "command": "bevpool-bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(f"{dev.name} {dev.arch} L2 {meta['l2_mib']:.0f} MiB, D2D {bw / 1e9:.0f} GB/s, "
           f"empty launch {launch_us:.2f} us", flush=True)

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.cuda.driver import live_l2_bytes
+from ..camera_view import DEFAULT_WARN_LOSS, camera_views
 from ..regime import MiB, classify, regime_table, working_set_parts
-from ..rig import RigError, load_rig
+from ..rig import RigError
+from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, ScatterMapError, build_scatter_map
 from ..workloads import RIG_WORKLOADS, WORKLOADS, describe, get_workload, workload_rig
 
@@ -32,10 +34,17 @@ def load_target(target: str):
     return build_scatter_map(rig), rig, f"rig {rig.name} from {path}"
 
 
-def report(smap: ScatterMap, description: str, build_s: float, rig=None) -> dict:
+def report(smap: ScatterMap, description: str, build_s: float, rig=None,
+           warn_loss: float = DEFAULT_WARN_LOSS) -> dict:
     stats = smap.stats()
     names = [c.name for c in rig.cameras] if rig else [f"camera {n}" for n in range(smap.depth_shape[0])]
     stats["cameras"] = dict(zip(names, stats["points_per_camera"]))
+    if rig:  # the part of each camera's image that reaches the network
+        stats["input_transform"] = {"image_size": list(rig.image_size), "resize": rig.resize,
+                                    "crop": [rig.crop_left, rig.crop_top],
+                                    "input": [rig.input_width, rig.input_height]}
+        stats["camera_views"] = camera_views(rig, warn_loss)
+        stats["warnings"] = [v["warning"] for v in stats["camera_views"].values() if v["warning"]]
     stats["description"] = description
     stats["build_ms"] = round(build_s * 1e3, 2)
     stats["working_set_parts"] = {dt: working_set_parts(smap, dt) for dt in DTYPES}
@@ -53,6 +62,8 @@ def print_text(s: dict) -> None:
           f"({100 * s['kept_fraction']:.1f}% inside the grid)")
     print("  points per camera  " + "  ".join(f"{name} {n:,}" + (" (sees none of the grid)" if not n else "")
                                           for name, n in s["cameras"].items()))
+    if "camera_views" in s:
+        print_camera_views(s)
     print(f"  intervals       {s['intervals']:>12,}  ({100 * s['occupied_cells_fraction']:.1f}% of cells)")
     if il:
         print(f"  interval length mean {il['mean']:.1f}  p50 {il['p50']:.0f}  p90 {il['p90']:.0f}  "
@@ -70,6 +81,23 @@ def print_text(s: dict) -> None:
     if s["live_gpu"]:
         print(f"  this GPU: L2 {s['live_gpu']['l2_bytes'] / MiB:.0f} MiB -> "
               + ", ".join(f"{dt}: {s['live_gpu'][dt]}" for dt in DTYPES))
+
+
+def print_camera_views(s: dict) -> None:
+    t = s["input_transform"]
+    (w, h), (iw, ih) = t["image_size"], t["input"]
+    print(f"  network input {iw}x{ih}: {w}x{h} resized x{t['resize']:g}, cropped at "
+          f"({t['crop'][0]}, {t['crop'][1]}); per camera, the source pixels that reach it:")
+    for name, v in s["camera_views"].items():
+        left, top, right, bottom = v["source_window"]
+        (kw, kh), fov = v["kept_fraction"], v["fov_deg"]
+        print(f"    {name:<16}{v['image_size'][0]}x{v['image_size'][1]} ({v['transform']}: "
+              f"x{v['resize']:.4g}, crop {v['crop'][0]},{v['crop'][1]})  x {left:.0f}-{right:.0f} "
+              f"({100 * kw:.0f}%)  y {top:.0f}-{bottom:.0f} ({100 * kh:.0f}%)  field of view "
+              f"{fov['horizontal'][0]:.1f} x {fov['vertical'][0]:.1f} deg of "
+              f"{fov['horizontal'][1]:.1f} x {fov['vertical'][1]:.1f}")
+    for warning in s["warnings"]:
+        print(f"  warning: {warning}")
 
 
 def interval_length_per_column(smap: ScatterMap) -> np.ndarray:
@@ -96,6 +124,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--png", metavar="FILE", help="plot the per-cell interval length (log scale, metres) as a PNG")
     p.add_argument("--save-map", metavar="FILE.npz", help="save the scatter map (.npz)")
+    p.add_argument("--fov-warn", type=float, default=100 * DEFAULT_WARN_LOSS, metavar="PERCENT",
+                   help="warn when a camera loses more than PERCENT of the field of view the rig's "
+                        f"input transform keeps (default {100 * DEFAULT_WARN_LOSS:g})")
     args = p.parse_args(argv)
     try:
         t0 = time.perf_counter()
@@ -104,7 +135,7 @@ def main(argv=None) -> int:
     except (RigError, ScatterMapError, FileNotFoundError) as e:
         print(f"bevpool-inspect: {e}", file=sys.stderr)
         return 2
-    stats = report(smap, description, build_s, rig)
+    stats = report(smap, description, build_s, rig, args.fov_warn / 100)
     if args.save_map:
         stats["saved_map"] = str(smap.save(args.save_map))
     if args.png:

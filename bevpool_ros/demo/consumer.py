@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 from rclpy.node import Node
 
-from ..node.diagnostics import status_values
 from ..io.bev_message import image_to_rgb, stamp_to_ns
+from ..io.tensor_codec import decode_any
+from ..node.diagnostics import status_values
 from ..node.qos import make_qos
 from .waiting import poll_until
-from ..io.tensor_codec import decode_any
 
 
 @dataclass
@@ -31,6 +31,13 @@ def cell_center(msg, z: int, y: int, x: int) -> tuple[float, float, float]:
     """Ego-frame centre of a cell, from the message's geometry only."""
     return (msg.origin.x + (x + 0.5) * msg.resolution_x, msg.origin.y + (y + 0.5) * msg.resolution_y,
             msg.origin.z + (z + 0.5) * msg.resolution_z)
+
+
+def diagnostics_dict(arr) -> dict:
+    """A DiagnosticArray's first status as {level, message, **values}."""
+    level = arr.status[0].level
+    return {"level": int.from_bytes(level, "little") if isinstance(level, bytes) else int(level),
+            "message": arr.status[0].message, **status_values(arr)}
 
 
 class BevConsumer(Node):
@@ -51,7 +58,8 @@ class BevConsumer(Node):
         self.bev_sub = self.create_subscription(BevFeature, bev_topic, self._on_bev, qos)
         self.image_sub = (self.create_subscription(Image, image_topic, lambda m: self.images.append(m), qos)
                           if subscribe_image else None)
-        self.diag_sub = self.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diagnostics.append(m), 10)
+        self.diag_sub = self.create_subscription(DiagnosticArray, "/diagnostics",
+                                                 lambda m: self.diagnostics.append(m), 10)
 
     def _on_bev(self, msg) -> None:
         now = time.perf_counter()
@@ -73,8 +81,7 @@ class BevConsumer(Node):
     def latest_diagnostics(self, name_contains: str = "bev pooling") -> dict[str, str] | None:
         for arr in reversed(self.diagnostics):
             if arr.status and name_contains in arr.status[0].name:
-                return {"level": int.from_bytes(arr.status[0].level, "little") if isinstance(arr.status[0].level, bytes)
-                        else int(arr.status[0].level), "message": arr.status[0].message, **status_values(arr)}
+                return diagnostics_dict(arr)
         return None
 
     def publisher_matched(self) -> bool:

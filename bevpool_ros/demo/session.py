@@ -26,7 +26,8 @@ def isolate(domain: int | None = None) -> int:
     from ..node.main import use_large_data_profile
 
     if domain is None:
-        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))  # 0..101: ports below the ephemeral range
+        # 0..101: ports below the ephemeral range
+        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     use_large_data_profile()
@@ -47,23 +48,33 @@ def ros_param_args(params: dict) -> list[str]:
 
 def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) -> int:
     """Standalone tools (synthetic publisher, bag player): large-data DDS profile, rclpy up,
-    ``start(node)``, spin until ``node.done`` or Ctrl-C, then shut down cleanly."""
+    ``start(node)``, spin until ``node.done`` or Ctrl-C / SIGTERM, then shut down cleanly: a
+    signal only asks for a stop (also while the node is being built), as in bevpool_node, so the
+    teardown runs in order on a live context and no traceback is printed."""
     import rclpy
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-    from ..node.main import use_large_data_profile
+    from ..node.main import init_without_signal_handlers, use_large_data_profile
 
     use_large_data_profile()  # same Fast DDS profile as the node (multi-MB bursts)
-    rclpy.init(args=ros_args)
-    node = make_node()
-    start(node)
+    stop = init_without_signal_handlers(ros_args)
+    executor = SingleThreadedExecutor()
+    node = None
     try:
-        while rclpy.ok() and not node.done:
-            rclpy.spin_once(node, timeout_sec=0.05)
-    except KeyboardInterrupt:
+        node = make_node()
+        executor.add_node(node)
+        if not stop.requested:
+            start(node)
+        while not stop.requested and rclpy.ok() and not node.done:
+            executor.spin_once(timeout_sec=0.05)
+    except ExternalShutdownException:
         pass
     finally:
-        node.destroy_node()
+        executor.shutdown()
+        if node is not None:
+            node.destroy_node()
         rclpy.try_shutdown()
+        stop.restore()
     return 0
 
 
@@ -127,7 +138,7 @@ class PipelineSession:
         from rclpy.executors import SingleThreadedExecutor
 
         from ..paths import default_rig_path
-        from ..rig import load_rig
+        from ..rig_yaml import load_rig
         from .consumer import BevConsumer
         from .synthetic_publisher import SyntheticRigPublisher
 

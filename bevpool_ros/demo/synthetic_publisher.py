@@ -3,22 +3,20 @@
 Frames come from ``bevpool_ros.synthetic.SyntheticScene`` (objects around the vehicle, so the
 pooled BEV grid shows them). Messages are built once per scene frame and re-stamped, so the
 publisher itself costs little and can drive the node at 20 Hz and beyond.
-Standalone: ``python -m bevpool_ros.demo.synthetic_publisher --rate 20 --frames 200``.
+Standalone: ``bevpool-synthetic --rate 20 --frames 200`` (``bevpool_ros/cli/synthetic.py``).
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 
 import numpy as np
 from rclpy.node import Node
 
-from ..rig import Rig
 from ..io.bev_message import ns_to_time
-from ..node.qos import make_qos
-from .waiting import poll_until
 from ..io.tensor_codec import make_camera_tensor
+from ..node.qos import make_qos
+from ..rig import Rig
+from .waiting import poll_until
 
 
 def camera_info_msg(rig: Rig, index: int, stamp, frame_id: str):
@@ -128,26 +126,3 @@ class SyntheticRigPublisher(Node):
     def wait_for_subscribers(self, timeout: float = 15.0, spin=None) -> bool:
         """True once every tensor topic has a subscriber (discovery can take seconds)."""
         return poll_until(self.subscribers_matched, timeout, spin)
-
-
-def main(argv=None) -> int:
-    from ..paths import default_rig_path
-    from ..rig import load_rig
-
-    ap = argparse.ArgumentParser(description="Publish a synthetic nuScenes 6-camera scene for bevpool_node.")
-    ap.add_argument("--rig", default=str(default_rig_path()))
-    ap.add_argument("--rate", type=float, default=20.0)
-    ap.add_argument("--frames", type=int, default=0, help="stop after this many frames (0: run until Ctrl-C)")
-    ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "float8_e4m3"))
-    ap.add_argument("--layout", default="HWC", choices=("HWC", "CHW"))
-    ap.add_argument("--seed", type=int, default=0)
-    args, ros_args = ap.parse_known_args(argv)
-    from .session import run_until_done
-
-    rig = load_rig(args.rig)
-    return run_until_done(lambda: SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
-                                                        feature_layout=args.layout),
-                          ros_args, start=lambda node: node.start(args.rate, args.frames))
-
-if __name__ == "__main__":
-    sys.exit(main())

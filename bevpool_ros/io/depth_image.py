@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .image_codec import ImageError, image_to_array
-from ..metric_depth import DISTRIBUTIONS, DepthBins, DepthSpec, MetricDepth, depth_distribution, resize_nearest
 from ..logtext import shown
+from ..metric_depth import DISTRIBUTIONS, DepthBins, DepthSpec, MetricDepth, depth_distribution, resize_nearest
+from .image_codec import ImageError, image_to_array
 
 DEPTH_ENCODINGS = {"32FC1": 1.0, "16UC1": 1e-3, "mono16": 1e-3}  # encoding -> metres per unit
 
@@ -19,7 +19,8 @@ DEPTH_ENCODINGS = {"32FC1": 1.0, "16UC1": 1e-3, "mono16": 1e-3}  # encoding -> m
 def depth_metres(msg, height: int, width: int, max_bytes: int = 1 << 31) -> np.ndarray:
     """[height, width] float32 metres sampled from a depth Image; ImageError for any other encoding."""
     if msg.encoding not in DEPTH_ENCODINGS:
-        raise ImageError("bad_encoding", f"depth encoding {shown(msg.encoding)}, expected one of {sorted(DEPTH_ENCODINGS)}")
+        raise ImageError("bad_encoding",
+                         f"depth encoding {shown(msg.encoding)}, expected one of {sorted(DEPTH_ENCODINGS)}")
     return metres_at_grid(image_to_array(msg, max_bytes), msg.encoding, height, width)
 
 

@@ -2,7 +2,8 @@
 
 The H200 sweeps (docs/kernels.md) showed no single setting wins everywhere: cutting intervals
 finer helps blog-like maps and hurts long-interval rig maps, the block size that wins moves with
-the channel count, and depth pairs pay only on maps with many of them. So, like ``precision: auto``, the choice is measured once per (GPU, map) with graph
+the channel count, and depth pairs pay only on maps with many of them. So, like
+``precision: auto``, the choice is measured once per (GPU, map) with graph
 replay on rotated random inputs, kept, and logged:
 
 1. the schedule: the base kernel at every k_min x block size;

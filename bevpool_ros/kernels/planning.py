@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..scatter_map import ScatterMap
 from ..backends.gpu.choices import LaunchChoice
+from ..scatter_map import ScatterMap
 from . import table as L
 from .schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule
 

@@ -1,7 +1,8 @@
 """The one launch description: which kernel, which grid, which arguments, for every variant.
 
 The cuda backend, the benchmark and both TensorRT plugins (the Python IPluginV3 and the C++
-library) take their launches from here; the grid rule itself is schedule.BlockGrid. Arguments are symbolic: ("buf", name) is a device
+library) take their launches from here; the grid rule itself is schedule.BlockGrid. Arguments
+are symbolic: ("buf", name) is a device
 buffer the caller binds (depth, feat, out, slots, ...), ("i32"|"u32"|"f32", value) a scalar.
 """
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 Every accepted change bumps :attr:`LiveCalibration.version`; the pooling thread compares
 versions and re-prepares the backend with the scatter map of the new rig (cached by the rig's
-digest, so switching back to a known calibration costs nothing). A camera whose latest
-CameraInfo does not fit the network's input transform (resize + crop, hence the feature map)
-is marked invalid: sets are dropped until a consistent CameraInfo arrives, because pooling
-with a stale or impossible calibration would publish a wrong BEV grid.
+digest, so switching back to a known calibration costs nothing). A CameraInfo of another image
+size keeps the camera's field of view: the rig scales its input transform to the new size. A
+camera whose latest CameraInfo does not fit the network's input transform even so is marked
+invalid: sets are dropped until a consistent CameraInfo arrives, because pooling with a stale or
+impossible calibration would publish a wrong BEV grid.
 """
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ class LiveCalibration:
                 T = np.eye(4)
                 T[:3, :3] = cur.rotation
                 T[:3, 3] = cur.translation
-                new = Camera.from_camera_info(name, list(k), int(width), int(height), camera_to_ego=T)
+                # a camera's own input transform stays with it; the rig scales it (or the rig's)
+                # to the new image size: same field of view (rig.transform_of)
+                new = Camera.from_camera_info(name, list(k), int(width), int(height),
+                                              camera_to_ego=T, transform=cur.transform)
                 return self._swap(name, new)
             except RigError as e:
                 self.invalid[name] = str(e)

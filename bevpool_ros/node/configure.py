@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..backends import BackendUnavailable, create_backend
 from ..paths import default_rig_path
-from ..rig import RigError, load_rig
+from ..rig import RigError
+from ..rig_yaml import load_rig
 from . import params as P
 from .calibration import LiveCalibration
 
@@ -47,7 +48,7 @@ def load_calibration(cfg: dict) -> LiveCalibration:
     try:
         calib = LiveCalibration(load_rig(path), cfg["camera_names"])
     except RigError as e:
-        raise StartupError(f"rig_file {path}: {e}") from None
+        raise StartupError(f"rig_file: {e}") from None  # e starts with the path
     errors = P.check_all(cfg, num_cameras=len(calib.camera_names))  # the rules that need the rig
     if errors:
         raise StartupError("; ".join(errors))
@@ -85,7 +86,9 @@ def make_backend(cfg: dict, logger):
     with captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
         try:
             backend = create_backend(requested, cfg["precision"], fallback=fallback,
-                                     check_finite=cfg["input.check_finite"])
+                                     check_finite=cfg["input.check_finite"],
+                                     trt_plugin=cfg["tensorrt.plugin"],
+                                     trt_plugin_library=cfg["tensorrt.plugin_library"])
         except (BackendUnavailable, ValueError) as e:
             raise StartupError(f"backend {requested!r}: {e}") from None
         except Exception as e:  # a backend that breaks while probing must not take the node down

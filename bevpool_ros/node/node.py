@@ -17,7 +17,7 @@ from __future__ import annotations
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
-from ..logtext import clip
+from ..logtext import clip, shown
 from . import configure, dds_guard
 from .configure import StartupError
 from .graph_watch import WrongTypeWatch
@@ -261,9 +261,10 @@ class BevPoolNode(LifecycleNode):
             self.report.warn.period = cfg["log_throttle_s"]
 
     def set_parameters_atomically(self, parameter_list):
-        """Every rejection (undeclared name; by the descriptors: type, range; or by the node's
-        rules) is counted and logged with a reason that names the parameter. The parameter
-        services and set_parameters() all come through here."""
+        """Every change is logged, each one (not throttled: changes are rare and an operator wants
+        each answer): accepted ones with their new values; rejections (undeclared name; by the
+        descriptors: type, range; or by the node's rules) counted, with a reason that names the
+        parameter. The parameter services and set_parameters() all come through here."""
         undeclared = [p.name for p in parameter_list if not self.has_parameter(p.name)]
         if undeclared:
             result = SetParametersResult(successful=False, reason=undeclared_reason(undeclared))
@@ -271,10 +272,12 @@ class BevPoolNode(LifecycleNode):
             result = super().set_parameters_atomically(parameter_list)
             if not result.successful:
                 result.reason = self.params.readable_rejection(parameter_list, result.reason)
-        if not result.successful:
+        if result.successful:
+            changes = ", ".join(f"{p.name} := {shown(p.value)}" for p in parameter_list)
+            self.get_logger().info(f"parameter change accepted: {clip(changes, 300)}")
+        else:
             self.report.count("parameter_rejected")
-            self.report.warn("parameter_rejected",
-                             f"parameter change rejected: {clip(result.reason, 300)}")
+            self.get_logger().warning(f"parameter change rejected: {clip(result.reason, 300)}")
         return result
 
     def set_parameters(self, parameter_list):

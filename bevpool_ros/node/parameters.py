@@ -17,7 +17,7 @@ from rcl_interfaces.msg import (
     SetParametersResult,
 )
 
-from ..logtext import clip, shown
+from ..logtext import shown
 from . import params as P
 from .configure import StartupError
 
@@ -201,9 +201,4 @@ class RuntimeParameters:
                     node.report.count("calibration_changes")
             elif p.name in P.BY_NAME:
                 node.cfg[p.name] = p.value
-        names = {p.name for p in changes}
-        node.reconfigure(names)
-        if self.declaring:
-            return
-        node.get_logger().info("parameters set: " + clip(", ".join(
-            f"{p.name}={shown(p.value)}" for p in changes), 300))
+        node.reconfigure({p.name for p in changes})

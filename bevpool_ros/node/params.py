@@ -11,9 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..logtext import shown
 from ..paths import DEFAULT_RIG
 from .dds_guard import TENSOR_BOUND_BYTES
-from ..logtext import shown
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,13 @@ PARAMS: tuple[Param, ...] = (
           "fp8 only where it measures faster and within tolerance.",
           choices=("fp32", "fp16", "fp8", "auto"), read_only=True),
     Param("backend_fallback", "bool", True, "Allow falling back to a simpler backend (else exit).", read_only=True),
+    Param("tensorrt.plugin", "string", "auto", "BEVPoolV3 plugin of the tensorrt backend: "
+          "'library' (libbevpool_trt_plugin.so, C++), 'python', or 'auto' = the library when "
+          "found (full TensorRT only).",
+          choices=("auto", "library", "python"), read_only=True),
+    Param("tensorrt.plugin_library", "string", "", "Path of libbevpool_trt_plugin.so. Empty: "
+          "$BEVPOOL_TRT_PLUGIN_LIBRARY, build/trt_plugin/, <prefix>/lib, /usr/local/lib.",
+          read_only=True),
     # synchronisation
     Param("sync.slop_s", "double", 0.02, "Largest stamp spread inside one camera set, seconds.", low=0.0, high=1.0),
     Param("sync.camera_timeout_s", "double", 0.1, "A set still incomplete this long after its first "
@@ -92,7 +99,8 @@ PARAMS: tuple[Param, ...] = (
     Param("sync.use_message_filters", "bool", False, "Use message_filters.ApproximateTimeSynchronizer "
           "instead of the built-in synchroniser (only when message_filters is installed).", read_only=True),
     # inputs
-    Param("input.depth_topic", "string", "cameras/{camera}/depth", "Depth Tensor topic ({camera} = name).", read_only=True),
+    Param("input.depth_topic", "string", "cameras/{camera}/depth", "Depth Tensor topic ({camera} = name).",
+          read_only=True),
     Param("input.feat_topic", "string", "cameras/{camera}/feat", "Feature Tensor topic.", read_only=True),
     Param("input.camera_info_topic", "string", "cameras/{camera}/camera_info", "CameraInfo topic.", read_only=True),
     Param("input.feature_layout", "string", "HWC", "Layout assumed when a feature Tensor's layout is "
@@ -105,7 +113,8 @@ PARAMS: tuple[Param, ...] = (
           "distribution's range [0, 1.01] (depth_out_of_range)."),
     Param("input.qos_reliability", "string", "best_effort", "Input QoS (sensor-data profile by default).",
           choices=("best_effort", "reliable"), read_only=True),
-    Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100, read_only=True),
+    Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100,
+          read_only=True),
     # same-host GPU hand-off of the inputs (node/handoff_input.py, docs/gpu_handoff.md)
     Param("input.handoff", "string", "auto", "Camera tensors left on this GPU by their producer "
           "(bevpool_msgs/TensorHandoff on input.handoff_topic, read in place): 'auto' subscribes to "
@@ -147,7 +156,8 @@ PARAMS: tuple[Param, ...] = (
           "skipped_no_subscribers, diagnostics stay OK and say idle."),
     Param("diagnostics.period_s", "double", 1.0, "Period of /diagnostics messages, seconds.", low=0.05, high=60.0),
     Param("diagnostics.latency_window", "integer", 1000, "Sets in the latency percentile window.", low=10, high=100000),
-    Param("log_throttle_s", "double", 2.0, "Minimum seconds between two warnings of the same kind.", low=0.0, high=3600.0),
+    Param("log_throttle_s", "double", 2.0, "Minimum seconds between two warnings of the same kind.", low=0.0,
+          high=3600.0),
 )
 BY_NAME = {p.name: p for p in PARAMS}
 

@@ -144,8 +144,9 @@ class Report:
             "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
             "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
         }
-        if "describe_error" in d:
-            values["describe_error"] = d["describe_error"]
+        for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
+            if key in d:
+                values[key] = d[key]
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
             values[f"{k}_p50_ms"], values[f"{k}_p99_ms"] = pk[50], pk[99]

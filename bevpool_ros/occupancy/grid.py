@@ -3,7 +3,8 @@
 Score of a cell (y, x): its feature energy E = mean over layers z and channels c of f[z, y, x, c]^2,
 normalised by a scale S (fixed, or the ``scale_percentile`` of the positive energies of the covered
 cells of this grid): s = min(E / S, 1). The published value is round(100 * s), set to 0 (free)
-where s < ``threshold``, and -1 (unknown) where no ray of a present camera reaches the cell.
+where s < ``threshold``, and -1 (unknown) where no ray of a present camera reaches the cell (from
+a rig's scatter map, or from the grid's own zero columns: ``written_columns``).
 OccupancyGrid rows are BEV rows: data[y * width + x] is cell (y, x), so the numpy [Y, X] array is
 the message's data as it is (no flip).
 """
@@ -52,6 +53,13 @@ def occupancy_values(energy: np.ndarray, covered: np.ndarray | None, params: Sco
     values[s < params.threshold] = 0
     values[~covered] = UNKNOWN
     return values
+
+
+def written_columns(bev: np.ndarray) -> np.ndarray:
+    """[Y, X] bool: columns holding a non-zero value in some layer or channel. The BEV node writes
+    exact zeros where no frustum point lands, so this is the coverage the message itself carries
+    (a column reached only by points of zero weight reads as unreached)."""
+    return np.any(np.asarray(bev) != 0, axis=(0, 3))
 
 
 class CameraCoverage:

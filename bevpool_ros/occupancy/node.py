@@ -1,9 +1,11 @@
 """bevpool_occupancy: bev/features (bevpool_msgs/BevFeature) -> occupancy/grid (nav_msgs/OccupancyGrid).
 
 The grid takes frame, stamp, origin and resolution from each BevFeature, so RViz overlays it where
-the BEV lies. Coverage (-1 cells) comes from the rig's scatter map and the cameras each message
-names. A message that cannot be scored (bad tensor, NaN, geometry that does not match the rig,
-non-square cells) is dropped, counted under its reason and warned about (throttled); the node stays up.
+the BEV lies, at the height ``ground_z``. No rig is needed: coverage (-1 cells) comes from the
+grid itself (columns the BEV node wrote nothing into), or, with ``rig_file``, from that rig's
+scatter map and the cameras each message names, for the messages whose grid is that rig's. A
+message that cannot be scored (bad tensor, NaN, non-square cells) is dropped, counted under its
+reason and warned about (throttled); the node stays up.
 """
 from __future__ import annotations
 
@@ -14,18 +16,21 @@ from pathlib import Path
 import numpy as np
 from rclpy.node import Node
 
-from ..node.diagnostics import diagnostic_array
-from ..logtext import shown
-from ..node.qos import make_qos
 from ..io.tensor_codec import TensorError, inspect_header, to_float
+from ..logtext import shown
+from ..node.diagnostics import diagnostic_array
+from ..node.qos import make_qos
 from ..node.throttle import ThrottledLog
-from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values
+from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values, written_columns
 
 PARAMETERS = {  # name: (default, description)
     "input_topic": ("bev/features", "BevFeature topic to score"),
     "output_topic": ("occupancy/grid", "nav_msgs/OccupancyGrid output topic"),
-    "rig_file": ("", "Rig YAML of the BEV node (coverage, -1 cells); empty: the package's nuScenes rig"),
+    "rig_file": ("", "Optional rig YAML of the BEV node: -1 cells from its scatter map and the "
+                     "message's cameras, for grids that are its grid; empty: from the grid's own "
+                     "zero columns"),
     "use_coverage": (True, "Publish -1 for cells no present camera reaches"),
+    "ground_z": (0.0, "Height of the published grid in the BEV's frame, metres (the ground)"),
     "energy_scale": (0.0, "Fixed normalisation of the cell energy; 0: per grid, from scale_percentile"),
     "scale_percentile": (99.0, "Percentile of the covered cells' positive energies used as scale"),
     "threshold": (0.05, "Normalised scores below this are published as free (0)"),
@@ -62,31 +67,42 @@ class OccupancyNode(Node):
         self.score = ScoreParams(float(self.cfg["energy_scale"]), float(self.cfg["scale_percentile"]),
                                  float(self.cfg["threshold"]))
         errors = self.score.check()
+        if not np.isfinite(float(self.cfg["ground_z"])):
+            errors.append(f"ground_z: {self.cfg['ground_z']} (must be finite)")
         if errors:
             raise StartupError("; ".join(errors))
-        self.coverage, self.rig = self._load_coverage() if self.cfg["use_coverage"] else (None, None)
-        self.counts: Counter[str] = Counter()
+        use_rig = self.cfg["use_coverage"] and self.cfg["rig_file"]
+        self.coverage, self.rig = self._load_coverage() if use_rig else (None, None)
+        self.counts: Counter[str] = Counter()   # published and dropped_<reason>
+        self.rig_mismatches = 0                 # grids scored with their own coverage instead
         self.warn = ThrottledLog(self.get_logger().warning)
         qos = make_qos("reliable", 2)
         self.pub = self.create_publisher(OccupancyGrid, self.cfg["output_topic"], qos)
         self.sub = self.create_subscription(BevFeature, self.cfg["input_topic"], self._on_bev, qos)
         self.diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_timer(float(self.cfg["diagnostics_period_s"]), self._publish_diagnostics)
-        self.get_logger().info(f"ready: {self.cfg['input_topic']} -> {self.cfg['output_topic']}, "
-                               f"coverage {'from rig ' + self.rig.name if self.rig else 'off'}")
+        self.get_logger().info(f"ready: {self.cfg['input_topic']} -> {self.cfg['output_topic']} "
+                               f"at z = {float(self.cfg['ground_z']):g} m, "
+                               f"coverage {self.coverage_source}")
+
+    @property
+    def coverage_source(self) -> str:
+        if not self.cfg["use_coverage"]:
+            return "off"
+        return f"from rig {self.rig.name}, else from the grid" if self.rig else "from the grid"
 
     def _load_coverage(self):
-        from ..paths import default_rig_path
-        from ..rig import RigError, load_rig
+        from ..rig import RigError
+        from ..rig_yaml import load_rig
         from ..scatter_map import scatter_map_for
 
-        path = self.cfg["rig_file"] or str(default_rig_path())
+        path = self.cfg["rig_file"]
         if not Path(path).is_file():
             raise StartupError(f"rig_file: {path} does not exist")
         try:
             rig = load_rig(path)
         except RigError as e:
-            raise StartupError(f"rig_file {path}: {e}") from None
+            raise StartupError(f"rig_file: {e}") from None  # e starts with the path
         return CameraCoverage(scatter_map_for(rig), [c.name for c in rig.cameras]), rig
 
     def _drop(self, reason: str, detail: str) -> None:
@@ -98,7 +114,7 @@ class OccupancyNode(Node):
             values = self.values_for(msg)
         except TensorError as e:
             return self._drop(e.reason, e.detail)
-        self.pub.publish(occupancy_grid_msg(msg, values))
+        self.pub.publish(occupancy_grid_msg(msg, values, float(self.cfg["ground_z"])))
         self.counts["published"] += 1
 
     def values_for(self, msg) -> np.ndarray:
@@ -112,25 +128,43 @@ class OccupancyNode(Node):
         if header.shape != shape:
             raise TensorError("bad_shape", f"tensor {list(header.shape)} != grid {list(shape)}")
         bev = to_float(msg.tensor, header, check_finite=True)
-        covered = None
-        if self.coverage is not None:
-            mismatch = grid_matches_rig(msg, self.rig)
-            if mismatch:
-                raise TensorError("grid_mismatch", mismatch)
-            covered = self.coverage.covered(msg.cameras)
+        covered = self.covered(msg, bev) if self.cfg["use_coverage"] else None
         return occupancy_values(cell_energy(bev), covered, self.score)
 
+    def covered(self, msg, bev: np.ndarray) -> np.ndarray:
+        """[Y, X] bool: the rig's coverage of the present cameras when the grid is the rig's (and
+        it knows every camera), else the columns the grid itself holds values in."""
+        if self.coverage is not None:
+            mismatch = (grid_matches_rig(msg, self.rig)
+                        or _unknown_cameras(msg.cameras, self.coverage.names))
+            if mismatch is None:
+                return self.coverage.covered(msg.cameras)
+            self.rig_mismatches += 1
+            self.warn("rig_mismatch", f"grid is not rig {self.rig.name}'s ({mismatch}): "
+                                      f"unknown cells from the grid's own zero columns")
+        return written_columns(bev)
+
     def _publish_diagnostics(self) -> None:
-        values = {"grids_published": self.counts["published"],
+        values = {"grids_published": self.counts["published"], "coverage": self.coverage_source,
+                  "rig_mismatch": self.rig_mismatches,
                   **{f"dropped_{k}": v for k, v in sorted(self.counts.items()) if k != "published"}}
         dropped = sum(v for k, v in self.counts.items() if k != "published")
+        problems = [f"{dropped} grids dropped"] if dropped else []
+        if self.rig_mismatches:
+            problems.append(f"{self.rig_mismatches} grids not rig {self.rig.name}'s")
         self.diag_pub.publish(diagnostic_array(self.get_clock().now().to_msg(), f"{self.get_name()}: occupancy",
-                                               "bevpool_occupancy", "WARN" if dropped else "OK",
-                                               f"{dropped} grids dropped" if dropped else "ok", values))
+                                               "bevpool_occupancy", "WARN" if problems else "OK",
+                                               "; ".join(problems) or "ok", values))
 
 
-def occupancy_grid_msg(bev_msg, values: np.ndarray):
-    """nav_msgs/OccupancyGrid with the BevFeature's header, origin and resolution (yaw 0)."""
+def _unknown_cameras(present, known) -> str | None:
+    unknown = [c for c in present if c not in known]
+    return f"cameras {unknown} not in the rig" if unknown else None
+
+
+def occupancy_grid_msg(bev_msg, values: np.ndarray, ground_z: float = 0.0):
+    """nav_msgs/OccupancyGrid with the BevFeature's header, x/y origin and resolution (yaw 0),
+    drawn at height ``ground_z`` (the BEV's own origin.z is its lowest layer, below the ground)."""
     import array
 
     from nav_msgs.msg import OccupancyGrid
@@ -142,7 +176,7 @@ def occupancy_grid_msg(bev_msg, values: np.ndarray):
     grid.info.width, grid.info.height = int(bev_msg.width), int(bev_msg.height)
     grid.info.origin.position.x = float(bev_msg.origin.x)
     grid.info.origin.position.y = float(bev_msg.origin.y)
-    grid.info.origin.position.z = float(bev_msg.origin.z)
+    grid.info.origin.position.z = float(ground_z)
     grid.info.origin.orientation.w = 1.0
     data = array.array("b")
     data.frombytes(np.ascontiguousarray(values, np.int8).tobytes())

@@ -8,7 +8,8 @@ protocol asks; or ``grid.wait(stream)``). Nothing here waits on the host unless 
 ``check()`` waits for the grid and raises what the device's value checks found.
 
 Per call the pooler lends a ``CallSlot``: the event recorded after the grid and a pinned word
-the flag word is copied into; the grid gives it back when it is dropped.
+the flag word is copied into; the grid gives it back when it is dropped, and its memory when it
+is the pooler's (grid_memory.py).
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ SLOTS_PER_CHUNK = 64
 
 
 class CallSlot:
+    """One call's event and pinned flag word (``host_ptr``); the same pair every time it is lent,
+    so a graph that copies and records into it stays valid for the pooler's life."""
+
     def __init__(self, event: Event, words: np.ndarray, index: int):
         self.event, self._words, self.index = event, words, index
-
-    @property
-    def host_ptr(self) -> int:
-        return int(self._words.ctypes.data) + 4 * self.index
+        self.host_ptr = int(words.ctypes.data) + 4 * index
 
     @property
     def flags(self) -> int:
@@ -45,7 +46,8 @@ class CallSlots:
     After ``close`` the memory goes when the last lent slot comes back: a grid may outlive its
     pooler."""
 
-    def __init__(self):
+    def __init__(self, ctx=None):
+        self._ctx = ctx  # the pooler's device: slots are made lazily, in any thread
         self._free: list[CallSlot] = []
         self._chunks: list[PinnedBuffer] = []
         self._lent = 0
@@ -58,9 +60,11 @@ class CallSlots:
             if self._closed:
                 raise RuntimeError("the pooler was closed")
             if not self._free:
-                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32)
+                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32, ctx=self._ctx)
                 self._chunks.append(chunk)
-                self._free = [CallSlot(Event(), chunk.array, i) for i in range(SLOTS_PER_CHUNK)]
+                self._free = [
+                    CallSlot(Event(self._ctx), chunk.array, i) for i in range(SLOTS_PER_CHUNK)
+                ]
             self._lent += 1
             return self._free.pop()
 
@@ -86,63 +90,31 @@ class CallSlots:
         self._chunks = []
 
 
-class StreamOrderedBuffer:
-    """A grid buffer of the pooler's own, allocated and freed in stream order (cuMemAllocAsync)
-    where the device has memory pools, else with cuMemAlloc / cuMemFree."""
-
-    def __init__(self, nbytes: int, stream: int, ctx, pools: bool, keep=None):
-        bind(ctx)
-        cu = api()
-        self._ctx, self.stream, self.pools, self.nbytes = ctx, stream, pools, int(nbytes)
-        self._keep = keep  # the stream's owner: freeing in order on a destroyed stream would crash
-        self.ptr = int(
-            check(cu.cuMemAllocAsync(self.nbytes, cu.CUstream(stream)), "cuMemAllocAsync")
-            if pools
-            else check(cu.cuMemAlloc(self.nbytes), "cuMemAlloc")
-        )
-
-    def free(self) -> None:
-        if not self.ptr:
-            return
-        bind(self._ctx)
-        cu = api()
-        freed = False
-        if self.pools:  # in stream order (the stream is alive: its owner is held by this buffer)
-            err = cu.cuMemFreeAsync(self.ptr, cu.CUstream(self.stream))[0]
-            freed = err == cu.CUresult.CUDA_SUCCESS
-        if not freed:
-            cu.cuMemFree(self.ptr)  # waits for the device first
-        self.ptr = 0
-
-    def __del__(self):
-        try:
-            self.free()
-        except Exception:
-            pass
-
-
 class DeviceGrid:
     """One pooled grid ``[Z, Y, X, C]`` on the device. ``ptr``, ``shape``, ``dtype``, ``nbytes``,
     ``stream`` (the CUstream it is ordered on), ``device`` (ordinal); ``out``: the caller's
-    tensor when the grid was written into one (None: the grid owns its memory)."""
+    tensor when the grid was written into one (None: the grid's memory is the pooler's,
+    ``owner``, a grid_memory.GridBuffer). ``keep``: the object that owns ``stream`` (a CuPy
+    stream is destroyed with it), held while the grid lives."""
 
     def __init__(
         self,
         ptr: int,
-        shape,
-        dtype,
+        shape: tuple,
+        dtype: np.dtype,
         stream: int,
         device: int,
         slot: CallSlot,
         slots: CallSlots,
         owner=None,
         out=None,
+        keep=None,
     ):
-        self.ptr, self.shape, self.dtype = int(ptr), tuple(shape), np.dtype(dtype)
-        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
-        self.stream, self.device = int(stream), int(device)
+        self.ptr, self.shape, self.dtype = ptr, shape, dtype  # the pooler's own: no conversion
+        self.nbytes = math.prod(shape) * dtype.itemsize
+        self.stream, self.device = stream, device
         self.out = out
-        self._slot, self._slots, self._owner = slot, slots, owner
+        self._slot, self._slots, self._owner, self._keep = slot, slots, owner, keep
         self._flags: int | None = None
 
     # --- ordering -----------------------------------------------------------------------------
@@ -218,14 +190,15 @@ class DeviceGrid:
 
     # --- lifetime ---------------------------------------------------------------------------------
     def release(self) -> None:
-        """Give the call's slot back and free the grid's own memory (in stream order). Dropping
-        the last reference does the same."""
+        """Give the call's slot back and the grid's own memory (reused or freed in the order of
+        ``stream``). Dropping the last reference does the same."""
         slot, self._slot = self._slot, None
         if slot is not None:
             self._slots.give_back(slot)
         owner, self._owner = self._owner, None
         if owner is not None:
-            owner.free()
+            owner.give_back(self.stream)
+        self._keep = None
 
     def __del__(self):
         try:

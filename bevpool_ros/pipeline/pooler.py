@@ -45,10 +45,12 @@ from ..backends.cuda.driver import (
 from ..backends.errors import BackendUnavailable, InputError
 from ..backends.gpu.device_frame import Binding, DeviceFrame
 from ..backends.gpu.frame import pow2_exponent
-from ..rig import Rig, load_rig
+from ..rig import Rig
+from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, scatter_map_for
 from . import streams
-from .grid import CallSlots, DeviceGrid, StreamOrderedBuffer
+from .grid import CallSlots, DeviceGrid
+from .grid_memory import GridBuffers
 from .tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,12 @@ class BevPooler:
         autotune: bool = True,
     ):
         self.smap = scatter_map_of(source)
+        # shapes every call checks, as tuples once (the map's properties build them per read)
+        self._depth_shape, self._feat_shape = (
+            tuple(self.smap.depth_shape),
+            tuple(self.smap.feat_shape),
+        )
+        self._grid_shape = tuple(self.smap.bev_shape)
         self.grid_dtype = np.dtype(grid_dtype)
         self._grid_cells = math.prod(self.smap.bev_shape)  # elements: per call, no numpy
         if self.grid_dtype not in GRID_DTYPES:
@@ -143,11 +151,13 @@ class BevPooler:
         self._device = DeviceFrame(
             rt, self.smap, be.precision, be.frame.enqueue_kernel, check_finite=be.check_finite
         )
-        self._slots = CallSlots()
-        self._producer_sync = Event()
+        self._ctx, self._ordinal = rt.device.ctx, rt.device.ordinal
+        self._slots = CallSlots(rt.device.ctx)
+        self._producer_sync = Event(rt.device.ctx)
         self._last_event = None  # the previous call's grid event, and its stream
         self._last_stream: int | None = None
         self._own_stream = Stream()  # for device inputs no framework names a stream for
+        self._own_handle = int(self._own_stream.handle)
         self._wrapped: dict[int, Stream] = {}
         cu = api()
         self._pools = bool(
@@ -157,6 +167,12 @@ class BevPooler:
                 ),
                 "attr",
             )
+        )
+        self._own_grids = GridBuffers(
+            self._grid_cells * self.grid_dtype.itemsize,
+            rt.device.ctx,
+            self._pools,
+            self._own_handle,
         )
 
     # --- description -----------------------------------------------------------------------------
@@ -175,7 +191,7 @@ class BevPooler:
 
     @property
     def grid_shape(self) -> tuple:
-        return tuple(self.smap.bev_shape)
+        return self._grid_shape
 
     def describe(self) -> dict:
         d = dict(
@@ -286,8 +302,8 @@ class BevPooler:
 
     def _pool_device(self, depth, feat, out, stream, sync, scales):
         s, dl_stream, keep = self._begin_device(stream, depth)
-        td = self._tensor(depth, "depth", self.smap.depth_shape, dl_stream)
-        tf = self._tensor(feat, "feat", self.smap.feat_shape, dl_stream)
+        td = self._tensor(depth, "depth", self._depth_shape, dl_stream)
+        tf = self._tensor(feat, "feat", self._feat_shape, dl_stream)
         return self._enqueue(s, dl_stream, td, tf, out, sync, scales, keep=keep)
 
     def _begin_device(self, stream, tensor) -> tuple[int, int, object]:
@@ -297,49 +313,26 @@ class BevPooler:
                 "device tensors need the cuda backend; this pooler runs the cpu backend "
                 "(no GPU): pass numpy arrays"
             )
-        bind(self.backend.rt.device.ctx)  # this thread's current context: the pooler's device
+        bind(self._ctx)  # this thread's current context: the pooler's device
         s, owner = self._stream_for(stream, tensor)
         return s, streams.exported(s), owner
 
     def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=(), keep=None):
         """Enqueue one frame of ``td``, ``tf`` on ``s`` after the ``gather`` copies (dst, src or
         None for zeros, bytes); ``sources``: further producers' tensors to order after."""
-        rt = self.backend.rt
-        to = None
-        if out is not None:
-            if not is_device(out):
-                raise InputError(
-                    "out: device inputs pool into a device tensor; got a host array "
-                    "(use grid.numpy() for a host copy)"
-                )
-            to = device_tensor(out, "out", dl_stream)
-            check_shape(to, "out", self.grid_shape)
-            if to.dtype not in GRID_DTYPES or to.readonly:
-                raise InputError(
-                    f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
-                    + (" (read-only)" if to.readonly else "")
-                )
-            self._check_device(to, "out")
+        to = None if out is None else self._out_tensor(out, dl_stream)
         out_dtype = to.dtype if to is not None else self.grid_dtype
-        k = [
-            pow2_exponent(sc) if t.dtype == E4M3 else 0
-            for t, sc in ((td, scales[0]), (tf, scales[1]))
-        ]
+        k_depth = pow2_exponent(scales[0]) if td.dtype == E4M3 else 0
+        k_feat = pow2_exponent(scales[1]) if tf.dtype == E4M3 else 0
         with self._lock:
             if self._device is None:
                 raise RuntimeError("BevPooler: the pooler was closed")
             self._order_after_producers(s, (td, tf, to, *sources))
-            owner = None
-            if to is None:
-                owner = StreamOrderedBuffer(
-                    self._grid_cells * out_dtype.itemsize,
-                    s,
-                    rt.device.ctx,
-                    self._pools,
-                    keep=keep,
-                )
-            out_ptr = to.ptr if to is not None else owner.ptr
-            binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, *k)
+            memory = self._own_grids.take(s) if to is None else None
+            out_ptr = to.ptr if to is not None else memory.ptr
+            binding = Binding(
+                td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat
+            )
             slot = self._slots.take()
             handle = self._wrap(s)
             try:
@@ -348,13 +341,12 @@ class BevPooler:
                         handle.memset8(DeviceView(dst, nbytes), 0, nbytes)
                     else:
                         handle.d2d(DeviceView(dst, nbytes), DeviceView(src, nbytes), nbytes)
-                self._device.enqueue(handle, binding)
-                handle.d2h(slot.host_ptr, self._device.flags, 4)
-                slot.event.record(handle.handle)
+                # the flag word's copy and the grid's event are part of the (replayed) frame
+                self._device.enqueue(handle, binding, slot)
             except Exception:
                 self._slots.give_back(slot)
-                if owner is not None:
-                    owner.free()
+                if memory is not None:
+                    memory.give_back(s)
                 raise
             self._last_event, self._last_stream = slot.event, s
         grid = DeviceGrid(
@@ -362,25 +354,43 @@ class BevPooler:
             self.grid_shape,
             out_dtype,
             s,
-            rt.device.ordinal,
+            self._ordinal,
             slot,
             self._slots,
-            owner=owner,
+            owner=memory,
             out=out,
+            keep=keep,
         )
         return grid.check() if sync else grid
+
+    def _out_tensor(self, out, dl_stream: int) -> DeviceTensor:
+        """The caller's grid: a writable float32/float16 device tensor of the grid's shape."""
+        if not is_device(out):
+            raise InputError(
+                "out: device inputs pool into a device tensor; got a host array "
+                "(use grid.numpy() for a host copy)"
+            )
+        to = device_tensor(out, "out", dl_stream)
+        check_shape(to, "out", self.grid_shape)
+        if to.dtype not in GRID_DTYPES or to.readonly:
+            raise InputError(
+                f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
+                + (" (read-only)" if to.readonly else "")
+            )
+        self._check_device(to, "out")
+        return to
 
     # --- helpers ---------------------------------------------------------------------------------
     def _stream_for(self, stream, tensor) -> tuple[int, object]:
         """(CUstream, the object that owns it): a grid keeps that object, so a framework's stream
-        object (a CuPy stream is destroyed with it) outlives the grid freed in its order. A bare
-        int names a stream the caller keeps alive for as long as the grid lives."""
+        object (a CuPy stream is destroyed with it) outlives the grid, whose memory is given back
+        in its order. A bare int names a stream the caller keeps alive as long as the grid."""
         if stream is not None:
             return streams.stream_handle(stream), stream
         current = streams.framework_stream(tensor)
         if current is not None:
-            return streams.stream_handle(current), current
-        return int(self._own_stream.handle), self._own_stream
+            return current
+        return self._own_handle, self._own_stream
 
     def _wrap(self, s: int) -> Stream:
         handle = self._wrapped.get(s)
@@ -405,7 +415,7 @@ class BevPooler:
             raise InputError(
                 f"{name}: address {t.ptr:#x} is not aligned to its {t.dtype.name} elements"
             )
-        mine = self.backend.rt.device.ordinal
+        mine = self._ordinal
         ordinal = t.device if t.device is not None else pointer_device(t.ptr)
         if ordinal is None:
             raise InputError(f"{name}: address {t.ptr:#x} is not memory of a CUDA device")
@@ -439,6 +449,7 @@ class BevPooler:
                 for buf in self._gather_buffers.values():
                     buf.free()
                 self._slots.close()
+                self._own_grids.close()
                 self._producer_sync.destroy()
                 self._device = None
             self.backend.close()

@@ -43,28 +43,37 @@ def current_stream(tensor) -> int | None:
     """The current stream of ``tensor``'s framework (PyTorch, CuPy) on its device; None when the
     tensor comes from elsewhere. Nothing is imported that the caller did not import already."""
     found = framework_stream(tensor)
-    return None if found is None else stream_handle(found)
+    return None if found is None else found[0]
 
 
-def framework_stream(tensor):
-    """The framework's current stream object for ``tensor`` (torch.cuda.Stream, cupy Stream), or
-    None. The object, not only its handle: a grid holds it so the stream outlives the grid."""
+def framework_stream(tensor) -> tuple[int, object] | None:
+    """(CUstream, the object that owns it) of the current stream of ``tensor``'s framework, or
+    None. The owner, not only the handle: a grid holds it so the stream outlives the grid. A
+    CuPy stream is destroyed with its object; PyTorch's streams never are (pooled for the
+    process; an ExternalStream owns nothing), so a PyTorch handle has no owner to hold."""
     module = type(tensor).__module__.split(".", 1)[0]
     if module == "torch":
         import torch
 
-        return torch.cuda.current_stream(tensor.device)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object: ~us less
+        if raw is not None and tensor.is_cuda:
+            return int(raw(tensor.get_device())), None
+        current = torch.cuda.current_stream(tensor.device)
+        return stream_handle(current), current
     if module == "cupy":
         import cupy
 
-        return cupy.cuda.get_current_stream()
+        current = cupy.cuda.get_current_stream()
+        return stream_handle(current), current
     return None
 
 
 def same_stream(a: int | None, b: int | None) -> bool:
-    """0 and 1 both name the legacy default stream."""
-    norm = {0: LEGACY}
-    return a is not None and b is not None and norm.get(a, a) == norm.get(b, b)
+    """0 and 1 both name the legacy default stream; 2, the per-thread default stream, names a
+    different stream in each thread, so it is never known to be the same."""
+    if a is None or b is None or a == PER_THREAD or b == PER_THREAD:
+        return False
+    return a == b or {a, b} == {0, LEGACY}
 
 
 def exported(handle: int) -> int:

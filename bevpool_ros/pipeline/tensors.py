@@ -5,12 +5,19 @@ DLPack producer), host memory as numpy (or a DLPack CPU tensor, e.g. a PyTorch C
 A ``DeviceTensor`` is only a description (address, dtype, shape, the device it lives on and the
 stream its producer wrote it on); the caller keeps the tensor alive, as with any stream-ordered
 operation. Only C-contiguous tensors are taken: the kernels index flat arrays.
+
+A plain PyTorch CUDA tensor is read through its own accessors (``data_ptr()``, ``dtype``,
+``shape``, ``is_contiguous()``: C++, well under a microsecond each); its protocol methods are
+Python and cost several microseconds per call, on a path whose every microsecond is latency.
+Anything the accessors cannot vouch for (a tensor that requires grad, a subclass, another layout
+or dtype, non-contiguous) goes through the protocols, which raise what they raise.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -59,11 +66,46 @@ class DeviceTensor(NamedTuple):
         return math.prod(self.shape) * self.dtype.itemsize
 
 
+def _torch_tensor_type():
+    """torch.Tensor when the process imported PyTorch (nothing is imported here), else None."""
+    torch = sys.modules.get("torch")
+    return getattr(torch, "Tensor", None) if torch is not None else None
+
+
+_torch_dtypes: dict = {}  # torch dtype -> numpy dtype, filled once per torch module
+_torch_dtypes_of = None
+
+
+def _from_torch(t) -> DeviceTensor | None:
+    """A plain CUDA ``torch.Tensor`` through its accessors; None where only the protocols can
+    judge it (their refusals carry PyTorch's own words)."""
+    global _torch_dtypes, _torch_dtypes_of
+    torch = sys.modules["torch"]
+    if _torch_dtypes_of is not torch:
+        names = {"float32": np.float32, "float16": np.float16, "uint8": np.uint8,
+                 "float8_e4m3fn": np.uint8}  # float8_e4m3fn: E4M3 codes by another name
+        _torch_dtypes = {getattr(torch, n): np.dtype(d) for n, d in names.items()
+                         if hasattr(torch, n)}
+        _torch_dtypes_of = torch
+    dtype = _torch_dtypes.get(t.dtype)
+    if (
+        dtype is None
+        or not t.is_cuda
+        or t.requires_grad
+        or t.layout is not torch.strided
+        or not t.is_contiguous()
+    ):
+        return None
+    return DeviceTensor(t.data_ptr(), dtype, tuple(t.shape), t.get_device())
+
+
 def is_device(obj) -> bool:
     """True for objects that live on a GPU, judged without reading their data: the DLPack device
     when offered (a PyTorch tensor has both protocols on the CPU too), else the interface."""
     if isinstance(obj, np.ndarray):
         return False
+    if type(obj) is _torch_tensor_type():
+        return obj.is_cuda
     dev = getattr(obj, "__dlpack_device__", None)
     if dev is not None:
         try:
@@ -126,7 +168,9 @@ def from_cuda_array_interface(cai: dict, name: str, device: int | None = None) -
         raise InputError(f"{name}: masked arrays are not taken")
     stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
     stream = None if stream is None else int(stream)
-    return DeviceTensor(ptr, dtype.newbyteorder("="), shape, device, stream, readonly)
+    if dtype.byteorder != "=" and dtype.itemsize > 1:
+        dtype = dtype.newbyteorder("=")
+    return DeviceTensor(ptr, dtype, shape, device, stream, readonly)
 
 
 def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
@@ -176,6 +220,10 @@ def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:
     """``__cuda_array_interface__`` when offered (an attribute read), else ``__dlpack__``. A
     producer refusing both (a PyTorch tensor that requires grad, a dtype it cannot export) is
     an InputError carrying its own words."""
+    if type(obj) is _torch_tensor_type():
+        t = _from_torch(obj)
+        if t is not None:
+            return t
     refusal = None
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)

@@ -24,14 +24,20 @@ class CudaError(RuntimeError):
     pass
 
 
+_cu = None  # the module, once imported: an import statement per driver call costs microseconds
+
+
 def api():
     """The cuda.bindings driver module (imported on first use): the raw driver API for callers
     that need calls this module does not wrap (VMM, IPC events in handoff/)."""
-    try:
-        from cuda.bindings import driver as cu
-    except ImportError as e:  # pragma: no cover - depends on the machine
-        raise BackendUnavailable(f"cuda-bindings not installed ({e})") from e
-    return cu
+    global _cu
+    if _cu is None:
+        try:
+            from cuda.bindings import driver as cu
+        except ImportError as e:  # pragma: no cover - depends on the machine
+            raise BackendUnavailable(f"cuda-bindings not installed ({e})") from e
+        _cu = cu
+    return _cu
 
 
 def check(result, what: str):
@@ -141,11 +147,11 @@ class PinnedBuffer:
     write it in place: the integrated-GPU path, where host and device share one memory.
     """
 
-    def __init__(self, shape, dtype, mapped: bool = False):
-        bind()
+    def __init__(self, shape, dtype, mapped: bool = False, ctx=None):
+        bind(ctx)  # pinned for that context (default: the last opened device's)
         cu = api()
         dtype = np.dtype(dtype)
-        self._ctx = _default_ctx
+        self._ctx = ctx if ctx is not None else _default_ctx
         self.nbytes = int(np.prod(shape)) * dtype.itemsize
         flags = cu.CU_MEMHOSTALLOC_DEVICEMAP if mapped else 0
         self.ptr = int(check(cu.cuMemHostAlloc(max(self.nbytes, 16), flags), "cuMemHostAlloc"))
@@ -311,16 +317,23 @@ class Event:
     """A CUDA event without timing (the cheap kind): ``record`` on one stream, ``wait`` from another
     stream (no host involvement), ``synchronize`` or ``done`` from the host."""
 
-    def __init__(self):
-        bind()
+    def __init__(self, ctx=None):
+        bind(ctx)  # an event of that context (default: the last opened device's)
         cu = api()
-        self._ctx = _default_ctx
+        self._ctx = ctx if ctx is not None else _default_ctx
         flags = int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)
         self.handle = check(cu.cuEventCreate(flags), "cuEventCreate")
 
-    def record(self, stream_handle) -> None:
+    def record(self, stream_handle, external: bool = False) -> None:
+        """``external``: while ``stream_handle`` is captured, record the event from the graph
+        (an event record node: every replay records it), not only order the capture by it."""
         bind(self._ctx)
-        check(api().cuEventRecord(self.handle, stream_handle), "cuEventRecord")
+        cu = api()
+        if external:
+            flags = int(cu.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL)
+            check(cu.cuEventRecordWithFlags(self.handle, stream_handle, flags), "cuEventRecord")
+        else:
+            check(cu.cuEventRecord(self.handle, stream_handle), "cuEventRecord")
 
     def wait(self, stream_handle) -> None:
         """Work enqueued on ``stream_handle`` from now on runs after the recorded work."""

@@ -11,12 +11,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...kernels import table as L
+from ...kernels.schedule import DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
-from ...kernels import table as L
-from .driver import DeviceArrays, DeviceBuffer, Device, Module, Stream, launch as launch_kernel
+from .driver import Device, DeviceArrays, DeviceBuffer, Module, Stream
+from .driver import launch as launch_kernel
 from .nvrtc_build import get_kernel_image
-from ...kernels.schedule import DEFAULT_K_MIN, build_v3_schedule, v2do_intervals
 
 log = logging.getLogger(__name__)
 

@@ -11,16 +11,17 @@ the caller's stream with no host synchronisation:
     the pooling step                          writes the caller's grid itself (FP16 kernel, float32
                                               grid), else this frame's buffer, then
     the epilogue                              -> the grid dtype, checked, scaled where it must be
-
-The flag word stays on the device (``flags``); the caller copies it out with its own event.
+    the caller's ``done`` target, if given    the flag word copied to its pinned word, then its
+                                              event recorded: a replay is one driver call
 
 E4M3 codes at FP16: the codes convert to FP16 exactly, unscaled; their scales 2^k come back in
 the epilogue, which multiplies by 2^(8 - k0 - k1): the exponents stored for it are k + 4, so the
 product is 2^-(k_depth + k_feat) (powers of two: exact).
 
-Graphs: a binding (the caller's addresses, dtypes, scales) seen a second time is captured as a
-CUDA graph on a private stream and replayed on the caller's from then on (a few most recent
-kept); a binding seen once runs as individual launches, so one-off addresses never pay a capture.
+Graphs: a binding (the caller's addresses, dtypes, scales) and ``done`` target seen a second
+time is captured as a CUDA graph on a private stream and replayed on the caller's from then on
+(a few most recent kept); one seen once runs as individual launches, so one-off addresses never
+pay a capture. A ``done`` target (its word and event) must outlive this frame's graphs.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ E4M3 = np.dtype(np.uint8)
 F32 = np.dtype(np.float32)
 FP16_EPILOGUE_BIAS = 4  # see the module doc: (k + 4) twice cancels the epilogue's 2^8
 VECTOR_ALIGN = 16  # the pooling kernels load and store 16-byte vectors (uint4)
-GRAPHS_KEPT = 8
+GRAPHS_KEPT = 16  # a consumer holding N grids at a time cycles through N + 1 bindings
 BINDINGS_REMEMBERED = 64
 
 
@@ -99,12 +100,16 @@ class DeviceFrame:
         """The flag word of the last enqueued frame (frame.FLAG_INPUT | FLAG_OUTPUT)."""
         return self._scratch.view(0, 4)
 
-    def enqueue(self, stream: Stream, binding: Binding) -> None:
-        """The frame of ``binding`` on ``stream``: a graph replay when it was seen before."""
-        key = (binding, self.check_finite)
+    def enqueue(self, stream: Stream, binding: Binding, done=None) -> None:
+        """The frame of ``binding`` on ``stream``: a graph replay when it was seen before.
+        ``done`` (or None): ``host_ptr``, a pinned word the flag word is copied to, and
+        ``event``, recorded after it (an Event); part of the graph, so part of its key."""
+        key = (binding, done, self.check_finite)
         graph = self._graphs.get(key)
         if graph is None and key in self._seen:
-            graph = self._graphs[key] = Graph(self._capture, lambda s: self._record(s, binding))
+            graph = self._graphs[key] = Graph(
+                self._capture, lambda s: self._record(s, binding, done, captured=True)
+            )
             while len(self._graphs) > GRAPHS_KEPT:
                 self._graphs.popitem(last=False)[1].destroy()
         if graph is not None:
@@ -115,11 +120,17 @@ class DeviceFrame:
         self._seen[key] = None
         while len(self._seen) > BINDINGS_REMEMBERED:
             self._seen.popitem(last=False)
-        self._record(stream, binding)
+        self._record(stream, binding, done)
         self.eager_frames += 1
 
     # --- the work of one frame ------------------------------------------------------------------
-    def _record(self, s: Stream, b: Binding) -> None:
+    def _record(self, s: Stream, b: Binding, done, captured: bool = False) -> None:
+        self._pool(s, b)
+        if done is not None:
+            s.d2h(done.host_ptr, self.flags, 4)
+            done.event.record(s.handle, external=captured)
+
+    def _pool(self, s: Stream, b: Binding) -> None:
         scratch = self._scratch.ptr
         flags = scratch if self.check_finite else 0
         raw = (b.depth_dtype == E4M3, b.feat_dtype == E4M3)

@@ -28,11 +28,11 @@ from typing import Callable
 
 import numpy as np
 
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE
+from ...kernels.table import CONVERT_KERNELS
 from ...scatter_map import ScatterMap
 from ..base import NonFiniteInput, NonFiniteOutput, check_out
 from ..cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
-from ...kernels.table import CONVERT_KERNELS
-from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ..staging import ALL_WIRE, CameraStaging, Staged
 
 log = logging.getLogger(__name__)

@@ -29,12 +29,13 @@ import numpy as np
 
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...kernels.table import PRECISION_INPUT, V3_KERNELS
+from ...regime import classify, working_set_bytes
+from ...scatter_map import ScatterMap
 from ..base import BackendUnavailable
 from ..gpu.base import GpuBackend
 from ..gpu.choices import LaunchChoice, choice_key
-from ...regime import classify, working_set_bytes
-from ...scatter_map import ScatterMap
 from .engine_cache import EngineCache
+from .plugin_source import PluginSourceError, select_and_install
 from .targets import Target, TargetError, check_runnable, fp8_supported
 from .trt_import import TensorRTMissing, load_tensorrt
 
@@ -47,7 +48,8 @@ class TensorRTBackend(GpuBackend):
 
     def __init__(self, precision: str = "fp16", device: int = 0, cache_dir=None, accumulate: str | None = None,
                  kernel: str | None = None, k_min: int | None = None, threads: int | None = None,
-                 autotune: bool = True, trt_module: str | None = None, **options):
+                 autotune: bool = True, trt_module: str | None = None, trt_plugin: str = "auto",
+                 trt_plugin_library: str | None = None, **options):
         if precision == "fp32":
             raise BackendUnavailable("tensorrt backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
         # GPU first: without one, importing TensorRT (~0.8 s for the RTX libraries) is wasted start-up
@@ -64,6 +66,10 @@ class TensorRTBackend(GpuBackend):
         except TensorRTMissing as e:
             raise BackendUnavailable(str(e)) from e
         _check_network_route(self.lib)
+        try:  # before any engine is built or loaded: one plugin creator per process
+            self.plugin_source = select_and_install(self.lib, trt_plugin, trt_plugin_library or None)
+        except PluginSourceError as e:
+            raise BackendUnavailable(str(e)) from e
         dev = self.rt.device
         try:
             check_runnable(self.lib, dev.arch)
@@ -167,7 +173,8 @@ class TensorRTBackend(GpuBackend):
 
     def describe(self) -> dict:
         d = super().describe()
-        d.update(tensorrt=self.lib.tag, engine_cache=self.cache.stats(), engine_loads=self.engine_loads,
+        d.update(tensorrt=self.lib.tag, trt_plugin=self.plugin_source.describe(),
+                 engine_cache=self.cache.stats(), engine_loads=self.engine_loads,
                  calibration_updates=self.calibration_updates)
         held = self.runners.get(self.precision)
         if self.plan is not None and held is not None:

@@ -13,10 +13,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from ...regime import classify, working_set_bytes
-from ...scatter_map import ScatterMap
 from ...kernels import table as L
 from ...kernels.schedule import V3Schedule
+from ...regime import classify, working_set_bytes
+from ...scatter_map import ScatterMap
 from .engine_cache import EngineKey
 from .network import add_map_profile, create_network, parse_onnx, populate
 from .plugin_config import PluginConfig, config_for_v3

@@ -6,7 +6,8 @@ precision: built by another TensorRT, for other kernel sources or another launch
 the folder keeps at most ``max_engines`` files, least recently used first out.
 
 Engines are code that runs on the GPU, so the cache is a private 0700 folder we own; files are
-0600, written atomically, and sealed in private_cache's hash envelope, so a truncated, corrupted or foreign file is detected before TensorRT ever sees it. A bad file
+0600, written atomically, and sealed in private_cache's hash envelope, so a truncated, corrupted or
+foreign file is detected before TensorRT ever sees it. A bad file
 is counted, deleted and rebuilt by the caller; it never crashes the node. ``invalidate`` covers
 the remaining case: the envelope is intact but TensorRT refuses to deserialize the engine.
 """

@@ -20,8 +20,17 @@ from functools import lru_cache
 
 import numpy as np
 
-from .plugin_config import (FIELDS, OUTPUT, PLUGIN_NAME, PLUGIN_NAMESPACE, PLUGIN_VERSION, PluginConfig,
-                            PluginConfigError, bind_plan, check_shapes)
+from .plugin_config import (
+    FIELDS,
+    OUTPUT,
+    PLUGIN_NAME,
+    PLUGIN_NAMESPACE,
+    PLUGIN_VERSION,
+    PluginConfig,
+    PluginConfigError,
+    bind_plan,
+    check_shapes,
+)
 
 log = logging.getLogger(__name__)
 

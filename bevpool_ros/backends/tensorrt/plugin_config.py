@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...regime import OUTPUT_DTYPE
-from ...scatter_map import ScatterMap
 from ...kernels import table as L
 from ...kernels.schedule import BlockGrid, V3Schedule, v2do_intervals
+from ...regime import OUTPUT_DTYPE
+from ...scatter_map import ScatterMap
 
 PLUGIN_NAME = "BEVPoolV3"
 PLUGIN_VERSION = "1"

@@ -16,9 +16,9 @@ import json
 import logging
 import sys
 
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...progress import run_with_progress
 from ..base import BackendUnavailable
-from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from .builder import build_engine, engine_key, plugin_config_for
 from .engine_cache import EngineCache
 from .network import onnx_model_bytes
@@ -28,7 +28,7 @@ from .trt_import import TensorRTMissing, load_tensorrt
 
 def _map(args):
     if args.rig:
-        from ...rig import load_rig
+        from ...rig_yaml import load_rig
         from ...scatter_map import build_scatter_map
 
         return build_scatter_map(load_rig(args.rig))
@@ -52,9 +52,15 @@ def main(argv=None) -> int:
     ap.add_argument("--onnx", help="also write the one-node ONNX graph here (for inspection, e.g. Netron)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from ...rig import RigError
+
+    try:
+        smap = _map(args)  # a bad rig file is the user's input: one line, exit 2
+    except RigError as e:
+        print(f"bevpool-trt-build: {e}", file=sys.stderr)
+        return 2
     try:
         lib = load_tensorrt()
-        smap = _map(args)
         report = _build_rtx(lib, smap, args) if lib.is_rtx else _build_on_gpu(smap, args)
     except (TensorRTMissing, TargetError, BackendUnavailable, RuntimeError, ValueError, OSError) as e:
         print(f"prebuild failed: {e}", file=sys.stderr)
