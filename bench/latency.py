@@ -109,7 +109,7 @@ def role_handoff_publisher(args) -> int:
     import rclpy
 
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, ring_for_rig
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.synthetic import SyntheticScene
 
     rclpy.init(args=[sys.argv[0]])

@@ -23,7 +23,7 @@ from bevpool_ros.node.handoff_input import check_announcement, handoff_topics
 from bevpool_ros.node.params import defaults
 from bevpool_ros.paths import default_rig_path
 from bevpool_ros.reference import pool_reference
-from bevpool_ros.rig import load_rig
+from bevpool_ros.rig_yaml import load_rig
 from bevpool_ros.scatter_map import build_scatter_map
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -184,7 +184,7 @@ PRODUCER = textwrap.dedent("""
     import sys, time
     import rclpy
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.synthetic import SyntheticScene
     rig_path, base, frames = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rclpy.init()

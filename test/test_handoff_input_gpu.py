@@ -123,7 +123,7 @@ PRODUCER = textwrap.dedent("""
     import rclpy
     from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, announcement
-    from bevpool_ros.rig import load_rig
+    from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.synthetic import SyntheticScene
 
     rclpy.init()
