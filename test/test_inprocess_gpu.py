@@ -431,6 +431,8 @@ def test_bad_device_tensors_are_refused(torch):
     depth = torch.rand(smap.depth_shape, device="cuda")
     feat = torch.rand(smap.feat_shape, device="cuda")
     with pytest.raises(InputError, match="shape"):
+        p.pool(depth[:, :-1].contiguous(), feat)
+    with pytest.raises(InputError, match="contiguous"):  # a slice of a tensor: strided, refused as such
         p.pool(depth[:, :-1], feat)
     with pytest.raises(InputError, match="contiguous"):
         p.pool(depth.transpose(2, 3).contiguous().transpose(2, 3), feat)

@@ -12,7 +12,7 @@ expands it into the depth slot on the device (``metric_dtype`` says the slot's d
 distribution camera in the set decides it). Staging without ``metric_dtype`` refuses them.
 
 Everything checked here is a header check (type, dtype, shape), so bad input is refused before
-any device work; value checks (NaN/Inf, FP16 range) run on the device (gpu_frame.py) or in the
+any device work; value checks (NaN/Inf, FP16 range) run on the device (gpu/frame.py) or in the
 cpu backend.
 """
 from __future__ import annotations
