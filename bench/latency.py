@@ -3,13 +3,17 @@
 processes) or in-process (BevPooler inside the caller's process).
 
     python bench/latency.py [--backend cpu] [--precision fp16] [--bev-dtype float32]
-                            [--transport dds|handoff_out|inprocess] [--rig nuscenes|wide_c256|F]
+                            [--transport dds|handoff_out|handoff_both|inprocess]
+                            [--rig nuscenes|wide_c256|F]
                             [--frames 1000] [--rate 30] [--rows FILE.json]
 
 Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
   e2e       last input message of the set published (publisher process) -> its grid received
             (subscriber process): a BevFeature decoded (dds), or the BevHandoff opened and its IPC
-            event waited on (handoff_out; "handoff" is the same). One clock: CLOCK_MONOTONIC is
+            event waited on (handoff_out; "handoff" is the same). handoff_both: the publisher
+            hands its device tensors over too (CameraHandoffPublisher: ring copy + TensorHandoff;
+            the clock starts when the last camera tensor's announcement is published) and the
+            node reads them in place (input.handoff only). One clock: CLOCK_MONOTONIC is
             system-wide, so the two processes' timestamps compare directly. inprocess: pool call ->
             grid ready on the stream, timed on the GPU (bench/inprocess_latency.py; no ROS).
   node      the node's own view from /diagnostics: last input received -> BEV published
@@ -40,7 +44,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
-TRANSPORTS = ("dds", "handoff_out", "inprocess")
+TRANSPORTS = ("dds", "handoff_out", "handoff_both", "inprocess")
+HANDOFF_OUT = ("handoff_out", "handoff_both")  # the subscriber reads BevHandoff
 DRAIN_S = 2.0
 READY_TIMEOUT_S = 40.0  # node start-up (kernel compile / autotune on a cold cache) + discovery
 
@@ -58,6 +63,9 @@ def _spin_until(node, predicate, timeout: float) -> bool:
 def role_publisher(args) -> int:
     """Publish ``frames`` camera sets at ``rate``; record when each set's last message went out."""
     import rclpy
+
+    if args.transport == "handoff_both":
+        return role_handoff_publisher(args)
 
     from bevpool_ros.demo.synthetic_publisher import SyntheticRigPublisher
     from bevpool_ros.rig_yaml import load_rig
@@ -80,6 +88,71 @@ def role_publisher(args) -> int:
     return 0
 
 
+class _DeviceInput:
+    """A device copy of one camera tensor, offered as a CUDA array (what a network would hand)."""
+
+    def __init__(self, arr: np.ndarray):
+        from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
+
+        arr = np.ascontiguousarray(arr)
+        self.buf = DeviceBuffer(arr.nbytes)
+        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
+        self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": arr.dtype.str,
+                                         "data": (self.buf.ptr, False), "version": 3,
+                                         "strides": None, "stream": None}
+
+
+def role_handoff_publisher(args) -> int:
+    """handoff_both: the camera tensors of each set handed over through the GPU ring
+    (CameraHandoffPublisher, mode on), announced as TensorHandoff; the set's time is taken after
+    the last announcement was published."""
+    import rclpy
+
+    from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, ring_for_rig
+    from bevpool_ros.rig_yaml import load_rig
+    from bevpool_ros.synthetic import SyntheticScene
+
+    rclpy.init(args=[sys.argv[0]])
+    node = rclpy.create_node("bevpool_latency_handoff_publisher")
+    rig = load_rig(args.rig)
+    slot, size = ring_for_rig(rig, np.dtype(args.input_dtype).itemsize)
+    pub = CameraHandoffPublisher(node, rig, slot_bytes=slot, ring_size=size, mode="on")
+    scene = SyntheticScene(rig, seed=0)
+    frames = []  # per cycle frame: [(camera, stream, device tensor, layout)], uploaded once
+    for i in range(min(args.cycle_frames, args.frames)):
+        depth, feat = scene.frame(i)
+        frames.append([(cam.name, stream, _DeviceInput(arr[n].astype(args.input_dtype)), layout)
+                       for n, cam in enumerate(rig.cameras)
+                       for stream, arr, layout in (("depth", depth, "DHW"), ("feat", feat, "HWC"))])
+    sent = []
+    state = {"i": 0}
+
+    def tick():
+        i = state["i"]
+        if i >= args.frames:
+            timer.cancel()
+            return
+        stamp = time.time_ns()
+        for cam, stream, tensor, layout in frames[i % len(frames)]:
+            pub.publish(cam, stream, tensor, stamp, layout=layout)
+        sent.append((stamp, time.monotonic_ns()))
+        state["i"] = i + 1
+    try:
+        ready = _spin_until(node, lambda: all(p.get_subscription_count() > 0
+                                              for p in pub.handoff_pubs.values()), 60.0)
+        if not ready:
+            print("publisher: the node never subscribed to the hand-off topics", file=sys.stderr)
+            return 1
+        timer = node.create_timer(1.0 / args.rate, tick)
+        _spin_until(node, timer.is_canceled, args.frames / args.rate * 3 + 30)
+    finally:
+        Path(args.record).write_text(json.dumps({"sent": sent}))
+        pub.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
 def role_subscriber(args) -> int:
     """Receive grids (BevFeature or BevHandoff) and /diagnostics until the stop file appears."""
     import rclpy
@@ -95,7 +168,7 @@ def role_subscriber(args) -> int:
     node = Node("bevpool_latency_subscriber")
     received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
     qos = make_qos("reliable", 10)
-    if args.transport == "handoff_out":
+    if args.transport in HANDOFF_OUT:
         from bevpool_msgs.msg import BevHandoff
 
         from bevpool_ros.handoff.reader import HandoffOverwritten, HandoffReader
@@ -267,7 +340,8 @@ def run_pipeline(args) -> dict:
     params = {"rig_file": str(args.rig), "backend": args.backend, "precision": args.precision,
               "output.bev_dtype": args.bev_dtype, "output.publish_image": False, "diagnostics.period_s": 0.5,
               "diagnostics.latency_window": min(100000, args.frames + 10),
-              "output.gpu_handoff": args.transport == "handoff_out"}
+              "output.gpu_handoff": args.transport in HANDOFF_OUT,
+              "input.handoff": "only" if args.transport == "handoff_both" else "none"}
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],
@@ -332,7 +406,7 @@ def render_md(res: dict) -> str:
         f"Drops: {res['drops'] or 'none'}." + (
             f" Hand-off: grids overwritten before read {res['overwritten']}; open + event wait in the subscriber "
             f"p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
-            if r["transport"] == "handoff_out" else ""),
+            if r["transport"] in HANDOFF_OUT else ""),
     ]
     return "\n".join(lines) + "\n"
 
@@ -408,7 +482,8 @@ def main(argv=None) -> int:
                     help="float8_e4m3 (E4M3 codes with power-of-two scales): inprocess only")
     ap.add_argument("--transport", default="dds", choices=(*TRANSPORTS, "handoff"),
                     help="dds | handoff_out (the node's grid through the GPU hand-off; "
-                         "'handoff' too) | inprocess (BevPooler in this process, no ROS)")
+                         "'handoff' too) | handoff_both (the camera tensors too) | inprocess "
+                         "(BevPooler in this process, no ROS)")
     ap.add_argument("--rig", default=str(RIG),
                     help="rig YAML, a rig of config/rigs, or a workload (wide_c256)")
     ap.add_argument("--tensors", default="auto", choices=("auto", "torch", "cupy", "driver"),
@@ -425,6 +500,8 @@ def main(argv=None) -> int:
     args.rig = str(resolve_rig(args.rig))
     if args.transport == "inprocess":
         return main_inprocess(args, argv)
+    if args.transport in HANDOFF_OUT and args.backend not in ("cuda", "best"):
+        ap.error(f"--transport {args.transport} hands grids over on a GPU: --backend cuda")
     if args.input_dtype == "float8_e4m3":
         ap.error("--input-dtype float8_e4m3 is measured in-process only (--transport inprocess)")
 
@@ -457,9 +534,10 @@ def main(argv=None) -> int:
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")
                   or k in ("sync_incomplete_timeout", "sync_late", "sync_evicted", "sync_superseded")},
         "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:])
-        if args.transport == "handoff_out" else None,
+        if args.transport in HANDOFF_OUT else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
+        "input_handoff": d.get("input_handoff"),  # the node's wake-up: first arrivals by way
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
         "command": "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

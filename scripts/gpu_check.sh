@@ -126,11 +126,13 @@ if [ "$RUN_ROS" = 1 ]; then
       { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
             --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
         timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
+        # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
+        timeout 420 $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py
       } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
       rm -f "$OUT/ros_latency.md"
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype]]];..." (empty: skip the runs);
       # defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each.
-      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256}"
+      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
       for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
         set -- $cfg

@@ -24,4 +24,4 @@ export _ROS_WHEELS_BOOTSTRAP_COMPLETE=1
 ENV
 # shellcheck disable=SC1091
 . "$PREFIX/ros_env.sh"
-"$PY" -c 'import rclpy, numpy; from bevpool_msgs.msg import Tensor, BevFeature, BevHandoff; rclpy.init(); rclpy.create_node("install_check"); rclpy.shutdown(); print("[install_ros_runtime] rclpy + bevpool_msgs ok, numpy", numpy.__version__)'
+"$PY" -c 'import rclpy, numpy; from bevpool_msgs.msg import Tensor, BevFeature, BevHandoff, TensorHandoff; rclpy.init(); rclpy.create_node("install_check"); rclpy.shutdown(); print("[install_ros_runtime] rclpy + bevpool_msgs ok, numpy", numpy.__version__)'

@@ -7,6 +7,7 @@ import numpy as np
 
 from ..metric_depth import MetricDepth
 from ..scatter_map import ScatterMap
+from .device_payloads import download
 from .errors import BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out  # noqa: F401  (re-exported: the backends' public errors)
 from .staging import CameraStaging
 
@@ -48,12 +49,14 @@ class Backend(ABC):
     def pool_cameras(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
         """Per-camera (depth [D,H,W] | MetricDepth | None, feat [H,W,C] | None) -> BEV: each payload
         copied once into its slot of the staging buffer (staging.CameraStaging), then pooled. Here,
-        with no device, a MetricDepth (a depth camera's image) is expanded on the host."""
+        with no device, a MetricDepth (a depth camera's image) is expanded on the host and a
+        device payload (a hand-off view) is downloaded (device_payloads.download)."""
         smap = self._require_map()
         if self._host_staging is None:
             self._host_staging = CameraStaging(smap.depth_shape, smap.feat_shape, allowed=self.wire_dtypes)
         st = self._host_staging
-        cameras = [(d.distribution() if isinstance(d, MetricDepth) else d, f) for d, f in cameras]
+        cameras = [(d.distribution() if isinstance(d, MetricDepth) else download(d, "depth"),
+                    download(f, "feat")) for d, f in cameras]
         staged = st.stage(cameras)
         return self.pool(st.slots("depth", staged.depth), st.slots("feat", staged.feat), out=out)
 

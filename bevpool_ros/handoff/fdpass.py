@@ -42,6 +42,7 @@ class FdServer:
         self._sock.settimeout(0.2)
         self._running = True
         self.refused = 0
+        self.served = 0  # descriptions handed out: a producer can tell whether anyone connected
         self._thread = threading.Thread(target=self._loop, name="bevpool-handoff-fds", daemon=True)
         self._thread.start()
 
@@ -59,6 +60,7 @@ class FdServer:
                     payload, fds = self._describe()
                     data = json.dumps(payload).encode()
                     socket.send_fds(conn, [_LEN.pack(len(data)) + data], list(fds))
+                    self.served += 1
                 except OSError:
                     continue  # the client went away: nothing to clean up
 

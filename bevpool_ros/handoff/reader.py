@@ -83,6 +83,7 @@ class HandoffView:
         self.shape = tuple(int(s) for s in msg.shape)
         self.dtype = dtype
         self.nbytes = int(msg.nbytes)
+        self.scale = float(getattr(msg, "scale", 1.0))  # E4M3 camera tensors: value = code / scale
         self.ptr = ring.buffers[self.slot].ptr + int(msg.offset)
         self._event = ring.events.get(bytes(msg.event_handle))
 
@@ -164,6 +165,17 @@ class HandoffReader:
         if wait:
             view.wait()
         return view
+
+    @property
+    def socket_paths(self) -> list[str]:
+        return list(self._rings)
+
+    def forget(self, socket_path: str) -> None:
+        """Unmap the ring served at ``socket_path`` (its producer went away); views of it must
+        no longer be read."""
+        ring = self._rings.pop(socket_path, None)
+        if ring is not None:
+            ring.close()
 
     def close(self) -> None:
         for ring in self._rings.values():

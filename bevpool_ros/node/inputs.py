@@ -14,7 +14,8 @@ from ..io.bev_message import stamp_to_ns
 from ..io.tensor_codec import TensorError, inspect_header, to_float
 from ..logtext import clip, shown
 from ..rig import RigError
-from .configure import STREAMS, tensor_topics
+from .configure import STREAMS, StartupError, tensor_topics
+from .handoff_input import HandoffInputs
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSet, CameraSetSynchronizer
 
@@ -78,6 +79,12 @@ class Inputs:
         self._camera_info_seen: dict[str, tuple] = {}
         self._poll_timer = None
         self._tf_buffer = self._tf_timer = self._tf_listener = None
+        self.handoff = HandoffInputs(node) if cfg["input.handoff"] != "none" else None
+        if cfg["input.handoff"] == "only":  # a node that cannot map rings would receive nothing
+            self.handoff.open_reader()
+            if self.handoff.unavailable:
+                raise StartupError(f"input.handoff only, but this node cannot map hand-off rings: "
+                                   f"{self.handoff.unavailable}")
         if cfg["calibration.use_tf"]:
             self._setup_tf()
 
@@ -104,6 +111,8 @@ class Inputs:
         for cam in node.cameras:
             for stream in STREAMS:
                 kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
+                if kind is CameraTensor and cfg["input.handoff"] == "only" and mf is None:
+                    continue  # hand-off only: the announcements below carry this stream
                 topic = topics[(cam, stream)]
                 if mf is None:
                     cb = functools.partial(self.on_tensor, camera=cam, stream=stream)
@@ -120,6 +129,13 @@ class Inputs:
             self.mf_sync = mf.ApproximateTimeSynchronizer(
                 filters, queue_size=cfg["sync.max_pending_sets"] * 2, slop=cfg["sync.slop_s"])
             self.mf_sync.registerCallback(self.on_message_filters_set)
+        if self.handoff is not None and mf is not None:  # 'only' asked for them: say it louder
+            say = node.get_logger().warning if cfg["input.handoff"] == "only" else \
+                node.get_logger().info
+            say("input.handoff needs the built-in synchroniser (sync.use_message_filters is on): "
+                "hand-off topics unused, CameraTensor topics subscribed")
+        elif self.handoff is not None:
+            self.handoff.subscribe(in_qos, self.on_payload)
         self._restart_poll_timer()
 
     def unsubscribe(self) -> None:
@@ -131,6 +147,8 @@ class Inputs:
                 self.node.destroy_subscription(sub.sub)
         self.subs = []
         self.mf_sync = None
+        if self.handoff is not None:
+            self.handoff.unsubscribe()
         if self._poll_timer is not None:
             self.node.destroy_timer(self._poll_timer)
             self._poll_timer = None
@@ -145,6 +163,15 @@ class Inputs:
         if hasattr(self._tf_listener, "unregister"):  # tf2_ros: its /tf subscriptions go too
             self._tf_listener.unregister()
         self._tf_buffer = self._tf_listener = None
+        if self.handoff is not None:
+            self.handoff.close()
+
+    @property
+    def uses_message_filters(self) -> bool:
+        return self.mf_sync is not None
+
+    def handoff_state(self) -> str:
+        return "none" if self.handoff is None else self.handoff.state()
 
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:
@@ -201,8 +228,13 @@ class Inputs:
         except TensorError as e:
             self.node.report.drop(e.reason, f"{camera}/{stream}: {e.detail}")
             return
+        self.on_payload(camera, stream, stamp_ns, arr, now)
+
+    def on_payload(self, camera: str, stream: str, stamp_ns: int, payload, now: float) -> None:
+        """A checked payload (a CameraTensor's array, a depth image's distribution, or a hand-off
+        view) joins the synchroniser as that camera's ``stream``."""
         with self.lock:
-            sets = self.sync.add(camera, stream, stamp_ns, arr, now)
+            sets = self.sync.add(camera, stream, stamp_ns, payload, now)
         for s in sets:
             self.submit(s)
 
@@ -264,6 +296,8 @@ class Inputs:
                 node.report.drop("tf_rejected", f"{cam}: {e}")
 
     def poll_sync(self) -> None:
+        if self.handoff is not None:
+            self.handoff.sweep()
         with self.lock:
             sets = self.sync.poll(time.perf_counter())
         for s in sets:

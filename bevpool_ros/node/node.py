@@ -21,6 +21,7 @@ from ..logtext import clip, shown
 from . import configure, dds_guard
 from .configure import StartupError
 from .graph_watch import WrongTypeWatch
+from .handoff_input import handoff_topics
 from .inputs import Inputs
 from .parameters import (
     RuntimeParameters,
@@ -35,7 +36,8 @@ from .reporting import Report
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 INPUT_TYPES = {"depth": "bevpool_msgs/msg/CameraTensor", "feat": "bevpool_msgs/msg/CameraTensor",
-               "image": "sensor_msgs/msg/Image", "camera_info": "sensor_msgs/msg/CameraInfo"}
+               "image": "sensor_msgs/msg/Image", "camera_info": "sensor_msgs/msg/CameraInfo",
+               "handoff": "bevpool_msgs/msg/TensorHandoff"}
 
 
 class BevPoolNode(LifecycleNode):
@@ -223,9 +225,15 @@ class BevPoolNode(LifecycleNode):
 
     def _input_types(self) -> dict[str, str]:
         topics = {}
+        handoff_only = (self.cfg["input.handoff"] == "only"
+                        and not self.inputs.uses_message_filters)
         for (cam, stream), t in configure.tensor_topics(self.cfg, self.cameras).items():
             image = stream == "depth" and cam in self.inputs.depth_images
+            if not image and handoff_only:
+                continue  # not subscribed: the hand-off topics carry these streams
             topics[self.resolve_topic_name(t)] = INPUT_TYPES["image" if image else stream]
+        for t in handoff_topics(self.cfg, self.cameras).values():
+            topics[self.resolve_topic_name(t)] = INPUT_TYPES["handoff"]
         for cam in self.cameras:
             topic = self.cfg["input.camera_info_topic"].format(camera=cam)
             topics[self.resolve_topic_name(topic)] = INPUT_TYPES["camera_info"]

@@ -115,6 +115,14 @@ PARAMS: tuple[Param, ...] = (
           choices=("best_effort", "reliable"), read_only=True),
     Param("input.qos_depth", "integer", 5, "Input history depth per topic (KEEP_LAST).", low=1, high=100,
           read_only=True),
+    # same-host GPU hand-off of the inputs (node/handoff_input.py, docs/gpu_handoff.md)
+    Param("input.handoff", "string", "auto", "Camera tensors left on this GPU by their producer "
+          "(bevpool_msgs/TensorHandoff on input.handoff_topic, read in place): 'auto' subscribes to "
+          "them next to the CameraTensor topics (cameras may mix both), 'only' to them alone "
+          "(configure fails without a GPU), 'none' not at all.", choices=("none", "auto", "only"),
+          read_only=True),
+    Param("input.handoff_topic", "string", "cameras/{camera}/{stream}_handoff", "TensorHandoff "
+          "topic ({camera}, {stream} = depth | feat).", read_only=True),
     # depth cameras (bevpool_ros/io/depth_image.py): a metric depth Image instead of a [D, H, W] Tensor
     Param("input.depth_mode", "string_array", ["distribution"], "Per camera: 'distribution' (Tensor "
           "[D,H,W]) or 'image' (sensor_msgs/Image 32FC1 m / 16UC1 mm on the depth topic, turned into "
@@ -176,10 +184,14 @@ def check_all(values: dict[str, Any], num_cameras: int | None = None) -> list[st
         errors.append(f"input.depth_mode: each value 'distribution' or 'image', got {list(modes)}")
     if num_cameras is not None and isinstance(modes, (list, tuple)) and len(modes) not in (1, num_cameras):
         errors.append(f"input.depth_mode: {len(modes)} values for {num_cameras} cameras (give 1 or {num_cameras})")
-    for n in ("input.depth_topic", "input.feat_topic", "input.camera_info_topic"):
+    for n in ("input.depth_topic", "input.feat_topic", "input.camera_info_topic",
+              "input.handoff_topic"):
         v = values.get(n)
         if isinstance(v, str) and "{camera}" not in v:
             errors.append(f"{n}: must contain '{{camera}}', got {shown(v)}")
+    v = values.get("input.handoff_topic")
+    if isinstance(v, str) and "{stream}" not in v:
+        errors.append(f"input.handoff_topic: must contain '{{stream}}', got {shown(v)}")
     return errors
 
 

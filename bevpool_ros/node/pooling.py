@@ -46,6 +46,14 @@ def decode_mixed_e4m3(cameras: list) -> list:
     return [tuple(c) for c in out]
 
 
+def overwritten(camera_set: CameraSet) -> list[str]:
+    """The set's hand-off views (handoff.reader.HandoffView) whose slot the producer already
+    claimed for a later tensor (the ring's seqlock): '<camera>/<stream>' each."""
+    return [f"{cam}/{stream}" for cam, streams in camera_set.frames.items()
+            for stream, (_, payload) in streams.items()
+            if hasattr(payload, "still_valid") and not payload.still_valid()]
+
+
 @dataclass
 class PoolResult:
     camera_set: CameraSet
@@ -147,6 +155,13 @@ class PoolingWorker:
         return len(self._queue)
 
     # work -------------------------------------------------------------------------------
+    def _overwritten(self, camera_set: CameraSet, when: str) -> bool:
+        stale = overwritten(camera_set)
+        if stale:
+            self.on_drop("handoff_overwritten", f"hand-off tensors {', '.join(stale)} were "
+                         f"overwritten by their producer {when}; set not published")
+        return bool(stale)
+
     def _loop(self) -> None:
         while True:
             with self._cv:
@@ -188,6 +203,8 @@ class PoolingWorker:
                              f"the current rig ({D}, {H}, {W}) / ({H}, {W}, {C})")
                 return None
             cameras.append((d, f))
+        if self._overwritten(camera_set, "before it was read"):
+            return None
         dtype = self.out_dtype() if callable(self.out_dtype) else self.out_dtype
         out = self.out_buffer.view((*rig.grid_shape, C), dtype)
         t1 = time.perf_counter()
@@ -203,6 +220,8 @@ class PoolingWorker:
             self.on_drop("non_finite_output", f"{e}; set not published")
             return None
         t2 = time.perf_counter()
+        if self._overwritten(camera_set, "while it was read"):  # the seqlock's second look
+            return None
         result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0, started)
         self.on_result(result)
         return result

@@ -142,6 +142,7 @@ class Report:
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
             "pending_sets": pending, "worker_queue": node.worker.queued,
             "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
+            "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
         }
         for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
             if key in d:

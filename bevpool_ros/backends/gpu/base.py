@@ -21,6 +21,7 @@ from ...kernels.precision import decide, fp8_within_tolerance
 from ...scatter_map import ScatterMap
 from ..base import Backend, BackendUnavailable
 from ..cuda.runtime import get_runtime
+from ..device_payloads import any_device
 from ..staging import ALL_WIRE, split_cameras
 from .choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
 from .frame import DeviceOutput, GpuFrame
@@ -46,6 +47,7 @@ class GpuBackend(Backend):
         self.auto_record: PrecisionChoice | None = None
         self.plan = None
         self.frame: GpuFrame | None = None
+        self._device_run = None  # device_inputs.DeviceInputRun of self.frame, made on first use
         self._hooks: list = []
 
     # --- calibration ------------------------------------------------------------------------
@@ -77,8 +79,22 @@ class GpuBackend(Backend):
 
     # --- per frame --------------------------------------------------------------------------
     def pool_cameras(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
+        """Host payloads: the frame graph (frame.GpuFrame). A set holding device payloads (hand-off
+        views) is read on the device instead (device_inputs.DeviceInputRun)."""
         self._require_map()
+        if any_device(cameras):
+            return self._device_inputs().run(cameras, out)
         return self.frame.run(cameras, out)
+
+    def _device_inputs(self):
+        from .device_inputs import DeviceInputRun
+
+        run = self._device_run
+        if run is None or run.frame is not self.frame:  # made per prepared frame
+            if run is not None:
+                run.close()
+            run = self._device_run = DeviceInputRun(self)
+        return run
 
     def pool(self, depth: np.ndarray, feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return self.pool_cameras(split_cameras(depth, feat), out)
@@ -190,6 +206,9 @@ class GpuBackend(Backend):
 
     def _release(self) -> None:
         """Free per-map state (the frame here; subclasses add theirs)."""
+        if self._device_run is not None:
+            self._device_run.close()
+            self._device_run = None
         if self.frame is not None:
             self.frame.close()
         self.frame = None

@@ -1,0 +1,232 @@
+"""The upstream node's side of the input hand-off, over ROS: camera tensors in, announcements out.
+
+    pub = CameraHandoffPublisher(node, rig)            # one ring for every camera and stream
+    pub.publish("CAM_FRONT", "depth", depth_tensor, stamp_ns, cuda_stream=torch_stream)
+    pub.publish("CAM_FRONT", "feat", feat_tensor, stamp_ns, layout="HWC")
+
+Each ``publish`` copies the tensor into the next slot of the ring on the producer's stream
+(camera_producer.CameraTensorProducer) and announces it as bevpool_msgs/TensorHandoff on
+``cameras/{camera}/{stream}_handoff``: a message of a few hundred bytes, whatever the tensor's
+size. The same bytes go first to every same-host consumer connected to the ring's signal socket
+(signal.py: a Unix-socket datagram wakes the consumer sooner than a DDS hop). Where the hand-off
+cannot work, the same call publishes the tensor as a CameraTensor on ``cameras/{camera}/{stream}``
+instead (downloaded once), after ONE warning saying why:
+  * this GPU exports no POSIX-fd memory or no interprocess events (vmm.unsupported_reason), or
+    there is no GPU at all;
+  * the announcements have subscribers, but none opened the ring within ``connect_timeout_s``:
+    they run on another host (or cannot map it);
+  * nobody subscribes to the announcements while the CameraTensor topic has subscribers
+    (a bevpool_node with ``input.handoff: none``); hand-off resumes once someone subscribes.
+``mode="on"`` never falls back (raises HandoffUnsupported); ``mode="off"`` always publishes
+CameraTensor.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+
+from ..io.tensor_codec import make_camera_tensor
+from .vmm import HandoffUnsupported
+
+log = logging.getLogger(__name__)
+
+HANDOFF_TOPIC = "cameras/{camera}/{stream}_handoff"
+TENSOR_TOPIC = "cameras/{camera}/{stream}"
+STREAMS = ("depth", "feat")
+MODES = ("auto", "on", "off")
+E4M3 = np.dtype(np.uint8)
+
+
+def boot_id() -> str:
+    """This host's boot id: equal in two processes only when they run on the same boot of the
+    same machine (containers of one host share it)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def ring_for_rig(rig, itemsize: int = 4, sets: int = 3) -> tuple[int, int]:
+    """(slot_bytes, ring_size) for ``sets`` camera sets of ``rig`` in flight: one slot per tensor."""
+    n, d, h, w = rig.depth_shape
+    slot = max(d * h * w, h * w * rig.channels) * int(itemsize)
+    return slot, 2 * n * int(sets)
+
+
+def announcement(handoff, camera: str, stream: str, layout: str, stamp_ns: int, frame_id: str,
+                 boot: str):
+    """The bevpool_msgs/TensorHandoff of ``handoff`` (camera_producer.TensorHandoff)."""
+    from bevpool_msgs.msg import TensorHandoff
+
+    from ..io.bev_message import ns_to_time
+
+    m = TensorHandoff()
+    m.header.stamp = ns_to_time(int(stamp_ns))
+    m.header.frame_id = frame_id
+    m.camera, m.stream, m.layout = camera, stream, layout
+    m.socket_path = handoff.socket_path
+    m.ring_id, m.ring_size = handoff.ring_id, handoff.ring_size
+    m.slot, m.sequence = handoff.slot, handoff.sequence
+    m.offset, m.nbytes, m.dtype = handoff.offset, handoff.nbytes, handoff.dtype
+    m.shape = [int(s) for s in handoff.shape]
+    m.scale = float(handoff.scale)
+    m.event_handle = np.frombuffer(handoff.event_handle, np.uint8)
+    m.device_ordinal = handoff.device_ordinal
+    m.device_uuid = np.frombuffer(handoff.device_uuid, np.uint8)
+    m.boot_id = boot
+    return m
+
+
+def host_tensor(tensor, scale: float) -> tuple[np.ndarray, str | None]:
+    """(host array, CameraTensor dtype) of a tensor the hand-off could not take: E4M3 codes
+    with a scale other than 1 are decoded (CameraTensor carries no scale)."""
+    from ..backends.device_payloads import download
+
+    arr = download(tensor, "tensor")
+    if arr.dtype != E4M3:
+        return arr, None
+    if scale == 1.0:
+        return arr, "float8_e4m3"
+    from ..fp8 import decode
+
+    return decode(arr, np.float32) / np.float32(scale), None
+
+
+class CameraHandoffPublisher:
+    def __init__(self, node, rig=None, *, cameras=None, slot_bytes: int | None = None,
+                 ring_size: int | None = None, device: int = 0, qos=None, mode: str = "auto",
+                 handoff_topic: str = HANDOFF_TOPIC, tensor_topic: str = TENSOR_TOPIC,
+                 connect_timeout_s: float = 3.0, producer=None):
+        """``rig`` sizes the ring (ring_for_rig) and names the cameras; or give ``cameras``,
+        ``slot_bytes`` and ``ring_size``. ``producer``: a CameraTensorProducer to use (tests)."""
+        from bevpool_msgs.msg import CameraTensor, TensorHandoff
+
+        from ..node.qos import make_qos
+
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        self.node, self.mode = node, mode
+        self.cameras = tuple(cameras or [c.name for c in rig.cameras])
+        qos = qos or make_qos("reliable", 5)
+        self.boot = boot_id()
+        self.connect_timeout_s = float(connect_timeout_s)
+        self.fallback_reason = "input hand-off off (mode off)" if mode == "off" else ""
+        self.warned = False
+        self.handed_off = self.sent_tensors = 0
+        self._first_announced: float | None = None
+        self.producer = producer
+        if mode != "off" and producer is None:
+            self.producer = self._make_producer(rig, slot_bytes, ring_size, device)
+        self.signal = None
+        if self.producer is not None and self.producer.available:
+            from .signal import SignalServer, signal_path
+
+            self.signal = SignalServer(signal_path(self.producer.ring.socket_path))
+        self.handoff_pubs, self.tensor_pubs = {}, {}
+        for cam in self.cameras:
+            for stream in STREAMS:
+                key = (cam, stream)
+                if self.producer is not None and self.producer.available:
+                    self.handoff_pubs[key] = node.create_publisher(
+                        TensorHandoff, handoff_topic.format(camera=cam, stream=stream), qos)
+                self.tensor_pubs[key] = node.create_publisher(
+                    CameraTensor, tensor_topic.format(camera=cam, stream=stream), qos)
+        if self.fallback_reason:
+            self._warn_once()
+
+    def _make_producer(self, rig, slot_bytes, ring_size, device):
+        from ..backends.errors import BackendUnavailable
+        from ..node.configure import captured_log
+        from .camera_producer import CameraTensorProducer
+
+        if slot_bytes is None or ring_size is None:
+            slot, size = ring_for_rig(rig)
+            slot_bytes, ring_size = slot_bytes or slot, ring_size or size
+        try:  # its own warning is said once below, through ROS
+            with captured_log("bevpool_ros.handoff.camera_producer"):
+                producer = CameraTensorProducer(slot_bytes, ring_size, device)
+        except (BackendUnavailable, ImportError, OSError, RuntimeError) as e:  # no GPU, no driver
+            if self.mode == "on":
+                raise HandoffUnsupported(f"input hand-off impossible here: {e}") from None
+            self.fallback_reason = f"no usable GPU ({type(e).__name__}: {e})"
+            return None
+        if not producer.available:
+            if self.mode == "on":
+                producer.close()
+                raise HandoffUnsupported(producer.fallback_reason)
+            self.fallback_reason = producer.fallback_reason
+        return producer
+
+    # --- per tensor -------------------------------------------------------------------------------
+    @property
+    def handing_off(self) -> bool:
+        """True while tensors go through the ring (False once fallen back for good)."""
+        return bool(self.handoff_pubs) and not self.fallback_reason
+
+    def publish(self, camera: str, stream: str, tensor, stamp_ns: int, *, layout: str = "",
+                frame_id: str = "", cuda_stream=None, scale: float = 1.0) -> str:
+        """Hand ``tensor`` over (or publish it); returns "handoff" or "camera_tensor"."""
+        key = (camera, stream)
+        if key not in self.tensor_pubs:
+            raise KeyError(f"{camera}/{stream}: not a camera/stream of this publisher "
+                           f"({list(self.cameras)} x {STREAMS})")
+        if self._use_handoff(key):
+            h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
+            msg = announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot)
+            if self.signal is not None and self.signal.consumers:
+                from rclpy.serialization import serialize_message
+
+                self.signal.send(serialize_message(msg))  # same-host consumers: woken first
+            self.handoff_pubs[key].publish(msg)
+            self.handed_off += 1
+            return "handoff"
+        arr, dtype = host_tensor(tensor, float(scale))
+        msg = make_camera_tensor(arr, stream, layout, dtype)
+        from ..io.bev_message import ns_to_time
+
+        msg.header.stamp = ns_to_time(int(stamp_ns))
+        msg.header.frame_id = frame_id
+        self.tensor_pubs[key].publish(msg)
+        self.sent_tensors += 1
+        return "camera_tensor"
+
+    def _use_handoff(self, key) -> bool:
+        if not self.handing_off:
+            return False
+        if self.mode == "on":
+            return True
+        pub = self.handoff_pubs[key]
+        if pub.get_subscription_count() == 0:
+            # nobody takes announcements; a CameraTensor subscriber (input.handoff: none) does
+            return self.tensor_pubs[key].get_subscription_count() == 0
+        now = time.monotonic()
+        if self._first_announced is None:
+            self._first_announced = now
+        elif (now - self._first_announced > self.connect_timeout_s
+              and self.producer.ring.server.served == 0):
+            self.fallback_reason = (f"the subscribers of {pub.topic_name} did not open the "
+                                    f"hand-off ring in {self.connect_timeout_s:g} s: they run on "
+                                    "another host or cannot map it")
+            self._warn_once()
+            return False
+        return True
+
+    def _warn_once(self) -> None:
+        if not self.warned:
+            self.warned = True
+            self.node.get_logger().warning(
+                f"input hand-off unavailable, publishing CameraTensor messages: {self.fallback_reason}")
+
+    def close(self) -> None:
+        for pub in (*self.handoff_pubs.values(), *self.tensor_pubs.values()):
+            self.node.destroy_publisher(pub)
+        self.handoff_pubs, self.tensor_pubs = {}, {}
+        if self.signal is not None:
+            self.signal.close()
+            self.signal = None
+        if self.producer is not None:
+            self.producer.close()
+            self.producer = None

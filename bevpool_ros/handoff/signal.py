@@ -1,0 +1,136 @@
+"""The per-tensor wake-up of the input hand-off on one host, next to the ROS message.
+
+One DDS hop of a small message costs ~0.5 ms at p50 on the H200 host (issue 15), a Unix-socket
+ping between two Python processes tens of microseconds. So the producer also sends each
+announcement's serialised bytes over a SOCK_SEQPACKET socket (one datagram per announcement,
+order kept) to every consumer that connected; the ROS message still goes out (discovery, tools,
+consumers that never connect). A consumer takes whichever copy arrives first and ignores the
+other (same ring, same sequence).
+
+The socket lives next to the ring's descriptor socket, in the producer's private 0700 folder
+(``signal_path``); clients of another user are refused (SO_PEERCRED). A consumer too slow to
+drain its socket loses datagrams (counted in ``dropped``), never blocks the producer: it still
+has the ROS message.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+from .fdpass import _peer_uid
+
+MAX_DATAGRAM = 4096  # a TensorHandoff is < 512 bytes serialised
+
+
+def signal_path(ring_socket_path: str) -> str:
+    """Where the producer of the ring served at ``ring_socket_path`` listens for consumers."""
+    return os.path.join(os.path.dirname(ring_socket_path), "signal.sock")
+
+
+class SignalServer:
+    """Producer side: ``send(data)`` to every connected consumer, never blocking."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.bind(path)
+        os.chmod(path, 0o600)
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.refused = self.dropped = 0
+        self._running = True
+        self._thread = threading.Thread(target=self._accept, name="bevpool-handoff-signal",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def consumers(self) -> int:
+        return len(self._conns)
+
+    def _accept(self) -> None:
+        while self._running:
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            if _peer_uid(conn) != os.getuid():
+                self.refused += 1
+                conn.close()
+                continue
+            conn.setblocking(False)
+            with self._lock:
+                self._conns.append(conn)
+
+    def send(self, data: bytes) -> None:
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.send(data)
+            except BlockingIOError:  # its queue is full: it still gets the ROS message
+                self.dropped += 1
+            except OSError:  # it went away
+                with self._lock:
+                    if conn in self._conns:
+                        self._conns.remove(conn)
+                conn.close()
+
+    def close(self) -> None:
+        self._running = False
+        self._thread.join(2.0)
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
+            self._conns = []
+        self._sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class SignalClient:
+    """Consumer side: ``on_datagram(bytes)`` in a thread of its own for every datagram, until
+    the producer goes away or ``close``."""
+
+    def __init__(self, path: str, on_datagram, timeout: float = 2.0):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock.settimeout(timeout)
+        try:
+            self._sock.connect(path)
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.settimeout(None)
+        self._on_datagram = on_datagram
+        self.received = 0
+        self._thread = threading.Thread(target=self._loop, name="bevpool-handoff-wake",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def connected(self) -> bool:
+        return self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(MAX_DATAGRAM)
+            except OSError:
+                return
+            if not data:  # the producer closed it
+                return
+            self.received += 1
+            self._on_datagram(data)
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join(2.0)

@@ -1,0 +1,332 @@
+"""The input hand-off on a real GPU: a producer process writes camera tensors into its ring and
+announces them (TensorHandoff), bevpool_node (cuda backend) pools the device views, and the grid
+comes back as BevFeature (and through the output hand-off). Checked against the FP64 reference:
+all cameras handed off, a rig mixing hand-off and CameraTensor cameras, a tensor overwritten
+before it was read (dropped, counted ``handoff_overwritten``), a producer restart and a node
+restart (lifecycle cleanup + configure: the ring is mapped again). Backend level too: device
+payloads in ``pool_cameras`` (NaN flagged on the device, the cpu backend downloading them)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.ros]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE: list = []
+
+
+class DeviceArray:
+    """A device copy of a host array, offered through ``__cuda_array_interface__`` (v3)."""
+
+    def __init__(self, arr: np.ndarray):
+        from bevpool_ros.backends.cuda.driver import Device, DeviceBuffer, api, check
+
+        if not DEVICE:
+            DEVICE.append(Device(0))  # the primary context the buffers live in
+        DEVICE[0].make_current()
+        arr = np.ascontiguousarray(arr)
+        self.buf = DeviceBuffer(arr.nbytes)
+        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
+        self.shape, self.dtype = arr.shape, arr.dtype
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.buf.ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
+
+# --- backend level: device payloads in pool_cameras --------------------------------------------------
+@pytest.fixture(scope="module")
+def smap():
+    from bevpool_ros.workloads import get_workload
+
+    return get_workload("canonical")
+
+
+def frame(smap, seed=3):
+    rng = np.random.default_rng(seed)
+    d = rng.random(smap.depth_shape, dtype=np.float32)
+    f = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
+    return d, f
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_gpu_backend_pools_device_payloads_mixed_with_host_arrays(smap, precision):
+    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.reference import pool_reference
+    from bevpool_ros.tolerance import error_ratio
+
+    be = CudaBackend(precision)
+    be.prepare(smap)
+    try:
+        d, f = frame(smap)
+        d16, f16 = d.astype(np.float16), f.astype(np.float16)
+        ref = pool_reference(d16, f16, smap)
+        n = smap.depth_shape[0]
+        for rep in range(3):  # the third frame replays the captured graph
+            cams = [(DeviceArray(d16[i]), DeviceArray(f16[i])) if i % 2 == 0 else (d16[i], f16[i])
+                    for i in range(n)]
+            out = np.full(smap.bev_shape, np.nan, np.float32)  # poisoned: every cell is written
+            got = be.pool_cameras(cams, out=out)
+            assert got is out and error_ratio(out, ref, precision) <= 1.0, rep
+        # a missing camera pools as zeros
+        cams = [(DeviceArray(d16[i]), DeviceArray(f16[i])) for i in range(n)]
+        cams[0] = (None, None)
+        d0, f0 = d16.copy(), f16.copy()
+        d0[0], f0[0] = 0, 0
+        out = be.pool_cameras(cams, out=np.empty(smap.bev_shape, np.float16))
+        assert error_ratio(out.astype(np.float32), pool_reference(d0, f0, smap), precision) <= 1.0
+    finally:
+        be.close()
+
+
+def test_nan_in_a_device_payload_is_flagged_on_the_device(smap):
+    from bevpool_ros.backends import NonFiniteInput
+    from bevpool_ros.backends.gpu import CudaBackend
+
+    be = CudaBackend("fp16")
+    be.prepare(smap)
+    try:
+        d, f = frame(smap)
+        f[1, 0, 0, 0] = np.nan
+        cams = [(DeviceArray(d[i]), DeviceArray(f[i])) for i in range(smap.depth_shape[0])]
+        with pytest.raises(NonFiniteInput):
+            be.pool_cameras(cams, out=np.empty(smap.bev_shape, np.float32))
+    finally:
+        be.close()
+
+
+def test_cpu_backend_downloads_device_payloads(smap):
+    from bevpool_ros.backends.cpu import CpuBackend
+    from bevpool_ros.reference import pool_reference
+    from bevpool_ros.tolerance import error_ratio
+
+    be = CpuBackend()
+    be.prepare(smap)
+    d, f = frame(smap)
+    cams = [(DeviceArray(d[i]), DeviceArray(f[i])) for i in range(smap.depth_shape[0])]
+    out = be.pool_cameras(cams, out=np.empty(smap.bev_shape, np.float32))
+    assert error_ratio(out, pool_reference(d, f, smap), "fp32") <= 1.0
+
+
+# --- the ROS graph: producer process -> bevpool_node -> this process ----------------------------------
+PRODUCER = textwrap.dedent("""
+    # commands on stdin, one per line: "<stamp> <camera,camera,...> [overwrite]"; "ok" per line
+    import sys
+    import numpy as np
+    import rclpy
+    from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
+    from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, announcement
+    from bevpool_ros.rig_yaml import load_rig
+    from bevpool_ros.synthetic import SyntheticScene
+
+    rclpy.init()
+    node = rclpy.create_node("camera_producer")
+    rig = load_rig(sys.argv[1])
+    pub = CameraHandoffPublisher(node, rig, mode="on")
+    depth, feat = SyntheticScene(rig, seed=0).frame(0)
+    tensors = {}
+    for n, cam in enumerate(rig.cameras):
+        for stream, arr in (("depth", depth[n]), ("feat", feat[n])):
+            a = np.ascontiguousarray(arr, np.float16)
+            buf = DeviceBuffer(a.nbytes)
+            check(api().cuMemcpyHtoD(buf.ptr, a.ctypes.data, a.nbytes), "cuMemcpyHtoD")
+            tensors[(cam.name, stream)] = (buf, a)
+
+    class View:
+        def __init__(self, buf, a):
+            self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str,
+                "data": (buf.ptr, False), "version": 3, "strides": None, "stream": None}
+
+    views = {k: View(*v) for k, v in tensors.items()}
+    print("ready", pub.handing_off, flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        stamp, cameras = int(words[0]), words[1].split(",")
+        if len(words) > 2:  # overwrite: every slot is claimed again before the announcements go
+            held = [(cam, s, pub.producer.publish(views[(cam, s)]))
+                    for cam in cameras for s in ("depth", "feat")]
+            for _ in range(pub.producer.ring.ring_size):
+                pub.producer.publish(views[(cameras[0], "depth")])
+            for cam, s, h in held:
+                pub.handoff_pubs[(cam, s)].publish(announcement(
+                    h, cam, s, "DHW" if s == "depth" else "HWC", stamp, "", pub.boot))
+        else:
+            for cam in cameras:
+                for s in ("depth", "feat"):
+                    pub.publish(cam, s, views[(cam, s)], stamp,
+                                layout="DHW" if s == "depth" else "HWC")
+        rclpy.spin_once(node, timeout_sec=0.0)
+        print("ok", flush=True)
+    pub.close()
+    node.destroy_node()
+    rclpy.shutdown()
+""")
+
+
+class Producer:
+    def __init__(self, rig_path: str):
+        self.proc = subprocess.Popen([sys.executable, "-c", PRODUCER, rig_path],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, cwd=REPO,
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        assert self._expect("ready").startswith("ready True")
+
+    def _expect(self, word: str) -> str:
+        """The next line starting with ``word``; log lines (stderr is merged) are kept aside."""
+        seen = []
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:  # the producer died: say what it printed
+                raise AssertionError("".join(seen) + f"producer exited {self.proc.wait(10)}")
+            if line.startswith(word):
+                return line
+            seen.append(line)
+
+    def send(self, stamp: int, cameras, overwrite: bool = False) -> None:
+        self.proc.stdin.write(f"{stamp} {','.join(cameras)}{' overwrite' if overwrite else ''}\n")
+        self.proc.stdin.flush()
+        self._expect("ok")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    from ros_harness import RosGraph
+
+    g = RosGraph({"backend": "cuda", "precision": "fp16", "diagnostics.period_s": 0.1,
+                  "sync.camera_timeout_s": 0.3, "input.qos_reliability": "reliable",
+                  "output.gpu_handoff": True, "log_throttle_s": 0.5})
+    yield g
+    assert g.close() == 0
+
+
+@pytest.fixture(scope="module")
+def rig_path():
+    from bevpool_ros.paths import default_rig_path
+
+    return str(default_rig_path())
+
+
+@pytest.fixture(scope="module")
+def producer(graph, rig_path):
+    p = Producer(rig_path)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(graph):
+    from bevpool_ros.reference import pool_reference
+    from bevpool_ros.scatter_map import build_scatter_map
+
+    depth, feat = graph.pub.scene.frame(0)
+    return pool_reference(depth.astype(np.float16), feat.astype(np.float16),
+                          build_scatter_map(graph.rig))
+
+
+def cameras(graph):
+    return [c.name for c in graph.rig.cameras]
+
+
+def send_until_grid(graph, producer, handed_off, timeout=60.0):
+    """Hand off ``handed_off`` cameras (the rest as CameraTensor, same stamp) until a grid of
+    one of the stamps comes back; resent with fresh stamps (discovery, first ring mapping)."""
+    others = [c for c in cameras(graph) if c not in handed_off]
+
+    def send(stamp):
+        producer.send(stamp, handed_off)
+        if others:
+            graph.pub.publish_frame(0, stamp, skip=handed_off)
+    return graph.send_until_grid(send, timeout, resend_s=1.0)
+
+
+def test_all_cameras_handed_off_pool_against_the_reference(graph, producer, reference):
+    from ros_harness import assert_bev_matches
+
+    got = send_until_grid(graph, producer, cameras(graph))
+    assert got is not None, graph.node.output()[-4000:]
+    assert_bev_matches(got.bev, reference, got.msg)
+    d = graph.diagnostics_where(lambda d: "mapped" in d.get("input_handoff", ""))
+    assert d and "1 producer ring(s) mapped" in d["input_handoff"], d
+
+
+def test_announcements_also_arrive_over_the_signal_socket(graph, producer):
+    import re
+
+    for _ in range(3):  # after the first mapping, the node listens on the producer's socket
+        assert send_until_grid(graph, producer, cameras(graph)) is not None
+
+    def signalled(d):
+        m = re.search(r"(\d+) signal link\(s\), first arrival: signal (\d+)", d.get("input_handoff", ""))
+        return bool(m) and int(m.group(1)) >= 1 and int(m.group(2)) > 0
+    d = graph.diagnostics_where(signalled, 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
+
+
+def test_a_rig_mixing_handoff_and_camera_tensor_cameras(graph, producer, reference):
+    from ros_harness import assert_bev_matches
+
+    got = send_until_grid(graph, producer, cameras(graph)[:3])
+    assert got is not None, graph.node.output()[-4000:]
+    assert_bev_matches(got.bev, reference, got.msg)
+
+
+def test_a_tensor_overwritten_before_it_was_read_is_dropped_and_counted(graph, producer):
+    before = graph.diagnostics_where(lambda d: True) or {}
+    key = "dropped_handoff_overwritten"
+    sent, after = [], None
+    for _ in range(10):  # resent until counted
+        stamp = graph.next_stamp()
+        sent.append(stamp)
+        producer.send(stamp, cameras(graph), overwrite=True)
+        after = graph.diagnostics_where(lambda d: graph.counter(d, key) > graph.counter(before, key), 2.0)
+        if after:
+            break
+    assert after, graph.node.output()[-4000:]
+    assert not set(sent) & set(graph.con.by_stamp()), "a set with an overwritten tensor was published"
+    assert "dropped (handoff_overwritten)" in graph.node.output()
+
+
+def test_producer_restart_recovers(graph, producer, rig_path, reference):
+    from ros_harness import assert_bev_matches
+
+    producer.stop()
+    fresh = Producer(rig_path)  # a new ring: new id, new socket
+    try:
+        got = send_until_grid(graph, fresh, cameras(graph))
+        assert got is not None, graph.node.output()[-4000:]
+        assert_bev_matches(got.bev, reference, got.msg)
+    finally:
+        fresh.stop()
+
+
+def test_node_restart_maps_the_ring_again(graph, rig_path, reference):
+    from ros_harness import assert_bev_matches
+    from test_node_lifecycle import Lifecycle
+
+    p = Producer(rig_path)
+    try:
+        assert send_until_grid(graph, p, cameras(graph)) is not None, graph.node.output()[-4000:]
+        lc = Lifecycle(graph)
+        for step in ("deactivate", "cleanup", "configure", "activate"):  # reader closed, made anew
+            assert lc.transition(step), (step, graph.node.output()[-4000:])
+        got = send_until_grid(graph, p, cameras(graph))
+        assert got is not None, graph.node.output()[-4000:]
+        assert_bev_matches(got.bev, reference, got.msg)
+    finally:
+        p.stop()
