@@ -127,7 +127,7 @@ if [ "$RUN_ROS" = 1 ]; then
             --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
         timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
         # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
-        timeout 420 $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py
+        timeout "${ROS_HANDOFF_TIMEOUT:-420}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py
       } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
       rm -f "$OUT/ros_latency.md"
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype]]];..." (empty: skip the runs);
