@@ -137,6 +137,19 @@ class RosGraph(PipelineSession):
                                    DISCOVERY_TIMEOUT, 1.0)
         return None if got is None else got.stamp_ns
 
+    def set_parameters(self, **values) -> list:
+        """Set the node's parameters over its parameter service, as an operator's tool does (dots
+        in names as keyword arguments: pass a dict with ``**{"sync.slop_s": 0.03}``); the
+        SetParametersResult of each."""
+        from rclpy.parameter import Parameter
+        from rclpy.parameter_client import AsyncParameterClient
+
+        client = AsyncParameterClient(self.con, "bevpool_node")
+        assert client.wait_for_services(timeout_sec=DISCOVERY_TIMEOUT)
+        fut = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
+        assert self.spin_until(fut.done, 10)
+        return fut.result().results
+
     def next_stamp(self, step_ms: int = 100) -> int:
         """Strictly increasing stamps across the whole module (the node remembers every stream)."""
         self._stamp += step_ms * 1_000_000

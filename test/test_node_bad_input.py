@@ -168,13 +168,7 @@ def test_missing_camera_is_dropped_under_the_drop_policy(graph, smap):
 
 
 def set_params(graph, **kv):
-    from rclpy.parameter import Parameter
-    from rclpy.parameter_client import AsyncParameterClient
-
-    client = AsyncParameterClient(graph.con, "bevpool_node")
-    assert client.wait_for_services(timeout_sec=20.0)
-    fut = client.set_parameters([Parameter(k, value=v) for k, v in kv.items()])
-    assert graph.spin_until(fut.done, 10) and all(r.successful for r in fut.result().results)
+    assert all(r.successful for r in graph.set_parameters(**kv))
 
 
 def test_missing_camera_zero_fill_policy(graph, smap):

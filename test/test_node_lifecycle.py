@@ -54,14 +54,7 @@ class Lifecycle:
 
 
 def set_param(graph, name, value):
-    from rclpy.parameter import Parameter
-    from rclpy.parameter_client import AsyncParameterClient
-
-    client = AsyncParameterClient(graph.con, "bevpool_node")
-    assert client.wait_for_services(timeout_sec=DISCOVERY_TIMEOUT)
-    fut = client.set_parameters([Parameter(name, value=value)])
-    assert graph.spin_until(fut.done, 10)
-    return fut.result().results[0]
+    return graph.set_parameters(**{name: value})[0]
 
 
 def no_grid_while_sending(graph, seconds: float = 1.5) -> bool:
