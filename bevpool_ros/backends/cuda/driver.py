@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..base import BackendUnavailable
+from ..errors import BackendUnavailable
 
 
 class CudaError(RuntimeError):
