@@ -123,7 +123,7 @@ if [ "$RUN_ROS" = 1 ]; then
       RPY=$PY
       # shellcheck disable=SC2086
       # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda)
-      { timeout "${ROS_TEST_TIMEOUT:-300}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
+      { timeout "${ROS_TEST_TIMEOUT:-600}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" test/ \
             --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
         timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
         # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
