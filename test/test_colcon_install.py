@@ -44,8 +44,9 @@ def install(tmp_path_factory):
         if (REPO / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, src / rel)
+    # a build, not a wait for an event: ~3 min idle, over 10 min on two busy cores (seen with two CPU hogs)
     r = subprocess.run(["bash", "-euc", BUILD], env=dict(os.environ, VENV=str(VENV), WS=str(ws)),
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     return ws
 

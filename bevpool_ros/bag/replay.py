@@ -24,7 +24,9 @@ from .sets import BagSet, grid_key
 
 RESENDS = 3
 FRESH_S = 0.3            # a /diagnostics message this long after a send reflects it
-CONNECT_TIMEOUT_S = 30.0
+# the node's start-up and discovery: seconds idle, over 30 s on two busy cores (seen with two CPU hogs);
+# a node that dies is seen at once (spin_until stops), so only a slow one waits this long
+CONNECT_TIMEOUT_S = 120.0
 NODE_EXITED = "node_exited"
 
 
