@@ -1,10 +1,13 @@
-"""Shared fixtures; GPU tests skip cleanly where no CUDA device is present."""
+"""Shared fixtures; GPU tests skip cleanly where no CUDA device is present. After each test file
+the Fast DDS segments of processes it killed are freed (64 MiB of RAM each, see node/dds_shm.py)
+and named in the summary: a suite that leaks them runs a small machine out of memory."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
+from bevpool_ros.node.dds_shm import remove_dead_segments
 from bevpool_ros.paths import default_rig_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,6 +27,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+LEFT_SEGMENTS: dict[str, tuple[int, int]] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def free_dead_dds_segments(request):
+    yield
+    count, freed = remove_dead_segments()
+    if count:
+        LEFT_SEGMENTS[request.module.__name__] = (count, freed)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for module, (count, freed) in LEFT_SEGMENTS.items():
+        terminalreporter.write_line(f"{module}: freed {count} Fast DDS segment(s) of killed processes "
+                                    f"({freed / 2**20:.0f} MiB)")
 
 
 @pytest.fixture(scope="session")

@@ -56,32 +56,43 @@ def frame(smap, seed=3):
     return d, f
 
 
+def within_tolerance(out, depth, feat, smap, precision) -> bool:
+    """FP16: the published-grid rule; FP8: the kernels' rule, whose error bound grows with
+    sum |depth x feat| of a cell (docs/kernels.md): uniform random depth is no distribution, and
+    cells that cancel to ~0 exceed the published-grid rule under any correct FP8 quantisation."""
+    from bevpool_ros.kernels.precision import fp8_within_tolerance
+    from bevpool_ros.reference import pool_reference
+    from bevpool_ros.tolerance import error_ratio
+
+    ref = pool_reference(depth, feat, smap)
+    if precision == "fp16":
+        return error_ratio(out, ref, precision) <= 1.0
+    return fp8_within_tolerance(out, ref, pool_reference(np.abs(depth), np.abs(feat), smap))[0]
+
+
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 def test_gpu_backend_pools_device_payloads_mixed_with_host_arrays(smap, precision):
     from bevpool_ros.backends.gpu import CudaBackend
-    from bevpool_ros.reference import pool_reference
-    from bevpool_ros.tolerance import error_ratio
 
     be = CudaBackend(precision)
     be.prepare(smap)
     try:
         d, f = frame(smap)
         d16, f16 = d.astype(np.float16), f.astype(np.float16)
-        ref = pool_reference(d16, f16, smap)
         n = smap.depth_shape[0]
         for rep in range(3):  # the third frame replays the captured graph
             cams = [(DeviceArray(d16[i]), DeviceArray(f16[i])) if i % 2 == 0 else (d16[i], f16[i])
                     for i in range(n)]
             out = np.full(smap.bev_shape, np.nan, np.float32)  # poisoned: every cell is written
             got = be.pool_cameras(cams, out=out)
-            assert got is out and error_ratio(out, ref, precision) <= 1.0, rep
+            assert got is out and within_tolerance(out, d16, f16, smap, precision), rep
         # a missing camera pools as zeros
         cams = [(DeviceArray(d16[i]), DeviceArray(f16[i])) for i in range(n)]
         cams[0] = (None, None)
         d0, f0 = d16.copy(), f16.copy()
         d0[0], f0[0] = 0, 0
         out = be.pool_cameras(cams, out=np.empty(smap.bev_shape, np.float16))
-        assert error_ratio(out.astype(np.float32), pool_reference(d0, f0, smap), precision) <= 1.0
+        assert within_tolerance(out.astype(np.float32), d0, f0, smap, precision)
     finally:
         be.close()
 
@@ -313,6 +324,36 @@ def test_producer_restart_recovers(graph, producer, rig_path, reference):
         assert_bev_matches(got.bev, reference, got.msg)
     finally:
         fresh.stop()
+
+
+def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, producer):
+    """With only BevHandoff readers, the node skips the BevFeature (counted handoff_only_grids);
+    it builds it again as soon as a BevFeature subscriber is back."""
+    from bevpool_msgs.msg import BevHandoff
+
+    from bevpool_ros.node.qos import make_qos
+
+    con, qos = graph.con, make_qos("reliable", 10)
+    handoffs = []
+    reader = con.create_subscription(BevHandoff, "bev/handoff", handoffs.append, qos)
+    con.destroy_subscription(con.bev_sub)
+    key = "handoff_only_grids"
+    try:
+        before = graph.counter(graph.diagnostics_where(lambda d: True), key)
+        after = None
+        for _ in range(20):  # resent until counted: discovery of the changed subscriptions takes a moment
+            producer.send(graph.next_stamp(), cameras(graph))
+            after = graph.diagnostics_where(lambda d: graph.counter(d, key) > before, 2.0)
+            if after:
+                break
+        assert after, graph.node.output()[-4000:]
+        assert graph.spin_until(lambda: len(handoffs) > 0, 10)
+    finally:
+        from bevpool_msgs.msg import BevFeature
+
+        con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, qos)
+        con.destroy_subscription(reader)
+    assert send_until_grid(graph, producer, cameras(graph)) is not None  # the BevFeature is back
 
 
 def test_node_restart_maps_the_ring_again(graph, rig_path, reference):

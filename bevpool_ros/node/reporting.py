@@ -13,7 +13,7 @@ from .throttle import ThrottledLog
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
-             "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
+             "handoff_only_grids", "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
              "dds_incompatible_type")
 STAGES = ("queue_wait", "assemble", "message", "publish")
 
