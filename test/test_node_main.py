@@ -57,3 +57,27 @@ def test_a_new_bevpool_process_frees_what_a_killed_one_left():
     assert r.stdout.strip().endswith("fastdds_large_data.xml")
     assert "shared-memory segment(s) of killed Fast DDS processes" in r.stderr
     assert not (segs & segments())
+
+
+@pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm")
+def test_a_node_that_starts_and_stops_leaves_no_segment_behind():
+    """bevpool_node re-executes itself once to load its input profile (node/dds_guard.py); the
+    segments of the first image used to outlive the process (2 x 64 MiB per start)."""
+    from ros_harness import isolate_ros_env
+
+    isolate_ros_env()
+    before = segments()
+    node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", "-p", "backend:=cpu"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in node.stdout:
+            lines.append(line)
+            if "ready:" in line:
+                break
+        assert any("restarting once" in x for x in lines), "".join(lines)  # the re-execution happened
+        assert any("ready:" in x for x in lines), "".join(lines)
+    finally:
+        node.send_signal(signal.SIGINT)
+        assert node.wait(60) == 0, "".join(lines)
+    assert not (segments() - before), "".join(lines)

@@ -10,7 +10,8 @@ the fully qualified topic, and rmw_fastrtps reads it only under ``RMW_FASTRTPS_U
 Profiles are read once, when the process creates its DDS participant, but the node's topics are
 known only after its parameters are read. So the first start computes them, writes a profile
 (the shipped transport profile + one reader profile per input topic) and re-executes itself
-with it; :func:`is_guarded` then holds and the node starts for real. No ROS import here.
+with it; :func:`is_guarded` then holds and the node starts for real. The first start runs with
+discovery off, so no peer ever sees it (node/main.py). No ROS import here.
 """
 from __future__ import annotations
 

@@ -61,6 +61,31 @@ def dead_segments(shm_dir: Path = SHM_DIR, min_age_s: float = MIN_AGE_S) -> list
     return dead
 
 
+def own_segments(maps_file: str = "/proc/self/maps") -> list[Path]:
+    """The Fast DDS segments this process has mapped."""
+    try:
+        with open(maps_file) as f:
+            names = {m.group(0) for m in SEGMENT.finditer(f.read())}
+    except OSError:
+        return []
+    return sorted(SHM_DIR / n for n in names if (SHM_DIR / n).exists())
+
+
+def release_own_segments() -> int:
+    """Unlink this process's segments before it replaces itself with ``execve``: the new image
+    knows nothing of them and no destructor runs, so they would outlive the process. The
+    mappings stay valid until the exec drops them. How many were unlinked."""
+    count = 0
+    for seg in own_segments():
+        try:
+            seg.unlink()
+        except OSError:
+            continue
+        Path(str(seg) + "_el").unlink(missing_ok=True)
+        count += 1
+    return count
+
+
 def remove_dead_segments(shm_dir: Path = SHM_DIR, min_age_s: float = MIN_AGE_S) -> tuple[int, int]:
     """Unlink every dead segment and its lock file; (segments removed, bytes of RAM freed)."""
     count = freed = 0

@@ -5,6 +5,7 @@ import os
 import sys
 
 PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
+DISCOVERY_ENV = "ROS_AUTOMATIC_DISCOVERY_RANGE"
 
 
 def use_large_data_profile() -> str | None:
@@ -49,20 +50,25 @@ class RestartWithProfile(Exception):
         self.env = env
 
 
-def input_size_guard(base_profile: str | None):
+def input_size_guard(base_profile: str | None, probing: bool = False):
     """The node's check of its resolved input topics: 'dds' when Fast DDS bounds them,
-    RestartWithProfile when a re-start can make it so, else the reason it cannot."""
+    RestartWithProfile when a re-start can make it so, else the reason it cannot. ``probing``
+    (a start that only reads its parameters, see main): always RestartWithProfile."""
     from ..private_cache import cache_root
     from . import dds_guard
 
     def check(topics, depth) -> str:
         if dds_guard.is_guarded(topics, depth):
-            return "dds"
-        why = dds_guard.unavailable_reason(base_profile)
-        env = None if why else dds_guard.restart_environment(base_profile, topics, depth, cache_root() / "dds")
-        if env is None:
-            return f"node only ({why or 'the profile could not be written'})"
-        raise RestartWithProfile(env)
+            found = "dds"
+        else:
+            why = dds_guard.unavailable_reason(base_profile)
+            env = None if why else dds_guard.restart_environment(base_profile, topics, depth, cache_root() / "dds")
+            if env is not None:
+                raise RestartWithProfile(env)
+            found = f"node only ({why or 'the profile could not be written'})"
+        if probing:
+            raise RestartWithProfile({dds_guard.RESTARTED_ENV: "1"})
+        return found
     return check
 
 
@@ -70,20 +76,23 @@ def main(argv=None) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
+    from . import dds_guard
     from .node import BevPoolNode, StartupError
 
     base_profile = use_large_data_profile()
+    # The input size guard needs the resolved input topics, so a first start reads its parameters
+    # and then re-executes itself under a profile bounding them (dds_guard). That first start has
+    # discovery off: peers that saw it and missed its exit kept its proxy (same pid, maybe the
+    # same GUID prefix) and the real node's services looked ready but never answered.
+    probing = dds_guard.unavailable_reason(base_profile) is None
+    discovery = os.environ.get(DISCOVERY_ENV)
+    if probing:
+        os.environ[DISCOVERY_ENV] = "OFF"
     stop = init_without_signal_handlers(argv)
-    executor = SingleThreadedExecutor()
     try:
-        node = BevPoolNode(input_guard=input_size_guard(base_profile))
+        node = BevPoolNode(input_guard=input_size_guard(base_profile, probing))
     except RestartWithProfile as r:  # same process id (launch keeps tracking it), new profile
-        rclpy.try_shutdown()
-        print(f"bevpool_node: restarting once with {r.env['FASTDDS_DEFAULT_PROFILES_FILE']} "
-              "(input tensors size-bounded by Fast DDS)", file=sys.stderr)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], dict(os.environ, **r.env))
+        restart_env = r.env
     except StartupError as e:
         print(f"bevpool_node: invalid configuration: {e}", file=sys.stderr)
         rclpy.try_shutdown()
@@ -91,7 +100,40 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:  # Ctrl-C while starting up is a clean stop too
         rclpy.try_shutdown()
         return 0
-    return spin_until_shutdown(executor, node, stop)
+    else:
+        if not probing:
+            return spin_until_shutdown(SingleThreadedExecutor(), node, stop)
+        node.destroy_node()  # unconfigured (autostart false): start again, discoverable
+        restart_env = {dds_guard.RESTARTED_ENV: "1"}
+    restart_with(restart_env, discovery)
+
+
+def restart_with(env: dict, discovery: str | None) -> None:
+    """Replace this process (same pid: launch keeps tracking it) by a fresh start under ``env``,
+    with the caller's discovery setting back. The DDS context goes first, and the shared-memory
+    segments still mapped are unlinked (64 MiB each under the shipped profile): no destructor
+    runs across an exec, so they would outlive the process."""
+    import gc
+
+    import rclpy
+
+    from .dds_shm import release_own_segments
+
+    rclpy.try_shutdown()
+    gc.collect()  # the half-built node and its handles: the context is destroyed once unused
+    rclpy.get_default_context().destroy()
+    release_own_segments()
+    profile = env.get("FASTDDS_DEFAULT_PROFILES_FILE")
+    if profile:
+        print(f"bevpool_node: restarting once with {profile} (input tensors size-bounded by Fast DDS)",
+              file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    new_env = dict(os.environ, **env)
+    new_env.pop(DISCOVERY_ENV, None)
+    if discovery is not None:
+        new_env[DISCOVERY_ENV] = discovery
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new_env)
 
 
 class StopSignals:
