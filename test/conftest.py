@@ -32,6 +32,12 @@ def pytest_collection_modifyitems(config, items):
 LEFT_SEGMENTS: dict[str, tuple[int, int]] = {}
 
 
+def pytest_sessionstart(session):
+    count, freed = remove_dead_segments()  # what earlier runs on this machine left
+    if count:
+        LEFT_SEGMENTS["(before this run)"] = (count, freed)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def free_dead_dds_segments(request):
     yield
