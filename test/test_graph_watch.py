@@ -1,0 +1,91 @@
+"""The wrong-type watch's logging rule against a stand-in graph (what get_publishers_info_by_topic
+returns, check by check): the node over real DDS is in test_node_hostile.py; here the orders of
+discovery a loaded machine produces, which real DDS gives only by chance. A writer's ROS node name
+can arrive after the writer: the log waits for it (up to NAME_WAIT_S), so it names the node."""
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+
+from bevpool_ros.node import graph_watch
+from bevpool_ros.node.graph_watch import NAME_WAIT_S, OUTSIDE, WrongTypeWatch
+
+TOPIC, WANT = "/cameras/CAM_FRONT/feat", "bevpool_msgs/msg/CameraTensor"
+
+
+def info(name="_NODE_NAME_UNKNOWN_", ns="_NODE_NAMESPACE_UNKNOWN_", gid=b"\x01" * 16,
+         topic_type="bevpool_msgs/msg/Tensor"):
+    return SimpleNamespace(node_name=name, node_namespace=ns, endpoint_gid=gid, topic_type=topic_type)
+
+
+class Graph:
+    """What a node offers the watch: the graph query, a logger, the report, a timer."""
+
+    def __init__(self):
+        self.infos: list = []
+        self.logged: list[str] = []
+        self.report = SimpleNamespace(counts=Counter(), wrong_types={})
+        self.report.count = lambda k: self.report.counts.update([k])
+
+    def get_publishers_info_by_topic(self, topic):
+        return list(self.infos) if topic == TOPIC else []
+
+    def get_logger(self):
+        return SimpleNamespace(warning=self.logged.append)
+
+    def create_timer(self, period, cb):
+        return None
+
+    def destroy_timer(self, t):
+        pass
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = [100.0]
+    monkeypatch.setattr(graph_watch, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    return now
+
+
+def test_a_name_that_arrives_late_is_waited_for_and_logged_once(clock):
+    g = Graph()
+    w = WrongTypeWatch(g, {TOPIC: WANT})
+    g.infos = [info()]
+    w.check()
+    assert g.logged == [] and g.report.counts["wrong_type_publishers"] == 0
+    assert g.report.wrong_types == {f"{TOPIC} <- {OUTSIDE}": f"bevpool_msgs/msg/Tensor (expected {WANT})"}
+    clock[0] += 1.0
+    g.infos = [info(name="legacy_producer", ns="/")]
+    w.check()
+    w.check()
+    assert len(g.logged) == 1 and "/legacy_producer publishes 'bevpool_msgs/msg/Tensor'" in g.logged[0]
+    assert g.report.counts["wrong_type_publishers"] == 1
+    assert list(g.report.wrong_types) == [f"{TOPIC} <- /legacy_producer"]
+
+
+def test_a_writer_that_never_gets_a_name_is_logged_after_the_wait(clock):
+    g = Graph()
+    w = WrongTypeWatch(g, {TOPIC: WANT})
+    g.infos = [info()]
+    w.check()
+    clock[0] += NAME_WAIT_S - 0.1
+    w.check()
+    assert g.logged == []
+    clock[0] += 0.2
+    w.check()
+    w.check()
+    assert len(g.logged) == 1 and OUTSIDE in g.logged[0]
+    assert g.report.counts["wrong_type_publishers"] == 1
+
+
+def test_a_nameless_writer_gone_before_the_wait_is_forgotten(clock):
+    g = Graph()
+    w = WrongTypeWatch(g, {TOPIC: WANT})
+    g.infos = [info(), info(name="ok", ns="/", gid=b"\x02" * 16, topic_type=WANT)]
+    w.check()
+    g.infos = []
+    clock[0] += NAME_WAIT_S + 1
+    w.check()
+    assert g.logged == [] and g.report.wrong_types == {} and w._nameless == {}
