@@ -71,25 +71,10 @@ def own_segments(maps_file: str = "/proc/self/maps") -> list[Path]:
     return sorted(SHM_DIR / n for n in names if (SHM_DIR / n).exists())
 
 
-def release_own_segments() -> int:
-    """Unlink this process's segments before it replaces itself with ``execve``: the new image
-    knows nothing of them and no destructor runs, so they would outlive the process. The
-    mappings stay valid until the exec drops them. How many were unlinked."""
-    count = 0
-    for seg in own_segments():
-        try:
-            seg.unlink()
-        except OSError:
-            continue
-        Path(str(seg) + "_el").unlink(missing_ok=True)
-        count += 1
-    return count
-
-
-def remove_dead_segments(shm_dir: Path = SHM_DIR, min_age_s: float = MIN_AGE_S) -> tuple[int, int]:
-    """Unlink every dead segment and its lock file; (segments removed, bytes of RAM freed)."""
+def _unlink(segments) -> tuple[int, int]:
+    """Unlink each segment and its lock file; (segments unlinked, bytes of RAM they held)."""
     count = freed = 0
-    for seg in dead_segments(shm_dir, min_age_s):
+    for seg in segments:
         try:
             used = seg.stat().st_blocks * 512  # tmpfs: the pages actually held, not the file size
             seg.unlink()
@@ -99,3 +84,15 @@ def remove_dead_segments(shm_dir: Path = SHM_DIR, min_age_s: float = MIN_AGE_S) 
         freed += used
         Path(str(seg) + "_el").unlink(missing_ok=True)
     return count, freed
+
+
+def release_own_segments() -> int:
+    """Unlink this process's segments before it replaces itself with ``execve``: the new image
+    knows nothing of them and no destructor runs, so they would outlive the process. The
+    mappings stay valid until the exec drops them. How many were unlinked."""
+    return _unlink(own_segments())[0]
+
+
+def remove_dead_segments(shm_dir: Path = SHM_DIR, min_age_s: float = MIN_AGE_S) -> tuple[int, int]:
+    """Unlink every dead segment and its lock file; (segments removed, bytes of RAM freed)."""
+    return _unlink(dead_segments(shm_dir, min_age_s))

@@ -79,42 +79,35 @@ class Outputs:
                                  f"last published {self._last[1]} ns")
                 return
             self._last = (s.epoch, s.stamp_ns)
+        from std_msgs.msg import Header
+
+        cfg = node.cfg
+        header = Header(stamp=ns_to_time(s.stamp_ns), frame_id=cfg["ego_frame"])
         if self.handoff is not None:  # first: its consumers wait for no host copy or message build
-            self._publish_handoff(r)
+            self._publish_handoff(r, header)
         t_msg = time.perf_counter()
         if self.handoff is not None and self.bev_pub.get_subscription_count() == 0:
             # hand-off consumers only: building and serialising the BevFeature (a copy of the
             # whole grid, twice; 1-3 ms on the H200 host) would serve nobody
-            header = None
             t_pub = done = t_msg
             node.report.count("handoff_only_grids")
         else:
             backend = node.backend
             msg = bev_feature_msg(
-                r.bev, r.rig, s.stamp_ns, node.cfg["ego_frame"], cameras=list(s.frames),
+                r.bev, r.rig, s.stamp_ns, cfg["ego_frame"], cameras=list(s.frames),
                 camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
                 backend=backend.name, precision=backend.precision,  # fixed per prepare()
                 dtype=r.bev.dtype.name, reuse=self.payload)
-            header = msg.header
             t_pub = time.perf_counter()
             self.bev_pub.publish(msg)
             done = time.perf_counter()
         node.report.published(r, t_msg, t_pub, done)
         self.published += 1
-        cfg = node.cfg
         if cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
-                if header is None:
-                    from std_msgs.msg import Header
-
-                    header = Header(stamp=ns_to_time(s.stamp_ns), frame_id=cfg["ego_frame"])
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), header))
 
-    def _publish_handoff(self, r: PoolResult) -> None:
-        from std_msgs.msg import Header
-
-        header = Header(stamp=ns_to_time(r.camera_set.stamp_ns),
-                        frame_id=self.node.cfg["ego_frame"])
+    def _publish_handoff(self, r: PoolResult, header) -> None:
         try:
             self.handoff.publish(header, r.rig)
         except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid
