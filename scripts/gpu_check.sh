@@ -123,10 +123,16 @@ if [ "$RUN_ROS" = 1 ]; then
       # shellcheck disable=SC1091
       . "$ROS_PREFIX/ros_env.sh"
       RPY=$PY
-      # shellcheck disable=SC2086
-      # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda)
-      { timeout "${ROS_TEST_TIMEOUT:-600}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK:-not gpu}" ${ROS_TESTS:-test/} \
-            --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
+      # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda);
+      # ROS_JOBS > 1: one pytest per file, that many at once (scripts/ros_suite_parallel.sh)
+      { if [ "${ROS_JOBS:-1}" -gt 1 ]; then
+          timeout "${ROS_TEST_TIMEOUT:-600}" scripts/ros_suite_parallel.sh "${ROS_JOBS}" "$OUT/ros_pytest_files" \
+              -m "${ROS_MARK-not gpu}" -- ${ROS_TESTS:-test/}
+        else
+          # shellcheck disable=SC2086
+          timeout "${ROS_TEST_TIMEOUT:-600}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK-not gpu}" \
+              ${ROS_TESTS:-test/} --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
+        fi
         if [ "${ROS_HANDOFF_TESTS:-1}" = 1 ]; then  # 0: when the suite is split over calls, run these in one
           timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
           # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
