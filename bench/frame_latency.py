@@ -3,7 +3,7 @@
 
     python bench/frame_latency.py --backend cuda --precision fp16 fp8 \\
         --wire-dtype float16 float32 --out-dtype float16 float32 [--depth-input distribution image] \\
-        [--frames 300] [--prefix h200_]
+        [--payload host device] [--frames 300] [--prefix h200_] [--profile]
 
 Drives bevpool_node's own pooling stage (``PoolingWorker.process``: the set's cameras in rig
 order, then ``backend.pool_cameras`` = each payload copied once into its pinned slot, one graph
@@ -15,15 +15,20 @@ kernel alone (graph replay of the same launch). ``--depth-input image``: every c
 640 x 480 16UC1 depth image instead of a distribution; the row adds ``convert_ms`` (the node's
 input callbacks: decode + nearest resize of six images, on the host) and ``host_expand_ms`` (what
 expanding them into distributions on the host would add; the backend expands them on its device).
+``--payload device``: every camera's tensors are already on this GPU, as the input hand-off gives
+them (``input.handoff``: views of the producer's ring): the backend's device-input path, gather
+D2D instead of staging + H2D. ``--profile``: cProfile of the first row's measured sets (stderr).
 Writes <out>/<prefix>frame_latency_<backend>.json.
 The ROS half (DDS, message build, publish) is measured by bench/latency.py.
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import itertools
 import json
 import platform
+import pstats
 import sys
 import time
 from collections import deque
@@ -48,6 +53,29 @@ from bevpool_ros.workloads import base_rig  # noqa: E402
 def pct(values_s) -> dict:
     v = np.asarray(values_s) * 1e3
     return {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99))}
+
+
+class DeviceTensor:
+    """A host array copied once to the GPU, offered through ``__cuda_array_interface__`` (v3), as a
+    hand-off view offers a slot of the producer's ring."""
+
+    def __init__(self, arr: np.ndarray):
+        from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
+
+        arr = np.ascontiguousarray(arr)
+        self.buf = DeviceBuffer(arr.nbytes)
+        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
+        self.shape, self.dtype = arr.shape, arr.dtype
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.buf.ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
+
+def on_device(frame):
+    """(depth, feat) as per-camera device tensors."""
+    return tuple([DeviceTensor(a[n]) for n in range(a.shape[0])] for a in frame)
 
 
 def camera_set(rig, depth, feat, stamp_ns: int) -> CameraSet:
@@ -100,7 +128,7 @@ def metric_cameras(rig, images, spec) -> list[MetricDepth]:
     return [MetricDepth(metres_at_grid(img, "16UC1", H, W), spec) for img in images]
 
 
-def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int) -> dict:
+def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int, profile=None) -> dict:
     payload = ReusableBuffer()
     # keep only the latest result, as the node does once it has published
     results, drops = deque(maxlen=1), []
@@ -121,18 +149,23 @@ def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int) -> dict:
             if i >= warmup:
                 convert.append(t1 - t0)
                 expand.append(time.perf_counter() - t1)
+        cs = camera_set(rig, depth, feat, i * 50_000_000)
+        if profile is not None and i == warmup:
+            profile.enable()
         t0 = time.perf_counter()
-        r = worker.process(camera_set(rig, depth, feat, i * 50_000_000))
+        r = worker.process(cs)
         t1 = time.perf_counter()
         if r is None:
             raise SystemExit(f"frame {i} dropped: {drops[-1]}")
         if i >= warmup:
             total.append(t1 - t0)
             pool.append(r.pool_s)
+    if profile is not None:
+        profile.disable()
     row = {"process_ms": pct(total), "pool_ms": pct(pool), "lands_in_payload": bool(payload.holds(r.bev))}
     if convert:
         row.update(convert_ms=pct(convert), host_expand_ms=pct(expand))
-    if backend.name == "cuda":
+    if backend.name == "cuda" and not isinstance(frames[0][1], list):  # host payloads: GpuFrame's split
         depth, feat = frames[0]
         if isinstance(depth, list):
             depth = metric_cameras(rig, depth, spec)
@@ -152,6 +185,9 @@ def main() -> int:
     p.add_argument("--host-memory", default="auto", choices=("auto", "copy", "mapped"))
     p.add_argument("--depth-input", nargs="+", default=["distribution"], choices=("distribution", "image"),
                    help="image: 640 x 480 16UC1 depth images (input.depth_mode: image), expanded by the backend")
+    p.add_argument("--payload", nargs="+", default=["host"], choices=("host", "device"),
+                   help="device: each camera's tensors already on this GPU (the input hand-off's views)")
+    p.add_argument("--profile", action="store_true", help="cProfile the first row's measured sets (stderr)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--prefix", default="")
@@ -169,13 +205,21 @@ def main() -> int:
                 continue
             if wire == "float8_e4m3":
                 backend.fp8_scales = (E4M3_SCALE, E4M3_SCALE)
-            for depth_input, out_dtype in itertools.product(args.depth_input, args.out_dtype):
+            for depth_input, out_dtype, payload in itertools.product(args.depth_input, args.out_dtype, args.payload):
+                if payload == "device" and (backend.name == "cpu" or depth_input == "image"):
+                    continue  # device payloads: a GPU backend's; depth images arrive on the host
                 frames = [wire_frame(f, wire) for f in raw]
                 if depth_input == "image":
                     frames = [(depth_images(rig, f[0]), w[1]) for f, w in zip(raw, frames)]
+                if payload == "device":
+                    frames = [on_device(f) for f in frames]
+                profile = cProfile.Profile() if args.profile and not rows else None
                 row = {"backend": backend.name, "precision": None, "wire_dtype": wire, "output_dtype": out_dtype,
                        "depth_input": depth_input if depth_input == "distribution" else "image 16UC1 640x480",
-                       "frames": args.frames, **measure(backend, rig, frames, out_dtype, args.frames, args.warmup)}
+                       "payload": payload, "frames": args.frames,
+                       **measure(backend, rig, frames, out_dtype, args.frames, args.warmup, profile)}
+                if profile is not None:
+                    pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
                 desc = backend.describe()
                 timer = getattr(backend, "kernel_time_us", None)
                 row.update(precision=desc.get("precision"), kernel=desc.get("kernel"), device=desc.get("device"),

@@ -122,23 +122,26 @@ if [ "$RUN_ROS" = 1 ]; then
     (
       # shellcheck disable=SC1091
       . "$ROS_PREFIX/ros_env.sh"
-      RPY=$PY
+      RPY=$PY rstatus=0
       # the whole suite but the kernel GPU tests above, now with a GPU present (backends pick cuda);
       # ROS_JOBS > 1: one pytest per file, that many at once (scripts/ros_suite_parallel.sh)
-      { if [ "${ROS_JOBS:-1}" -gt 1 ]; then
+      { tstatus=0
+        if [ "${ROS_JOBS:-1}" -gt 1 ]; then
           timeout "${ROS_TEST_TIMEOUT:-600}" scripts/ros_suite_parallel.sh "${ROS_JOBS}" "$OUT/ros_pytest_files" \
-              -m "${ROS_MARK-not gpu}" -- ${ROS_TESTS:-test/}
+              -m "${ROS_MARK-not gpu}" -- ${ROS_TESTS:-test/} || tstatus=1
         else
           # shellcheck disable=SC2086
           timeout "${ROS_TEST_TIMEOUT:-600}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider -m "${ROS_MARK-not gpu}" \
-              ${ROS_TESTS:-test/} --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py  # Ray, colcon: CI only
+              ${ROS_TESTS:-test/} --ignore=test/test_eval_many.py --ignore=test/test_colcon_install.py || tstatus=1  # Ray, colcon: CI only
         fi
         if [ "${ROS_HANDOFF_TESTS:-1}" = 1 ]; then  # 0: when the suite is split over calls, run these in one
-          timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py
+          timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py || tstatus=1
           # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
-          timeout "${ROS_HANDOFF_TIMEOUT:-420}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py
+          timeout "${ROS_HANDOFF_TIMEOUT:-420}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py \
+              || tstatus=1
         fi
-      } 2>&1 | tee "$OUT/ros_pytest.log" | grep -E "passed|failed|error|FAILED|ERROR" | tail -40
+        exit $tstatus
+      } 2>&1 | tee "$OUT/ros_pytest.log" | { grep -E "passed|failed|error|FAILED|ERROR" | tail -40; true; } || rstatus=1
       rm -f "$OUT/ros_latency.md"
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype]]];..." (empty: skip the runs);
       # defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each.
@@ -150,7 +153,7 @@ if [ "$RUN_ROS" = 1 ]; then
         timeout $(( ${ROS_FRAMES:-1000} / ${rate%.*} + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda \
             --precision "$1" --bev-dtype "$2" --transport "$3" --rig "$rig" --rate "$rate" --input-dtype "$idt" \
             --frames "${ROS_FRAMES:-1000}" --out "/tmp/bevpool_latency_$1_$2_$3_${rig}_${rate}_$idt" \
-            --rows "$OUT/h200_node_latency.json" >> "$OUT/ros_latency.md" 2>&1 || echo "latency $cfg failed (see ros_latency.md)"
+            --rows "$OUT/h200_node_latency.json" >> "$OUT/ros_latency.md" 2>&1 || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
       done
       [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
       # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
@@ -160,6 +163,7 @@ if [ "$RUN_ROS" = 1 ]; then
             --settings shipped_profile,builtin_default,shipped_profile_sync,shipped_profile_async,bounded_type,bounded_type_qos_from_xml \
             2>&1 | grep '^{"setting' | cut -c1-230
       fi
+      exit $rstatus
     ) || status=1
   else
     echo "ROS runtime not installed (see ros_install.log)"; tail -5 "$OUT/ros_install.log"; status=1

@@ -16,7 +16,8 @@ mkdir -p "$logs"
 alone="test/test_dds_shm.py test/test_node_main.py"
 files=()
 for p in "${@:-test/}"; do
-  if [ -d "$p" ]; then for f in "$p"/test_*.py; do files+=("${f#./}"); done; else files+=("${p#./}"); fi
+  p=${p#./}
+  if [ -d "$p" ]; then for f in "${p%/}"/test_*.py; do files+=("$f"); done; else files+=("$p"); fi
 done
 parallel=() serial=()
 for f in "${files[@]}"; do
@@ -44,4 +45,7 @@ for f in "${serial[@]}"; do run_one "$f" "${args[@]}" || status=1; done
 total=$(for l in "$logs"/*.log; do summary "$l"; done | grep -aoE '[0-9]+ (passed|failed|errors?|skipped)' \
         | awk '{n[$2]+=$1} END {for (k in n) printf "%d %s, ", n[k], k}')
 echo "ros suite, ${#ordered[@]} files $jobs at once + ${#serial[@]} alone: ${total%, }"
+# the failures' reports, and every log in one archive (a device call returns a limited number of files)
+for l in "$logs"/*.log; do grep -aE "^(FAILED|ERROR) " "$l"; done
+tar czf "$logs.tgz" -C "$(dirname "$logs")" "$(basename "$logs")"
 exit $status

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from ros_harness import message_lines
 
 from bevpool_ros.bag.io import bag_summary, camera_stream, read_bag
 from bevpool_ros.bag.record import record_synthetic
@@ -197,7 +198,7 @@ def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, damage):
     for args in (("info", path), ("eval", path, "--out", tmp_path / "out")):
         r = _bag_cli(*args)
         assert r.returncode == 2, (args, r.stderr[-2000:])
-        assert "Traceback" not in r.stderr and str(path) in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+        assert "Traceback" not in r.stderr and str(path) in r.stderr and len(message_lines(r.stderr)) == 1, r.stderr
     assert not (tmp_path / "out").exists()  # refused before a node was started
 
 

@@ -326,13 +326,14 @@ def test_producer_restart_recovers(graph, producer, rig_path, reference):
         fresh.stop()
 
 
-def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, producer):
+def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, rig_path):
     """With only BevHandoff readers, the node skips the BevFeature (counted handoff_only_grids);
     it builds it again as soon as a BevFeature subscriber is back."""
-    from bevpool_msgs.msg import BevHandoff
+    from bevpool_msgs.msg import BevFeature, BevHandoff
 
     from bevpool_ros.node.qos import make_qos
 
+    producer = Producer(rig_path)  # its own: the restart test above stopped the module's
     con, qos = graph.con, make_qos("reliable", 10)
     handoffs = []
     reader = con.create_subscription(BevHandoff, "bev/handoff", handoffs.append, qos)
@@ -348,12 +349,13 @@ def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, producer):
                 break
         assert after, graph.node.output()[-4000:]
         assert graph.spin_until(lambda: len(handoffs) > 0, 10)
-    finally:
-        from bevpool_msgs.msg import BevFeature
-
         con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, qos)
+        assert send_until_grid(graph, producer, cameras(graph)) is not None  # the BevFeature is back
+    finally:
+        if con.bev_sub is None or con.bev_sub not in con.subscriptions:
+            con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, qos)
         con.destroy_subscription(reader)
-    assert send_until_grid(graph, producer, cameras(graph)) is not None  # the BevFeature is back
+        producer.stop()
 
 
 def test_node_restart_maps_the_ring_again(graph, rig_path, reference):

@@ -216,7 +216,7 @@ def test_unaligned_tensors_are_copied_not_faulted(torch, precision):
 
     class OddAddress:  # a producer claiming float16 at an odd byte address
         __cuda_array_interface__ = {"shape": tuple(smap.depth_shape), "typestr": "<f2",
-                                    "data": (depth.data_ptr() + 1, False), "version": 2}
+                                    "data": (depth.data_ptr() | 1, False), "version": 2}
 
     with pytest.raises(InputError, match="aligned"):
         p.pool(OddAddress(), feat)

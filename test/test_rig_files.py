@@ -115,7 +115,9 @@ def assert_one_line_exit_2(r: subprocess.CompletedProcess, prog: str, path, mess
     out = r.stdout + r.stderr
     assert r.returncode == 2, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    from ros_harness import message_lines
+
+    lines = message_lines(r.stderr)
     assert len(lines) == 1, r.stderr
     line = lines[0]
     assert line.startswith(f"{prog}: ") and f"{path}: " in line and message in line, line

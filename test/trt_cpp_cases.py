@@ -80,7 +80,10 @@ def run_driver(
     cmd = [str(driver), str(lib), str(case), "--iters", str(iters)] + ["--gpu"] * gpu
     if record is not None:
         cmd += ["--launch-record", str(record)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    # without --gpu the driver checks the no-GPU path (attachToContext refused): on a GPU machine
+    # the GPU is hidden from it, as on the CPU machines
+    env = None if gpu else dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     lines = proc.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines else {"ok": False}
     result["returncode"], result["stderr"] = proc.returncode, proc.stderr[-2000:]

@@ -176,7 +176,7 @@ class GpuFrame:
         if out is not None:
             check_out(self.smap, out)
         staged = self.staging.stage(cameras)  # header checks: refused before any device work
-        target = out if out is not None else self._own_output(self.kout).array
+        target = out if out is not None else self.own_output(self.kout).array
         graph, dev_out = self._graph(staged, target)
         graph.replay()
         self.last_output = dev_out
@@ -195,7 +195,7 @@ class GpuFrame:
         key = (staged, target.dtype, target.ctypes.data, target.nbytes)
         hit = self._graphs.get(key)
         if hit is None:
-            host = self._host_target(target)
+            host = self.host_target(target)
             self._allocate(staged, target.dtype)  # nothing may allocate while a stream is captured
             recorded = {}
             graph = Graph(self.rt.stream, lambda s: recorded.update(out=self._record(s, staged, target.dtype, host)))
@@ -204,7 +204,7 @@ class GpuFrame:
                       staged.feat, list(staged.image_cameras), target.dtype, self.host_memory)
         return hit
 
-    def _host_target(self, target: np.ndarray):
+    def host_target(self, target: np.ndarray):
         """The output array as the graph sees it: pinned (ours) or registered (the caller's)."""
         for buf in self._own_out.values():
             if buf.array is target:
@@ -218,7 +218,7 @@ class GpuFrame:
             reg = self._registered[target.ctypes.data] = HostRegistration(target, self.host_memory == "mapped")
         return reg
 
-    def _own_output(self, dtype) -> PinnedBuffer:
+    def own_output(self, dtype) -> PinnedBuffer:
         dtype = np.dtype(dtype)
         if dtype not in self._own_out:
             self._own_out[dtype] = PinnedBuffer(self.smap.bev_shape, dtype, mapped=self.host_memory == "mapped")
