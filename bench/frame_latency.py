@@ -140,7 +140,7 @@ def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int, profile=N
     spec = DepthSpec(DepthBins.of_rig(rig))
     for i in range(warmup + n):
         depth, feat = frames[i % len(frames)]
-        if isinstance(depth, list):  # depth images
+        if isinstance(depth, list) and isinstance(depth[0], np.ndarray):  # depth images
             t0 = time.perf_counter()
             depth = metric_cameras(rig, depth, spec)
             t1 = time.perf_counter()

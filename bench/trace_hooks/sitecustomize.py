@@ -1,0 +1,83 @@
+"""Diagnostics for latency investigations across processes (bench/latency.py starts three): every
+Python process started with this folder on PYTHONPATH records, at exit,
+
+- GCTRACE_DIR: its cyclic-GC pauses, $GCTRACE_DIR/gc_<pid>.json (per generation: count, p50, p99,
+  max, total ms);
+- POOLING_PROFILE_DIR: a cProfile of bevpool_node's pooling stage (``PoolingWorker.process``, in
+  the pooling thread only), $POOLING_PROFILE_DIR/pooling_<pid>.txt (top functions by own time)
+  and .prof; written by the process that pooled.
+
+    GCTRACE_DIR=/tmp/gc POOLING_PROFILE_DIR=/tmp/prof PYTHONPATH=bench/trace_hooks:$PWD \\
+        python bench/latency.py ...
+"""
+import atexit
+import gc
+import json
+import os
+import sys
+import time
+
+_GC_DIR = os.environ.get("GCTRACE_DIR")
+_PROFILE_DIR = os.environ.get("POOLING_PROFILE_DIR")
+_start = [0.0]
+_pauses: dict[int, list[float]] = {}
+
+
+def _on_gc(phase, info):
+    if phase == "start":
+        _start[0] = time.perf_counter()
+    else:
+        _pauses.setdefault(info["generation"], []).append((time.perf_counter() - _start[0]) * 1e3)
+
+
+def _write_gc():
+    def stats(ms):
+        ms = sorted(ms)
+        return {"n": len(ms), "p50_ms": ms[len(ms) // 2], "p99_ms": ms[min(len(ms) - 1, int(0.99 * len(ms)))],
+                "max_ms": ms[-1], "total_ms": sum(ms), "over_1ms": sum(x > 1.0 for x in ms)}
+
+    os.makedirs(_GC_DIR, exist_ok=True)
+    with open(os.path.join(_GC_DIR, f"gc_{os.getpid()}.json"), "w") as f:
+        json.dump({"argv": sys.argv[:4], "gc": {g: stats(v) for g, v in sorted(_pauses.items())}}, f)
+
+
+def _profile_pooling():
+    import cProfile
+    import pstats
+
+    from bevpool_ros.node import pooling
+
+    profile, calls = cProfile.Profile(), [0]
+    process = pooling.PoolingWorker.process
+
+    def profiled(self, camera_set):
+        calls[0] += 1
+        profile.enable()
+        try:
+            return process(self, camera_set)
+        finally:
+            profile.disable()
+
+    def write():
+        if not calls[0]:
+            return  # not the node, or it pooled nothing
+        os.makedirs(_PROFILE_DIR, exist_ok=True)
+        base = os.path.join(_PROFILE_DIR, f"pooling_{os.getpid()}")
+        profile.dump_stats(base + ".prof")
+        with open(base + ".txt", "w") as f:
+            f.write(f"{calls[0]} sets pooled\n")
+            pstats.Stats(profile, stream=f).sort_stats("tottime").print_stats(30)
+            pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(30)
+
+    pooling.PoolingWorker.process = profiled
+    atexit.register(write)
+
+
+if _GC_DIR:
+    gc.callbacks.append(_on_gc)
+    atexit.register(_write_gc)
+if _PROFILE_DIR:
+    try:
+        _profile_pooling()
+    except ImportError:  # bevpool_ros not on the path of this process
+        pass
