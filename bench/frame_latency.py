@@ -3,7 +3,7 @@
 
     python bench/frame_latency.py --backend cuda --precision fp16 fp8 \\
         --wire-dtype float16 float32 --out-dtype float16 float32 [--depth-input distribution image] \\
-        [--payload host device] [--frames 300] [--prefix h200_] [--profile]
+        [--payload host device] [--rate 0 30] [--frames 300] [--prefix h200_] [--profile]
 
 Drives bevpool_node's own pooling stage (``PoolingWorker.process``: the set's cameras in rig
 order, then ``backend.pool_cameras`` = each payload copied once into its pinned slot, one graph
@@ -17,7 +17,9 @@ input callbacks: decode + nearest resize of six images, on the host) and ``host_
 expanding them into distributions on the host would add; the backend expands them on its device).
 ``--payload device``: every camera's tensors are already on this GPU, as the input hand-off gives
 them (``input.handoff``: views of the producer's ring): the backend's device-input path, gather
-D2D instead of staging + H2D. ``--profile``: cProfile of the first row's measured sets (stderr).
+D2D instead of staging + H2D. ``--rate 30``: one set every 1/30 s, the thread asleep in between as
+the node's pooling thread is (default 0: back to back, the stage with warm caches and clocks).
+``--profile``: cProfile of the first row's measured sets (stderr).
 Writes <out>/<prefix>frame_latency_<backend>.json.
 The ROS half (DDS, message build, publish) is measured by bench/latency.py.
 """
@@ -128,7 +130,7 @@ def metric_cameras(rig, images, spec) -> list[MetricDepth]:
     return [MetricDepth(metres_at_grid(img, "16UC1", H, W), spec) for img in images]
 
 
-def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int, profile=None) -> dict:
+def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int, profile=None, rate: float = 0.0) -> dict:
     payload = ReusableBuffer()
     # keep only the latest result, as the node does once it has published
     results, drops = deque(maxlen=1), []
@@ -150,6 +152,8 @@ def measure(backend, rig, frames, out_dtype: str, n: int, warmup: int, profile=N
                 convert.append(t1 - t0)
                 expand.append(time.perf_counter() - t1)
         cs = camera_set(rig, depth, feat, i * 50_000_000)
+        if rate > 0:
+            time.sleep(1.0 / rate)
         if profile is not None and i == warmup:
             profile.enable()
         t0 = time.perf_counter()
@@ -187,6 +191,8 @@ def main() -> int:
                    help="image: 640 x 480 16UC1 depth images (input.depth_mode: image), expanded by the backend")
     p.add_argument("--payload", nargs="+", default=["host"], choices=("host", "device"),
                    help="device: each camera's tensors already on this GPU (the input hand-off's views)")
+    p.add_argument("--rate", nargs="+", type=float, default=[0.0],
+                   help="sets per second, the thread asleep in between (0: back to back)")
     p.add_argument("--profile", action="store_true", help="cProfile the first row's measured sets (stderr)")
     p.add_argument("--frames", type=int, default=300)
     p.add_argument("--warmup", type=int, default=20)
@@ -205,7 +211,8 @@ def main() -> int:
                 continue
             if wire == "float8_e4m3":
                 backend.fp8_scales = (E4M3_SCALE, E4M3_SCALE)
-            for depth_input, out_dtype, payload in itertools.product(args.depth_input, args.out_dtype, args.payload):
+            for depth_input, out_dtype, payload, rate in itertools.product(args.depth_input, args.out_dtype,
+                                                                           args.payload, args.rate):
                 if payload == "device" and (backend.name == "cpu" or depth_input == "image"):
                     continue  # device payloads: a GPU backend's; depth images arrive on the host
                 frames = [wire_frame(f, wire) for f in raw]
@@ -216,8 +223,8 @@ def main() -> int:
                 profile = cProfile.Profile() if args.profile and not rows else None
                 row = {"backend": backend.name, "precision": None, "wire_dtype": wire, "output_dtype": out_dtype,
                        "depth_input": depth_input if depth_input == "distribution" else "image 16UC1 640x480",
-                       "payload": payload, "frames": args.frames,
-                       **measure(backend, rig, frames, out_dtype, args.frames, args.warmup, profile)}
+                       "payload": payload, "rate_hz": rate, "frames": args.frames,
+                       **measure(backend, rig, frames, out_dtype, args.frames, args.warmup, profile, rate)}
                 if profile is not None:
                     pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
                 desc = backend.describe()
