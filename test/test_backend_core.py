@@ -264,3 +264,42 @@ def test_worker_counts_a_backend_found_nan_as_non_finite():
     frames[rig.cameras[3].name]["feat"][1][0, 0, 0] = np.nan
     assert worker.process(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True)) is None
     assert drops == ["non_finite"]
+
+
+def test_callbacks_can_wait_for_the_worker_to_finish_its_set():
+    """The input hand-off's ROS copies wait (``wait_until_idle``) while the pooling thread pools
+    and publishes a set, and go on as soon as it is done; a slow set never holds them past the
+    wait's bound."""
+    import threading
+
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    entered, release, published = threading.Event(), threading.Event(), []
+
+    def on_result(r):  # the worker is busy until its set is published
+        entered.set()
+        release.wait(30)
+        published.append(r)
+
+    worker = PoolingWorker(CpuBackend(), LiveCalibration(rig), on_result, lambda r, d: None)
+    worker.start()
+    try:
+        assert worker.wait_until_idle(0.0)  # nothing queued: idle
+        _, D_, H_, W_ = rig.depth_shape
+        frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
+                             "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+        assert entered.wait(60)
+        assert not worker.wait_until_idle(0.05)  # bounded: still publishing
+        waiter = threading.Thread(target=lambda: published.append(worker.wait_until_idle(60)))
+        waiter.start()
+        release.set()
+        waiter.join(60)
+        assert not waiter.is_alive() and published[-1] is True and len(published) == 2
+    finally:
+        release.set()
+        worker.stop()

@@ -154,6 +154,13 @@ class PoolingWorker:
     def queued(self) -> int:
         return len(self._queue)
 
+    def wait_until_idle(self, timeout_s: float) -> bool:
+        """Block the caller while a set is being pooled (and published), at most ``timeout_s``;
+        True when the thread is idle. For callbacks whose work can wait a millisecond: the GIL
+        they would hold meanwhile slows every step of the pooling thread's set."""
+        with self._cv:
+            return self._cv.wait_for(lambda: not self.busy, timeout_s)
+
     # work -------------------------------------------------------------------------------
     def _overwritten(self, camera_set: CameraSet, when: str) -> bool:
         stale = overwritten(camera_set)
@@ -176,7 +183,9 @@ class PoolingWorker:
             except Exception as e:  # never let one bad set kill the thread
                 self.on_drop("internal_error", f"{type(e).__name__}: {e}")
             finally:
-                self.busy = False
+                with self._cv:
+                    self.busy = False
+                    self._cv.notify_all()
 
     def process(self, camera_set: CameraSet) -> PoolResult | None:
         started = time.perf_counter()
