@@ -157,7 +157,7 @@ class HandoffInputs:
 
         now = time.perf_counter()  # its arrival, before any wait
         node = self.node
-        if way == "dds" and node.worker is not None:
+        if way == "dds" and self.reader is not None and node.worker is not None:  # rings mapped here
             node.worker.wait_until_idle(DDS_COPY_WAIT_S)  # the executor sleeps, GIL released
         with self._lock:
             key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
