@@ -57,27 +57,11 @@ def pct(values_s) -> dict:
     return {"p50": float(np.percentile(v, 50)), "p99": float(np.percentile(v, 99))}
 
 
-class DeviceTensor:
-    """A host array copied once to the GPU, offered through ``__cuda_array_interface__`` (v3), as a
-    hand-off view offers a slot of the producer's ring."""
-
-    def __init__(self, arr: np.ndarray):
-        from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
-
-        arr = np.ascontiguousarray(arr)
-        self.buf = DeviceBuffer(arr.nbytes)
-        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
-        self.shape, self.dtype = arr.shape, arr.dtype
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.buf.ptr, False),
-                "version": 3, "strides": None, "stream": None}
-
-
 def on_device(frame):
-    """(depth, feat) as per-camera device tensors."""
-    return tuple([DeviceTensor(a[n]) for n in range(a.shape[0])] for a in frame)
+    """(depth, feat) as per-camera device tensors, as the input hand-off gives them."""
+    from bevpool_ros.backends.cuda.driver import DeviceCopy
+
+    return tuple([DeviceCopy(a[n]) for n in range(a.shape[0])] for a in frame)
 
 
 def camera_set(rig, depth, feat, stamp_ns: int) -> CameraSet:

@@ -88,26 +88,13 @@ def role_publisher(args) -> int:
     return 0
 
 
-class _DeviceInput:
-    """A device copy of one camera tensor, offered as a CUDA array (what a network would hand)."""
-
-    def __init__(self, arr: np.ndarray):
-        from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
-
-        arr = np.ascontiguousarray(arr)
-        self.buf = DeviceBuffer(arr.nbytes)
-        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
-        self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": arr.dtype.str,
-                                         "data": (self.buf.ptr, False), "version": 3,
-                                         "strides": None, "stream": None}
-
-
 def role_handoff_publisher(args) -> int:
     """handoff_both: the camera tensors of each set handed over through the GPU ring
     (CameraHandoffPublisher, mode on), announced as TensorHandoff; the set's time is taken after
     the last announcement was published."""
     import rclpy
 
+    from bevpool_ros.backends.cuda.driver import DeviceCopy
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, ring_for_rig
     from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.synthetic import SyntheticScene
@@ -121,7 +108,7 @@ def role_handoff_publisher(args) -> int:
     frames = []  # per cycle frame: [(camera, stream, device tensor, layout)], uploaded once
     for i in range(min(args.cycle_frames, args.frames)):
         depth, feat = scene.frame(i)
-        frames.append([(cam.name, stream, _DeviceInput(arr[n].astype(args.input_dtype)), layout)
+        frames.append([(cam.name, stream, DeviceCopy(arr[n].astype(args.input_dtype)), layout)
                        for n, cam in enumerate(rig.cameras)
                        for stream, arr, layout in (("depth", depth, "DHW"), ("feat", feat, "HWC"))])
     sent = []

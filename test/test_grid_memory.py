@@ -139,3 +139,16 @@ def test_a_failed_enqueue_gives_the_buffer_back(cu, pooler, monkeypatch):
     assert pooler._own_grids.free_count == 1
     monkeypatch.undo()
     assert pool(pooler, A).check() is not None
+
+
+def test_a_device_copy_is_one_upload_offered_as_a_cuda_array(cu):
+    """driver.DeviceCopy, the benches' and GPU tests' stand-in for a network's output tensor."""
+    from bevpool_ros.backends.cuda.driver import DeviceCopy
+
+    host = np.arange(12, dtype=np.float16).reshape(3, 4)
+    copy = DeviceCopy(host)
+    uploads = [c for c in cu.log if c[0] == "cuMemcpyHtoD"]
+    assert len(uploads) == 1 and uploads[0][1:] == (copy.buf.ptr, host.ctypes.data, host.nbytes)
+    face = copy.__cuda_array_interface__
+    assert face["shape"] == (3, 4) and face["typestr"] == "<f2" and face["data"] == (copy.buf.ptr, False)
+    assert face["version"] == 3 and face["stream"] is None and copy.buf.nbytes == host.nbytes

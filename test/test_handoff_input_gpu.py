@@ -21,24 +21,14 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE: list = []
 
 
-class DeviceArray:
-    """A device copy of a host array, offered through ``__cuda_array_interface__`` (v3)."""
+def DeviceArray(arr: np.ndarray):
+    """A device copy of a host array (``__cuda_array_interface__`` v3), in device 0's primary context."""
+    from bevpool_ros.backends.cuda.driver import Device, DeviceCopy
 
-    def __init__(self, arr: np.ndarray):
-        from bevpool_ros.backends.cuda.driver import Device, DeviceBuffer, api, check
-
-        if not DEVICE:
-            DEVICE.append(Device(0))  # the primary context the buffers live in
-        DEVICE[0].make_current()
-        arr = np.ascontiguousarray(arr)
-        self.buf = DeviceBuffer(arr.nbytes)
-        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
-        self.shape, self.dtype = arr.shape, arr.dtype
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.buf.ptr, False),
-                "version": 3, "strides": None, "stream": None}
+    if not DEVICE:
+        DEVICE.append(Device(0))  # the primary context the buffers live in
+    DEVICE[0].make_current()
+    return DeviceCopy(arr)
 
 
 # --- backend level: device payloads in pool_cameras --------------------------------------------------

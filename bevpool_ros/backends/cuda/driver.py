@@ -140,6 +140,21 @@ class DeviceBuffer:
             pass
 
 
+class DeviceCopy:
+    """A host array copied once into a device buffer of its own, offered as a CUDA array
+    (``__cuda_array_interface__`` v3): a tensor as a network in this process, or the producer of
+    a hand-off, would hold it. For benchmarks and tests of the device-input paths."""
+
+    def __init__(self, arr: np.ndarray):
+        arr = np.ascontiguousarray(arr)
+        self.buf = DeviceBuffer(arr.nbytes)
+        check(api().cuMemcpyHtoD(self.buf.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
+        self.shape, self.dtype = arr.shape, arr.dtype
+        self.__cuda_array_interface__ = {"shape": arr.shape, "typestr": arr.dtype.str,
+                                         "data": (self.buf.ptr, False), "version": 3,
+                                         "strides": None, "stream": None}
+
+
 class PinnedBuffer:
     """Page-locked host memory viewed as a numpy array (async copies need it).
 

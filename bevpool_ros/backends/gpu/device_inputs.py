@@ -51,12 +51,12 @@ class DeviceInputRun:
     def run(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
         if out is not None:
             check_out(self.smap, out)
+        if len(cameras) != self.shapes["depth"][0]:
+            raise InputError(f"{len(cameras)} cameras for a map of {self.shapes['depth'][0]}")
         target = out if out is not None else self.frame.own_output(np.float32).array
         # page-locked, as GpuFrame's (the caller's array registered once): a pageable D2H of a
         # 2.6 MB grid is a staged, synchronous copy of about a millisecond
         host = self.frame.host_target(target)
-        if len(cameras) != self.shapes["depth"][0]:
-            raise InputError(f"{len(cameras)} cameras for a map of {self.shapes['depth'][0]}")
         bind(self.rt.device.ctx)  # this thread's current context: the backend's device
         per_stream = [self._stream_inputs(cameras, i, s) for i, s in enumerate(STREAMS)]
         self.device.check_finite = self.frame.check_finite
