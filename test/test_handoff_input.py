@@ -257,7 +257,8 @@ class UnopenedRing:
         from types import SimpleNamespace
 
         self.ring = SimpleNamespace(server=SimpleNamespace(served=0),
-                                    socket_path=os.path.join(folder, "ring.sock"))
+                                    socket_path=os.path.join(folder, "ring.sock"),
+                                    announce=lambda msg: None)  # nobody linked
         self.sequence = 0
 
     def publish(self, tensor, stream=None, scale=1.0):

@@ -155,9 +155,10 @@ PRODUCER = textwrap.dedent("""
                     for cam in cameras for s in ("depth", "feat")]
             for _ in range(pub.producer.ring.ring_size):
                 pub.producer.publish(views[(cameras[0], "depth")])
-            for cam, s, h in held:
-                pub.handoff_pubs[(cam, s)].publish(announcement(
-                    h, cam, s, "DHW" if s == "depth" else "HWC", stamp, "", pub.boot))
+            for cam, s, h in held:  # both ways, as CameraHandoffPublisher.publish announces
+                msg = announcement(h, cam, s, "DHW" if s == "depth" else "HWC", stamp, "", pub.boot)
+                pub.producer.ring.announce(msg)
+                pub.handoff_pubs[(cam, s)].publish(msg)
         else:
             for cam in cameras:
                 for s in ("depth", "feat"):
@@ -276,6 +277,14 @@ def test_announcements_also_arrive_over_the_signal_socket(graph, producer):
         m = re.search(r"(\d+) signal link\(s\), first arrival: signal (\d+)", d.get("input_handoff", ""))
         return bool(m) and int(m.group(1)) >= 1 and int(m.group(2)) > 0
     d = graph.diagnostics_where(signalled, 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
+
+    def filtered(d):  # DDS drops the ROS copies the datagrams beat (Fast DDS content filter)
+        m = re.search(r"ROS copies filtered on (\d+) topic", d.get("input_handoff", ""))
+        return bool(m) and int(m.group(1)) >= 1
+    for _ in range(3):
+        assert send_until_grid(graph, producer, cameras(graph)) is not None
+    d = graph.diagnostics_where(filtered, 10.0)
     assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
 
 

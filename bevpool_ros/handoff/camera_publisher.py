@@ -120,11 +120,6 @@ class CameraHandoffPublisher:
         self.producer = producer
         if mode != "off" and producer is None:
             self.producer = self._make_producer(rig, slot_bytes, ring_size, device)
-        self.signal = None
-        if self.producer is not None and self.producer.available:
-            from .signal import SignalServer, signal_path
-
-            self.signal = SignalServer(signal_path(self.producer.ring.socket_path))
         self.handoff_pubs, self.tensor_pubs = {}, {}
         for cam in self.cameras:
             for stream in STREAMS:
@@ -176,10 +171,7 @@ class CameraHandoffPublisher:
         if self._use_handoff(key):
             h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
             msg = announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot)
-            if self.signal is not None and self.signal.consumers:
-                from rclpy.serialization import serialize_message
-
-                self.signal.send(serialize_message(msg))  # same-host consumers: woken first
+            self.producer.ring.announce(msg)  # same-host consumers linked to it: woken first
             self.handoff_pubs[key].publish(msg)
             self.handed_off += 1
             return "handoff"
@@ -224,9 +216,6 @@ class CameraHandoffPublisher:
         for pub in (*self.handoff_pubs.values(), *self.tensor_pubs.values()):
             self.node.destroy_publisher(pub)
         self.handoff_pubs, self.tensor_pubs = {}, {}
-        if self.signal is not None:
-            self.signal.close()
-            self.signal = None
         if self.producer is not None:
             self.producer.close()
             self.producer = None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..backends.cuda.driver import api, check
 from .fdpass import FdServer
 from .ring import RingCursor, SharedControlBlock
+from .signal import SignalServer, signal_path
 from .vmm import HandoffUnsupported, IpcEvent, SharedDeviceMemory, device_attributes, device_uuid, unsupported_reason
 
 
@@ -20,7 +21,8 @@ class Written:
 
 class HandoffRing:
     """``ring_size`` device buffers of ``slot_bytes`` each, their events and the control block,
-    handed to consumers through a Unix socket. ``write`` copies one grid in on the caller's stream."""
+    handed to consumers through a Unix socket. ``write`` copies one grid in on the caller's stream;
+    ``announce(msg)`` sends its announcement to the consumers connected to the signal socket."""
 
     def __init__(self, device, slot_bytes: int, ring_size: int = 4):
         reason = unsupported_reason(device_attributes(device), device.name)
@@ -34,7 +36,7 @@ class HandoffRing:
         self.buffers: list[SharedDeviceMemory] = []
         self.events: list[IpcEvent] = []
         self.control = None
-        self.server = None
+        self.server = self.signal = None
         try:
             for _ in range(ring_size):
                 self.buffers.append(SharedDeviceMemory.create(device, slot_bytes))
@@ -42,6 +44,7 @@ class HandoffRing:
             self.event_handles = [e.handle() for e in self.events]
             self.control = SharedControlBlock.create(self.ring_id, ring_size)
             self.server = FdServer(self._describe, name=f"ring-{os.getpid()}-{self.ring_id:x}")
+            self.signal = SignalServer(signal_path(self.server.path))
         except Exception:
             self.close()
             raise
@@ -73,7 +76,18 @@ class HandoffRing:
         self.control.block.publish(seq)
         return Written(slot, seq, self.event_handles[slot])
 
+    def announce(self, msg) -> None:
+        """Send ``msg`` (its ROS announcement) to the same-host consumers linked to this ring,
+        before it is published: they are woken without a DDS hop (signal.py)."""
+        if self.signal is not None and self.signal.consumers:
+            from rclpy.serialization import serialize_message
+
+            self.signal.send(serialize_message(msg))
+
     def close(self) -> None:
+        if self.signal is not None:  # its socket lives in the server's folder
+            self.signal.close()
+            self.signal = None
         if self.server is not None:
             self.server.close()
             self.server = None

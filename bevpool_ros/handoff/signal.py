@@ -94,9 +94,9 @@ class SignalServer:
 
 class SignalClient:
     """Consumer side: ``on_datagram(bytes)`` in a thread of its own for every datagram, until
-    the producer goes away or ``close``."""
+    the producer goes away or ``close``; then ``on_closed()`` (same thread)."""
 
-    def __init__(self, path: str, on_datagram, timeout: float = 2.0):
+    def __init__(self, path: str, on_datagram, timeout: float = 2.0, on_closed=None):
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock.settimeout(timeout)
         try:
@@ -106,6 +106,7 @@ class SignalClient:
             raise
         self._sock.settimeout(None)
         self._on_datagram = on_datagram
+        self._on_closed = on_closed or (lambda: None)
         self.received = 0
         self._thread = threading.Thread(target=self._loop, name="bevpool-handoff-wake",
                                         daemon=True)
@@ -116,15 +117,18 @@ class SignalClient:
         return self._thread.is_alive()
 
     def _loop(self) -> None:
-        while True:
-            try:
-                data = self._sock.recv(MAX_DATAGRAM)
-            except OSError:
-                return
-            if not data:  # the producer closed it
-                return
-            self.received += 1
-            self._on_datagram(data)
+        try:
+            while True:
+                try:
+                    data = self._sock.recv(MAX_DATAGRAM)
+                except OSError:
+                    return
+                if not data:  # the producer closed it
+                    return
+                self.received += 1
+                self._on_datagram(data)
+        finally:
+            self._on_closed()
 
     def close(self) -> None:
         try:

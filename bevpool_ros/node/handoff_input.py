@@ -10,10 +10,11 @@ camera's payload, exactly where a CameraTensor's array would. The backend reads 
 claimed again before it was read is dropped (``handoff_overwritten``), at the announcement and
 again after the pooling read it (the ring's seqlock).
 
-Wake-up: once a ring is mapped, the node also connects to the producer's signal socket
-(handoff/signal.py) and takes each announcement from whichever arrives first, the Unix-socket
-datagram or the ROS message; the second copy is ignored (same ring, same sequence). /diagnostics
-``input_handoff`` says how many arrived first by each way.
+Wake-up: once a ring is mapped, the node also connects to the producer's signal socket and
+takes each announcement from whichever arrives first, the Unix-socket datagram or the ROS
+message (handoff/announcements.py); while that link loses nothing, DDS itself drops the ring's
+ROS copies for this node (a content filter). /diagnostics ``input_handoff`` says how many
+arrived first by each way.
 
 A producer that restarts makes a new ring (new ring id, usually a new socket): the next
 announcement maps it; rings no announcement named for a while are unmapped. A node that
@@ -25,7 +26,6 @@ import functools
 import math
 import threading
 import time
-from collections import Counter, OrderedDict
 
 import numpy as np
 
@@ -38,11 +38,9 @@ MODES = ("none", "auto", "only")  # not on/off: YAML reads those as booleans
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
           "float8_e4m3": np.dtype(np.uint8)}
 RING_IDLE_S = 5.0  # a ring no announcement named for this long (and > 2 sync timeouts) is unmapped
-SEEN_KEPT = 4096   # announcements remembered to ignore their second copy (socket or DDS)
-# A ROS copy waits this long at most for the pooling thread to finish its set. The set was usually
-# completed by the signal datagrams, and its 12 ROS copies arrive while it is pooled: taken then,
-# each holds the GIL the pooling thread needs between its driver calls (on the H200 host the
-# executor took ~9 of them during each set's pooling stage, 3.6 ms against 0.6 ms alone).
+# A ROS copy DDS did not filter out (no link yet, or a lossy one) waits this long at most for the
+# pooling thread to finish its set: taken meanwhile, it would hold the GIL that thread needs
+# between its driver calls (see handoff/announcements.py).
 DDS_COPY_WAIT_S = 0.02
 
 
@@ -104,10 +102,7 @@ class HandoffInputs:
         self.unavailable = ""  # why this node cannot map rings (no GPU, no cuda-python)
         self.subs: list = []
         self._last_named: dict[str, float] = {}  # socket path -> monotonic time last announced
-        self._signals: dict = {}                 # socket path -> signal.SignalClient
-        self._seen: OrderedDict = OrderedDict()  # (socket path, ring id, sequence) taken
-        self.first_by: Counter = Counter()       # which way each announcement arrived first
-        self._on_payload = None
+        self.links = None                        # handoff.announcements.AnnouncementLinks
         self._lock = threading.Lock()            # the executor and the signal threads
 
     @property
@@ -132,43 +127,48 @@ class HandoffInputs:
         """``on_payload(camera, stream, stamp_ns, view, arrival)`` gets every accepted tensor."""
         from bevpool_msgs.msg import TensorHandoff
 
+        from ..handoff.announcements import AnnouncementLinks
+
         node = self.node
-        self._on_payload = on_payload
+        self.links = AnnouncementLinks(
+            node, TensorHandoff, functools.partial(self.on_announcement, on_payload=on_payload),
+            accepts=lambda m: m.camera in node.cameras and m.stream in STREAMS,
+            on_bad=lambda detail: node.report.drop("bad_handoff", detail))
         for (cam, stream), topic in handoff_topics(node.cfg, node.cameras).items():
-            cb = functools.partial(self.on_announcement, camera=cam, stream=stream,
-                                   on_payload=on_payload)
             events = node.report.subscription_events(topic)
-            self.subs.append(node.create_subscription(TensorHandoff, topic, cb, qos,
-                                                      event_callbacks=events))
+            sub = node.create_subscription(TensorHandoff, topic, lambda m: None, qos,
+                                           event_callbacks=events)
+            sub.callback = functools.partial(self.on_ros_copy, subscription=sub, camera=cam,
+                                             stream=stream)
+            self.subs.append(sub)
 
     def unsubscribe(self) -> None:
         for sub in self.subs:
             self.node.destroy_subscription(sub)
         self.subs = []
-        self._on_payload = None  # a datagram still arriving joins nothing
-        with self._lock:
-            clients, self._signals = list(self._signals.values()), {}
-        for client in clients:  # outside the lock: their threads may be waiting for it
-            if client is not None:
-                client.close()
+        if self.links is not None:  # a datagram still arriving joins nothing
+            self.links.close()
+            self.links = None
 
-    def on_announcement(self, msg, camera: str, stream: str, on_payload, way: str = "dds") -> None:
+    def on_ros_copy(self, msg, subscription, camera: str, stream: str) -> None:
+        """A TensorHandoff from DDS (executor thread), on the topic of ``camera``/``stream``."""
+        node, links = self.node, self.links
+        if links is None:
+            return
+        if self.reader is not None and node.worker is not None:  # rings mapped here
+            node.worker.wait_until_idle(DDS_COPY_WAIT_S)  # the executor sleeps, GIL released
+        if msg.camera != camera or msg.stream != stream:  # judged before any copy is matched
+            node.report.drop("bad_handoff", f"{camera}/{stream} (hand-off): announces "
+                             f"{shown(msg.camera)}/{shown(msg.stream)} on the topic of {camera}/{stream}")
+            return
+        links.on_message(msg, subscription)
+
+    def on_announcement(self, msg, way: str, arrival: float, on_payload) -> None:
+        """The first copy of one announcement (either way): checked, opened, handed on."""
         from ..io.bev_message import stamp_to_ns
 
-        now = time.perf_counter()  # its arrival, before any wait
-        node = self.node
-        if way == "dds" and self.reader is not None and node.worker is not None:  # rings mapped here
-            node.worker.wait_until_idle(DDS_COPY_WAIT_S)  # the executor sleeps, GIL released
+        node, camera, stream = self.node, msg.camera, msg.stream
         with self._lock:
-            key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
-            first = self._seen.get(key)
-            if first is not None and first != way:
-                return  # its copy by the other way came first
-            if first is None:  # the same way twice is no copy: checked (and counted) again
-                self._seen[key] = way
-                self.first_by[way] += 1
-                while len(self._seen) > SEEN_KEPT:
-                    self._seen.popitem(last=False)
             stamp_ns = stamp_to_ns(msg.header.stamp)
             try:
                 node.inputs.check_stamp(stamp_ns)
@@ -177,40 +177,9 @@ class HandoffInputs:
             except TensorError as e:
                 node.report.drop(e.reason, f"{camera}/{stream} (hand-off): {e.detail}")
                 return
-            self._listen(msg.socket_path)
-        on_payload(camera, stream, stamp_ns, view, now)
-
-    def _listen(self, socket_path: str) -> None:
-        """Connect to the signal socket of a ring just mapped (once; none: the ROS message only)."""
-        if socket_path in self._signals:
-            return
-        from ..handoff.signal import SignalClient, signal_path
-
-        try:
-            self._signals[socket_path] = SignalClient(signal_path(socket_path), self._on_datagram)
-        except OSError as e:  # an older producer without one: the ROS messages wake us
-            self._signals[socket_path] = None
-            self.node.get_logger().info(f"hand-off producer at {socket_path} has no signal "
-                                        f"socket ({e}); woken by its ROS messages")
-
-    def _on_datagram(self, data: bytes) -> None:
-        """A signal-socket copy of an announcement (its own thread)."""
-        from bevpool_msgs.msg import TensorHandoff
-        from rclpy.serialization import deserialize_message
-
-        on_payload = self._on_payload
-        if on_payload is None:
-            return
-        try:
-            msg = deserialize_message(data, TensorHandoff)
-        except Exception as e:  # not one of ours: the producer is same-user, so a bug; say it
-            self.node.report.drop("bad_handoff", f"unreadable signal datagram: {e}")
-            return
-        if msg.camera not in self.node.cameras or msg.stream not in STREAMS:
-            self.node.report.drop("bad_handoff", f"signal datagram for {shown(msg.camera)}/"
-                                  f"{shown(msg.stream)}, not a camera/stream of this rig")
-            return
-        self.on_announcement(msg, msg.camera, msg.stream, on_payload, way="signal")
+        if self.links is not None:
+            self.links.listen(msg.socket_path)
+        on_payload(camera, stream, stamp_ns, view, arrival)
 
     def open(self, msg):
         """The announced tensor as a device view (HandoffView), not waited on: the backend's
@@ -243,10 +212,10 @@ class HandoffInputs:
                 if now - self._last_named.get(path, 0.0) > idle:
                     self.reader.forget(path)
                     self._last_named.pop(path, None)
-                    gone.append(self._signals.pop(path, None))
-        for client in gone:  # outside the lock: their threads may be waiting for it
-            if client is not None:
-                client.close()
+                    gone.append(path)
+        if self.links is not None:
+            for path in gone:
+                self.links.forget(path)
 
     def state(self) -> str:
         """For /diagnostics: the mode, and what this node can do with it."""
@@ -255,9 +224,15 @@ class HandoffInputs:
         if self.unavailable:
             return f"{self.mode}, unavailable: {self.unavailable}"[:200]
         rings = len(self.reader.socket_paths) if self.reader is not None else 0
-        links = sum(1 for c in list(self._signals.values()) if c is not None and c.connected)
-        return (f"{self.mode}, {rings} producer ring(s) mapped, {links} signal link(s), first "
-                f"arrival: signal {self.first_by['signal']}, dds {self.first_by['dds']}")
+        links = self.links
+        if links is None:
+            return f"{self.mode}, {rings} producer ring(s) mapped, not subscribed"
+        lost = f", {links.lost} datagram(s) lost" if links.lost else ""
+        filtered = (f"ROS copies filtered on {links.filtered} topic(s)" if not links.filter_error
+                    else "ROS copies not filtered")
+        return (f"{self.mode}, {rings} producer ring(s) mapped, {links.connected} signal link(s), "
+                f"first arrival: signal {links.first_by['signal']}, dds {links.first_by['dds']}"
+                f"{lost}, {filtered}")[:240]
 
     def close(self) -> None:
         self.unsubscribe()

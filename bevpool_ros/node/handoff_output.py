@@ -1,5 +1,7 @@
 """``output.gpu_handoff``: each pooled grid also goes, without leaving the GPU, into the hand-off
-ring, announced as bevpool_msgs/BevHandoff (same host and GPU only; BevFeature stays for the rest)."""
+ring, announced as bevpool_msgs/BevHandoff (same host and GPU only; BevFeature stays for the rest).
+Consumers linked to the ring's signal socket (handoff.BevHandoffSubscriber) get each announcement
+over it first."""
 from __future__ import annotations
 
 import numpy as np
@@ -53,8 +55,10 @@ class HandoffOutput:
             out.device.make_current()
             pending = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
         written, out = pending
-        self.pub.publish(handoff_msg(header, rig, self.ring, written, out.shape, out.dtype,
-                                     self.backend.name, self.backend.precision))
+        msg = handoff_msg(header, rig, self.ring, written, out.shape, out.dtype, self.backend.name,
+                          self.backend.precision)
+        self.ring.announce(msg)  # linked consumers (BevHandoffSubscriber): woken without a DDS hop
+        self.pub.publish(msg)
 
     def close(self) -> None:
         if self._hooked:

@@ -1,0 +1,220 @@
+"""A hand-off ring's announcements (TensorHandoff, BevHandoff), taken by the faster of two ways.
+
+The producer sends each announcement's serialised bytes to every same-host consumer connected
+to the ring's signal socket (signal.py), then publishes it as a ROS message (discovery, tools,
+consumers that never connect). ``AnnouncementLinks`` is the consumer's half, shared by
+bevpool_node's input hand-off and ``BevHandoffSubscriber``:
+
+  * each announcement (socket path, ring id, sequence) is delivered once, by whichever copy
+    arrived first;
+  * ``listen(socket_path)`` connects to a ring's signal socket once the caller mapped the ring;
+  * while a link is up and has lost nothing, the ROS copies of its ring are dropped by DDS
+    itself: a content filter ``ring_id <> R`` on the subscription, set (from the executor) when
+    a ROS copy arrives that its datagram beat. The executor then no longer wakes, takes and
+    deserialises one message per tensor only to throw it away. On the H200 host those copies
+    held the GIL the node's pooling thread needed (~9 per set during its pooling stage: 3.6 ms
+    against 0.6 ms alone);
+  * a link that closed or lost datagrams (a gap in its ring's sequence: the producer's queue to
+    this consumer was full) has its filters lifted, from the executor (a guard condition), and
+    not set again for ``REFILTER_AFTER_S``: the ROS copies wake the consumer meanwhile.
+
+Where the middleware has no content filters (e.g. Cyclone DDS) the copies are taken and ignored.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import Counter, OrderedDict
+
+SEEN_KEPT = 4096          # announcements remembered, to ignore their second copy
+REFILTER_AFTER_S = 1.0    # after a lost datagram, ROS copies are taken this long
+FILTER = "ring_id <> %0"  # DDS content filter (SQL subset): every ring but the linked one
+
+
+class AnnouncementLinks:
+    def __init__(self, node, msg_type, deliver, *, accepts=lambda msg: True, on_bad=None, log=None):
+        """``deliver(msg, way, arrival)`` gets the first copy of each announcement (``way``
+        "signal" or "dds", ``arrival`` a perf_counter time), one call at a time, from the
+        signal thread or the executor. ``accepts(msg)``: a datagram this consumer wants (the
+        producer sends every tensor of its ring to each consumer; other cameras are not ours).
+        ``on_bad(detail)``: an unreadable datagram."""
+        self.node, self.msg_type = node, msg_type
+        self._deliver, self._accepts = deliver, accepts
+        self._on_bad = on_bad or (lambda detail: None)
+        self._log = log or node.get_logger()
+        self._lock = threading.Lock()
+        self._delivering = threading.Lock()  # one delivery at a time, whatever the thread
+        self._seen: OrderedDict = OrderedDict()  # (socket path, ring id, sequence) -> way
+        self._links: dict[str, _Link | None] = {}  # socket path -> link (None: no signal socket)
+        self._filters: dict = {}  # subscription -> (socket path, ring id) its copies are dropped for
+        self._lift: set = set()   # subscriptions whose filter goes (applied by the executor)
+        self.first_by: Counter = Counter()
+        self.lost = 0             # datagrams the producer could not queue for us
+        self.ignored = 0          # datagrams of tensors this consumer does not take
+        self.filter_error = ""    # why content filters are not used here
+        self._wake = node.create_guard_condition(self._apply_lifts)
+
+    # --- the two ways in ------------------------------------------------------------------------
+    def on_message(self, msg, subscription) -> None:
+        """A ROS copy (executor thread), from ``subscription``."""
+        arrival = time.perf_counter()
+        key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
+        with self._lock:
+            first = self._seen.get(key)
+            if first is None:
+                self._remember(key, "dds")
+            refilter = first == "signal" and self._should_filter(subscription, msg)
+        if refilter:
+            self._filter(subscription, msg.socket_path, int(msg.ring_id))
+        if first != "signal":  # the same way twice is no copy: checked (and counted) again
+            self._hand_over(msg, "dds", arrival)
+
+    def _on_datagram(self, socket_path: str, data: bytes) -> None:
+        """A signal-socket copy (that link's thread)."""
+        from rclpy.serialization import deserialize_message
+
+        arrival = time.perf_counter()
+        try:
+            msg = deserialize_message(data, self.msg_type)
+        except Exception as e:  # the producer is same-user: a bug, say it
+            self._on_bad(f"unreadable signal datagram: {e}")
+            return
+        key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
+        with self._lock:
+            link = self._links.get(socket_path)
+            if link is not None and link.count(key[1], key[2]):
+                self.lost += link.gap
+                self._lift_ring(socket_path, key[1])
+            if not self._accepts(msg):
+                self.ignored += 1
+                return
+            first = self._seen.get(key)
+            if first is None:
+                self._remember(key, "signal")
+        if first != "dds":
+            self._hand_over(msg, "signal", arrival)
+
+    def _remember(self, key, way: str) -> None:
+        self._seen[key] = way
+        self.first_by[way] += 1
+        while len(self._seen) > SEEN_KEPT:
+            self._seen.popitem(last=False)
+
+    def _hand_over(self, msg, way: str, arrival: float) -> None:
+        with self._delivering:
+            self._deliver(msg, way, arrival)
+
+    # --- links ----------------------------------------------------------------------------------
+    def listen(self, socket_path: str) -> None:
+        """Connect to the signal socket of a ring just mapped (once; a producer without one
+        wakes us by its ROS messages only)."""
+        with self._lock:
+            if socket_path in self._links:
+                return
+            self._links[socket_path] = None  # no second attempt while this one connects
+        from .signal import SignalClient, signal_path
+
+        try:
+            client = SignalClient(signal_path(socket_path),
+                                  functools.partial(self._on_datagram, socket_path),
+                                  on_closed=functools.partial(self._on_closed, socket_path))
+        except OSError as e:
+            self._log.info(f"hand-off producer at {socket_path} has no signal socket ({e}); "
+                           "woken by its ROS messages")
+            return
+        with self._lock:
+            self._links[socket_path] = _Link(client)
+
+    def _on_closed(self, socket_path: str) -> None:
+        """Its producer went away (or restarted): ROS copies of its rings are taken again."""
+        with self._lock:
+            if self._links.get(socket_path) is not None:
+                self._links.pop(socket_path)
+            self._lift_ring(socket_path, None)
+
+    def forget(self, socket_path: str) -> None:
+        """The caller unmapped this producer's ring."""
+        with self._lock:
+            link = self._links.pop(socket_path, None)
+            self._lift_ring(socket_path, None)
+        if link is not None:  # outside the lock: its thread may be waiting for it
+            link.client.close()
+
+    @property
+    def connected(self) -> int:
+        return sum(1 for link in list(self._links.values()) if link is not None and link.client.connected)
+
+    # --- content filters (executor thread only) ---------------------------------------------------
+    def _should_filter(self, subscription, msg) -> bool:
+        if self.filter_error or subscription is None:
+            return False
+        link = self._links.get(msg.socket_path)
+        return (link is not None and link.healthy()
+                and self._filters.get(subscription) != (msg.socket_path, int(msg.ring_id)))
+
+    def _filter(self, subscription, socket_path: str, ring_id: int) -> None:
+        try:
+            subscription.set_content_filter(FILTER, [str(ring_id)])
+            if not subscription.is_cft_enabled:
+                raise RuntimeError("the middleware does not filter content")
+        except Exception as e:  # not Fast DDS, or an older one: copies are taken and ignored
+            self.filter_error = f"{type(e).__name__}: {e}"[:160]
+            self._log.info(f"hand-off announcements: ROS copies are not filtered ({self.filter_error})")
+            return
+        with self._lock:
+            self._filters[subscription] = (socket_path, ring_id)
+
+    def _lift_ring(self, socket_path: str, ring_id) -> None:
+        """(lock held) Lift the filters set for one ring (``ring_id``) or all rings of a producer."""
+        subs = [s for s, (path, rid) in self._filters.items()
+                if path == socket_path and ring_id in (None, rid)]
+        if subs:
+            self._lift.update(subs)
+            self._wake.trigger()
+
+    def _apply_lifts(self) -> None:
+        with self._lock:
+            subs, self._lift = self._lift, set()
+            for s in subs:
+                self._filters.pop(s, None)
+        for s in subs:
+            try:
+                s.set_content_filter("", [])
+            except Exception:  # destroyed meanwhile: nothing to lift
+                pass
+
+    @property
+    def filtered(self) -> int:
+        """Subscriptions whose ROS copies DDS drops now."""
+        return len(self._filters)
+
+    def close(self) -> None:
+        with self._lock:
+            links, self._links = [link for link in self._links.values() if link is not None], {}
+            self._filters, self._lift = {}, set()
+        for link in links:  # outside the lock: their threads may be waiting for it
+            link.client.close()
+        self.node.destroy_guard_condition(self._wake)
+
+
+class _Link:
+    """One producer's signal connection, and what it has lost."""
+
+    def __init__(self, client):
+        self.client = client
+        self._last: dict[int, int] = {}  # ring id -> last sequence received
+        self.gap = 0
+        self._unhealthy_until = 0.0
+
+    def count(self, ring_id: int, sequence: int) -> bool:
+        """Record a datagram; True when datagrams before it were lost (``gap`` of them)."""
+        last = self._last.get(ring_id)
+        self._last[ring_id] = sequence
+        self.gap = 0 if last is None else sequence - last - 1
+        if self.gap > 0:
+            self._unhealthy_until = time.monotonic() + REFILTER_AFTER_S
+        return self.gap > 0
+
+    def healthy(self) -> bool:
+        return self.client.connected and time.monotonic() >= self._unhealthy_until

@@ -1,0 +1,196 @@
+"""The two ways an announcement reaches a hand-off consumer (handoff/announcements.py), over real
+rclpy and Fast DDS and a real signal socket, no GPU needed: each announcement delivered once,
+from its first copy; DDS filters out the ROS copies of a linked ring; a lost datagram or a closed
+link brings the ROS copies back; datagrams of other cameras and unreadable ones are set aside."""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import pytest
+
+pytestmark = pytest.mark.ros
+
+TOPIC = "cameras/A/depth_handoff"
+
+
+class Rig:
+    """A producer process's two ways (signal socket, ROS publisher in another node of this
+    process's own DDS participant) and one consumer: its subscription and AnnouncementLinks."""
+
+    def __init__(self, monkeypatch):
+        import rclpy
+        from bevpool_msgs.msg import TensorHandoff
+        from rclpy.executors import SingleThreadedExecutor
+
+        from bevpool_ros.handoff import announcements
+        from bevpool_ros.handoff.announcements import AnnouncementLinks
+        from bevpool_ros.handoff.signal import SignalServer, signal_path
+        from bevpool_ros.node.qos import make_qos
+        from ros_harness import isolate_ros_env
+
+        monkeypatch.setattr(announcements, "REFILTER_AFTER_S", 0.5)
+        isolate_ros_env()
+        self.folder = tempfile.mkdtemp(prefix="bevpool_announce_test_")
+        self.socket_path = os.path.join(self.folder, "ring-1.sock")
+        self.server = SignalServer(signal_path(self.socket_path))
+        self.ctxs = [rclpy.Context(), rclpy.Context()]  # two participants, as two processes
+        for ctx in self.ctxs:
+            rclpy.init(context=ctx)
+        self.prod = rclpy.create_node("announce_producer", context=self.ctxs[0])
+        self.con = rclpy.create_node("announce_consumer", context=self.ctxs[1])
+        self.executors = [SingleThreadedExecutor(context=c) for c in self.ctxs]
+        self.executors[0].add_node(self.prod)
+        self.executors[1].add_node(self.con)
+        qos = make_qos("reliable", 10)
+        self.pub = self.prod.create_publisher(TensorHandoff, TOPIC, qos)
+        self.delivered: list[tuple[int, str]] = []
+        self.taken = 0  # ROS copies the executor took
+        self.bad: list[str] = []
+        self.links = AnnouncementLinks(self.con, TensorHandoff, self._deliver,
+                                       accepts=lambda m: m.camera == "A", on_bad=self.bad.append)
+        self.sub = self.con.create_subscription(TensorHandoff, TOPIC, self._on_ros, qos)
+        self.msg_type = TensorHandoff
+        self.ring_id = 0x2F00_0000_0000_0001  # a 62-bit id, as HandoffRing draws them
+        self.sequence = 0
+        assert self.spin_until(lambda: self.pub.get_subscription_count() == 1)
+
+    def _deliver(self, msg, way, arrival):
+        self.delivered.append((int(msg.sequence), way))
+
+    def _on_ros(self, msg):
+        self.taken += 1
+        self.links.on_message(msg, self.sub)
+
+    def spin_until(self, predicate, timeout=10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not predicate():
+            for ex in self.executors:
+                ex.spin_once(timeout_sec=0.01)
+        return predicate()
+
+    def message(self, camera="A", sequence=None):
+        m = self.msg_type()
+        m.camera, m.stream, m.socket_path = camera, "depth", self.socket_path
+        m.ring_id = self.ring_id
+        if sequence is None:
+            self.sequence += 1
+            sequence = self.sequence
+        m.sequence = sequence
+        return m
+
+    def announce(self, ways=("signal", "dds"), camera="A", skip=0):
+        """One announcement, as CameraHandoffPublisher.publish sends it: datagram first."""
+        from rclpy.serialization import serialize_message
+
+        self.sequence += skip
+        m = self.message(camera)
+        if "signal" in ways:
+            self.server.send(serialize_message(m))
+        if "dds" in ways:
+            self.pub.publish(m)
+        return m.sequence
+
+    def close(self):
+        import rclpy
+
+        self.links.close()
+        self.server.close()
+        for ex in self.executors:
+            ex.shutdown()
+        self.prod.destroy_node()
+        self.con.destroy_node()
+        for ctx in self.ctxs:
+            rclpy.try_shutdown(context=ctx)
+        os.rmdir(self.folder)
+
+
+@pytest.fixture
+def rig(monkeypatch):
+    r = Rig(monkeypatch)
+    yield r
+    r.close()
+
+
+def delivered_once(rig, sequences) -> bool:
+    got = [s for s, _ in rig.delivered]
+    return all(got.count(s) == 1 for s in sequences)
+
+
+def link(rig):
+    """Connect the consumer and send until DDS filters the ROS copies (the first copy the
+    datagram beat sets the filter)."""
+    rig.links.listen(rig.socket_path)
+    assert rig.spin_until(lambda: rig.server.consumers == 1 and rig.links.connected == 1)
+    sent = []
+    for _ in range(50):
+        sent.append(rig.announce())
+        if rig.spin_until(lambda: rig.links.filtered == 1, 0.2):
+            break
+    assert rig.links.filtered == 1, rig.links.filter_error
+    assert rig.spin_until(lambda: delivered_once(rig, sent))
+    return sent
+
+
+def test_without_a_link_the_ros_copies_deliver_each_announcement_once(rig):
+    sent = [rig.announce(ways=("dds",)) for _ in range(5)]
+    assert rig.spin_until(lambda: len(rig.delivered) == 5)
+    assert rig.delivered == [(s, "dds") for s in sent]
+    assert rig.links.first_by["dds"] == 5 and rig.links.filtered == 0
+
+
+def test_a_linked_ring_is_delivered_by_its_datagrams_and_dds_drops_its_ros_copies(rig):
+    sent = link(rig)
+    assert all(way == "signal" for _, way in rig.delivered[-3:])
+    taken = rig.taken
+    more = [rig.announce() for _ in range(30)]
+    assert rig.spin_until(lambda: delivered_once(rig, more))
+    time.sleep(0.2)
+    rig.spin_until(lambda: False, 0.3)  # any ROS copy still in flight is taken now
+    assert rig.taken == taken, "DDS delivered ROS copies of a linked ring"
+    assert [w for s, w in rig.delivered if s in more] == ["signal"] * 30
+    assert delivered_once(rig, sent + more)
+    # another ring on the same topic (a restarted producer) is not filtered
+    rig.ring_id += 1
+    m = rig.message()
+    rig.pub.publish(m)
+    assert rig.spin_until(lambda: (m.sequence, "dds") in rig.delivered)
+
+
+def test_a_lost_datagram_lifts_the_filter_until_the_link_has_been_clean_a_while(rig):
+    link(rig)
+    seq = rig.announce(skip=2)  # two datagrams the producer never queued for us
+    assert rig.spin_until(lambda: rig.links.filtered == 0 and (seq, "signal") in rig.delivered)
+    assert rig.links.lost == 2
+    taken = rig.taken
+    seq = rig.announce(ways=("dds",))  # its datagram lost too: the ROS copy delivers it
+    assert rig.spin_until(lambda: (seq, "dds") in rig.delivered)
+    assert rig.taken > taken
+    assert rig.links.filtered == 0  # not set again before REFILTER_AFTER_S
+    time.sleep(0.6)
+    for _ in range(20):
+        rig.announce()
+        if rig.spin_until(lambda: rig.links.filtered == 1, 0.2):
+            break
+    assert rig.links.filtered == 1
+
+
+def test_a_closed_link_brings_the_ros_copies_back(rig):
+    link(rig)
+    rig.server.close()  # the producer went away (its ring goes with it)
+    assert rig.spin_until(lambda: rig.links.filtered == 0 and rig.links.connected == 0)
+    seq = rig.announce(ways=("dds",))
+    assert rig.spin_until(lambda: (seq, "dds") in rig.delivered)
+
+
+def test_datagrams_of_other_cameras_and_unreadable_ones_are_set_aside(rig):
+    link(rig)
+    n = len(rig.delivered)
+    rig.announce(ways=("signal",), camera="B")  # the ring's other tensors: another consumer's
+    rig.server.send(b"\x00\x01not a TensorHandoff")
+    seq = rig.announce(ways=("signal",))
+    assert rig.spin_until(lambda: (seq, "signal") in rig.delivered)
+    assert len(rig.delivered) == n + 1
+    assert rig.links.ignored == 1 and rig.links.lost == 0
+    assert rig.spin_until(lambda: len(rig.bad) == 1) and "unreadable" in rig.bad[0]
