@@ -155,6 +155,7 @@ def role_subscriber(args) -> int:
     node = Node("bevpool_latency_subscriber")
     received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
     qos = make_qos("reliable", 10)
+    grids = None
     if args.transport in HANDOFF_OUT:
         from bevpool_ros.handoff.bev_subscriber import BevHandoffSubscriber
 
@@ -187,7 +188,7 @@ def role_subscriber(args) -> int:
         asked = time.monotonic_ns()  # one more /diagnostics, so its statistics cover the whole run
         _spin_until(node, lambda: diagnostics and diagnostics[-1][0] > asked, 10.0)
     finally:
-        if args.transport in HANDOFF_OUT:
+        if grids is not None:
             state.update(overwritten=state["overwritten"] + grids.overwritten, errors=grids.errors,
                          last_error=grids.last_error, first_by=dict(grids.links.first_by),
                          signal_lost=grids.links.lost, filter_error=grids.links.filter_error)

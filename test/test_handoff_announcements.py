@@ -23,12 +23,12 @@ class Rig:
         import rclpy
         from bevpool_msgs.msg import TensorHandoff
         from rclpy.executors import SingleThreadedExecutor
+        from ros_harness import isolate_ros_env
 
         from bevpool_ros.handoff import announcements
         from bevpool_ros.handoff.announcements import AnnouncementLinks
         from bevpool_ros.handoff.signal import SignalServer, signal_path
         from bevpool_ros.node.qos import make_qos
-        from ros_harness import isolate_ros_env
 
         monkeypatch.setattr(announcements, "REFILTER_AFTER_S", 0.5)
         isolate_ros_env()

@@ -372,3 +372,35 @@ def test_node_restart_maps_the_ring_again(graph, rig_path, reference):
         assert_bev_matches(got.bev, reference, got.msg)
     finally:
         p.stop()
+
+
+def test_bev_handoff_subscriber_takes_the_grids_over_the_signal_link(graph, rig_path, reference):
+    """The consumer API of output.gpu_handoff: after the first grid maps the node's ring, grids
+    arrive by the ring's signal socket, DDS filters their ROS copies, and each grid read from
+    the device equals the FP64 reference at the node's tolerance."""
+    from ros_harness import assert_bev_matches
+
+    from bevpool_ros.handoff import BevHandoffSubscriber
+
+    producer = Producer(rig_path)
+    grids = []
+    sub = BevHandoffSubscriber(graph.con, "bev/handoff",
+                               lambda view, msg: grids.append((view.copy_to_host(), view.still_valid(), msg)))
+    try:
+        for _ in range(60):  # until linked and filtering: discovery, the first mapping
+            n = len(grids)
+            producer.send(graph.next_stamp(), cameras(graph))
+            graph.spin_until(lambda: len(grids) > n, 2.0)
+            if sub.linked and sub.links.filtered and sub.links.first_by["signal"] >= 3:
+                break
+        assert sub.linked and sub.links.first_by["signal"] >= 3, (dict(sub.links.first_by), sub.last_error)
+        assert sub.links.filtered == 1, sub.links.filter_error
+        assert sub.errors == 0, sub.last_error
+        bev, valid, msg = grids[-1]
+        assert valid
+        assert_bev_matches(bev, reference, msg)
+        stamps = [g[2].header.stamp for g in grids]
+        assert len({(s.sec, s.nanosec) for s in stamps}) == len(stamps)  # each grid once
+    finally:
+        sub.close()
+        producer.stop()
