@@ -3,6 +3,7 @@ choices, plan_for, the cpu backend's output array, and the worker writing into t
 from __future__ import annotations
 
 import os
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -264,6 +265,66 @@ def test_worker_counts_a_backend_found_nan_as_non_finite():
     frames[rig.cameras[3].name]["feat"][1][0, 0, 0] = np.nan
     assert worker.process(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True)) is None
     assert drops == ["non_finite"]
+
+
+def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
+    """``run_or_submit`` (the hand-off signal thread): pooled in the calling thread when the
+    pooling thread is idle; queued while a set is pooled (inline or not), and the pooling thread
+    takes it only once that set is done: the backend never runs two sets at once."""
+    import threading
+
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    threads, running, overlap = [], [0], []
+    gate = threading.Event()
+    gate.set()
+
+    class Recording(CpuBackend):
+        def pool_cameras(self, cameras, out=None):
+            running[0] += 1
+            overlap.append(running[0])
+            threads.append(threading.current_thread().name)
+            gate.wait(30)
+            try:
+                return super().pool_cameras(cameras, out=out)
+            finally:
+                running[0] -= 1
+
+    worker = PoolingWorker(Recording(), LiveCalibration(rig), lambda r: None, lambda r, d: None)
+    worker.start()
+    _, D_, H_, W_ = rig.depth_shape
+
+    def camera_set():
+        frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
+                             "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+        return CameraSet(frames, tuple(frames), (), 0.0, 0.0, True)
+    try:
+        worker.run_or_submit(camera_set())
+        assert threads == [threading.current_thread().name]  # idle: pooled right here
+        gate.clear()
+        caller = threading.Thread(target=lambda: worker.run_or_submit(camera_set()), name="signal")
+        caller.start()
+        deadline = time.monotonic() + 30
+        while len(threads) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert threads[-1] == "signal" and worker.busy
+        worker.run_or_submit(camera_set())  # busy: queued for the pooling thread
+        assert worker.queued == 1 and len(threads) == 2
+        time.sleep(0.2)
+        assert len(threads) == 2  # the pooling thread waits for the inline set
+        gate.set()
+        caller.join(30)
+        while len(threads) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert threads[-1] == "bevpool-pooling" and max(overlap) == 1
+        assert worker.wait_until_idle(30) and worker.queued == 0
+    finally:
+        gate.set()
+        worker.stop()
 
 
 def test_callbacks_can_wait_for_the_worker_to_finish_its_set():

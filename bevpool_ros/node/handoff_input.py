@@ -179,7 +179,8 @@ class HandoffInputs:
                 return
         if self.links is not None:
             self.links.listen(msg.socket_path)
-        on_payload(camera, stream, stamp_ns, view, arrival)
+        # a set the signal thread completes is pooled right there when the pooling thread is idle
+        on_payload(camera, stream, stamp_ns, view, arrival, inline=way == "signal")
 
     def open(self, msg):
         """The announced tensor as a device view (HandoffView), not waited on: the backend's

@@ -230,13 +230,15 @@ class Inputs:
             return
         self.on_payload(camera, stream, stamp_ns, arr, now)
 
-    def on_payload(self, camera: str, stream: str, stamp_ns: int, payload, now: float) -> None:
+    def on_payload(self, camera: str, stream: str, stamp_ns: int, payload, now: float,
+                   inline: bool = False) -> None:
         """A checked payload (a CameraTensor's array, a depth image's distribution, or a hand-off
-        view) joins the synchroniser as that camera's ``stream``."""
+        view) joins the synchroniser as that camera's ``stream``. ``inline``: a set it completes
+        may be pooled in this thread (PoolingWorker.run_or_submit)."""
         with self.lock:
             sets = self.sync.add(camera, stream, stamp_ns, payload, now)
         for s in sets:
-            self.submit(s)
+            self.submit(s, inline)
 
     def on_message_filters_set(self, *msgs) -> None:
         """All 2N tensors of one ApproximateTime set, in subscription order (camera, depth/feat)."""
@@ -303,12 +305,16 @@ class Inputs:
         for s in sets:
             self.submit(s)
 
-    def submit(self, camera_set) -> None:
-        """To the pooling thread, unless no one would receive the grid (the image_pipeline rule)."""
+    def submit(self, camera_set, inline: bool = False) -> None:
+        """To the pooling thread (or pooled in this one: ``inline``), unless no one would receive
+        the grid (the image_pipeline rule)."""
         node = self.node
         if not node.active:
             return  # a callback already queued when deactivate ran
         if node.cfg["processing.skip_without_subscribers"] and not node.outputs.anyone_listening():
             node.report.count("skipped_no_subscribers")
             return
-        node.worker.submit(camera_set)
+        if inline:
+            node.worker.run_or_submit(camera_set)
+        else:
+            node.worker.submit(camera_set)

@@ -143,6 +143,21 @@ class PoolingWorker:
                 self.on_drop("worker_busy", "pooling thread busy: oldest waiting set dropped")
             self._cv.notify()
 
+    def run_or_submit(self, camera_set: CameraSet) -> None:
+        """Pool ``camera_set`` in the calling thread when the pooling thread is idle with nothing
+        queued, else queue it. For the hand-off signal thread, whose sets are ready to pool: one
+        thread hop less (the queue wait was 0.24 / 1.1 ms p50 / p99 on the H200 host). The
+        executor never pools inline: a slow pool or a re-prepare must not stall its callbacks."""
+        with self._cv:
+            if self.busy or self._queue or not self._running:
+                inline = False
+            else:
+                inline = self.busy = True
+        if not inline:
+            self.submit(camera_set)
+            return
+        self._process_guarded(camera_set)
+
     def discard_queued(self) -> int:
         """Forget the sets waiting for the thread (the node was deactivated); how many."""
         with self._cv:
@@ -171,21 +186,25 @@ class PoolingWorker:
 
     def _loop(self) -> None:
         while True:
-            with self._cv:
-                while self._running and not self._queue:
+            with self._cv:  # not while a set is pooled inline (run_or_submit): one pool at a time
+                while self._running and (not self._queue or self.busy):
                     self._cv.wait(0.5)
                 if not self._running:
                     return
                 camera_set = self._queue.popleft()
                 self.busy = True
-            try:
-                self.process(camera_set)
-            except Exception as e:  # never let one bad set kill the thread
-                self.on_drop("internal_error", f"{type(e).__name__}: {e}")
-            finally:
-                with self._cv:
-                    self.busy = False
-                    self._cv.notify_all()
+            self._process_guarded(camera_set)
+
+    def _process_guarded(self, camera_set: CameraSet) -> None:
+        """(``busy`` set by the caller) ``process``, never raising; then idle again."""
+        try:
+            self.process(camera_set)
+        except Exception as e:  # never let one bad set kill the thread
+            self.on_drop("internal_error", f"{type(e).__name__}: {e}")
+        finally:
+            with self._cv:
+                self.busy = False
+                self._cv.notify_all()
 
     def process(self, camera_set: CameraSet) -> PoolResult | None:
         started = time.perf_counter()
