@@ -60,6 +60,16 @@ def _spin_until(node, predicate, timeout: float) -> bool:
     return bool(predicate())
 
 
+def gc_pacing(args, start: bool = True):
+    """The process's garbage collection for the run (--gc); started (set-up done) unless asked."""
+    from bevpool_ros.gc_pacing import BetweenSets
+
+    pacing = BetweenSets()
+    if start and args.gc == "between-sets":
+        pacing.start()
+    return pacing
+
+
 def role_publisher(args) -> int:
     """Publish ``frames`` camera sets at ``rate``; record when each set's last message went out."""
     import rclpy
@@ -79,7 +89,12 @@ def role_publisher(args) -> int:
             return 1
         for i in range(min(args.cycle_frames, args.frames)):  # build every message before timing
             pub._messages(i)
-        pub.start(args.rate, args.frames, on_frame=lambda i, stamp, t: sent.append((stamp, time.monotonic_ns())))
+        pacing = gc_pacing(args)
+
+        def on_frame(i, stamp, t):
+            sent.append((stamp, time.monotonic_ns()))
+            pacing.collect_if_due()
+        pub.start(args.rate, args.frames, on_frame=on_frame)
         _spin_until(pub, lambda: pub.done, args.frames / args.rate * 3 + 30)
     finally:
         Path(args.record).write_text(json.dumps({"sent": sent}))
@@ -124,12 +139,14 @@ def role_handoff_publisher(args) -> int:
             pub.publish(cam, stream, tensor, stamp, layout=layout)
         sent.append((stamp, time.monotonic_ns()))
         state["i"] = i + 1
+        pacing.collect_if_due()
     try:
         ready = _spin_until(node, lambda: all(p.get_subscription_count() > 0
                                               for p in pub.handoff_pubs.values()), 60.0)
         if not ready:
             print("publisher: the node never subscribed to the hand-off topics", file=sys.stderr)
             return 1
+        pacing = gc_pacing(args)
         timer = node.create_timer(1.0 / args.rate, tick)
         _spin_until(node, timer.is_canceled, args.frames / args.rate * 3 + 30)
     finally:
@@ -156,6 +173,7 @@ def role_subscriber(args) -> int:
     received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
     qos = make_qos("reliable", 10)
     grids = None
+    pacing = gc_pacing(args, start=False)  # started once set up (below)
     if args.transport in HANDOFF_OUT:
         from bevpool_ros.handoff.bev_subscriber import BevHandoffSubscriber
 
@@ -167,14 +185,26 @@ def role_subscriber(args) -> int:
                 state.setdefault("open_ms", []).append((time.perf_counter() - grids.last_arrival) * 1e3)
             else:
                 state["overwritten"] += 1
+            pacing.collect_if_due()
         grids = BevHandoffSubscriber(node, "bev/handoff", on_grid, qos)
         sub = grids.subscription
+        reader_open = grids.reader.open
+
+        def timed_open(msg, wait=True):  # splits the subscriber's share: before open, open + wait
+            t0 = time.perf_counter()
+            try:
+                return reader_open(msg, wait=wait)
+            finally:
+                state.setdefault("before_open_ms", []).append((t0 - grids.last_arrival) * 1e3)
+                state.setdefault("open_call_ms", []).append((time.perf_counter() - t0) * 1e3)
+        grids.reader.open = timed_open
     else:
         from bevpool_msgs.msg import BevFeature
 
         def on_grid(msg):
             decode_any(msg.tensor)  # what any consumer does: a view of the bytes, checked
             received.append((stamp_to_ns(msg.header.stamp), time.monotonic_ns()))
+            pacing.collect_if_due()
         sub = node.create_subscription(BevFeature, "bev/features", on_grid, qos)
     node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diagnostics.append(
         (time.monotonic_ns(), status_values(m))), 10)
@@ -183,6 +213,8 @@ def role_subscriber(args) -> int:
         if not _spin_until(node, lambda: sub.get_publisher_count() > 0, READY_TIMEOUT_S + 5):
             print("subscriber: no grid publisher appeared", file=sys.stderr)
             return 1
+        if args.gc == "between-sets":
+            pacing.start()
         Path(args.record + ".ready").touch()
         _spin_until(node, stop.exists, 3600.0)
         asked = time.monotonic_ns()  # one more /diagnostics, so its statistics cover the whole run
@@ -288,7 +320,7 @@ def machine() -> dict:
 def _child(role: str, args, record: str, log) -> subprocess.Popen:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--record", record,
            "--frames", str(args.frames), "--rate", str(args.rate), "--transport", args.transport,
-           "--input-dtype", args.input_dtype, "--rig", str(args.rig)]
+           "--input-dtype", args.input_dtype, "--rig", str(args.rig), "--gc", args.gc]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -322,7 +354,8 @@ def run_pipeline(args) -> dict:
               "output.bev_dtype": args.bev_dtype, "output.publish_image": False, "diagnostics.period_s": 0.5,
               "diagnostics.latency_window": min(100000, args.frames + 10),
               "output.gpu_handoff": args.transport in HANDOFF_OUT,
-              "input.handoff": "only" if args.transport == "handoff_both" else "none"}
+              "input.handoff": "only" if args.transport == "handoff_both" else "none",
+              "processing.gc_between_sets": args.gc == "between-sets"}
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],
@@ -471,6 +504,9 @@ def main(argv=None) -> int:
                     help="inprocess: the caller's tensors (auto: PyTorch when it has CUDA)")
     ap.add_argument("--out", default=None, help="output prefix (default bench/results/latency_<backend>)")
     ap.add_argument("--rows", default=None, help="append this configuration's row to a JSON list file")
+    ap.add_argument("--gc", default="between-sets", choices=("between-sets", "auto"),
+                    help="Python's garbage collection in all three processes: between sets "
+                    "(gc_pacing.BetweenSets; the node's processing.gc_between_sets) or CPython's own")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
@@ -503,7 +539,7 @@ def main(argv=None) -> int:
            "transport": args.transport, "rig": rig_label(args.rig),
            "frames": len(sent), "received": len(sub["received"]),
            "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),
-           "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate,
+           "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate, "gc": args.gc,
            "node_p50_ms": f("latency_p50_ms"), "node_p99_ms": f("latency_p99_ms"),
            "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms")}
     res = {
@@ -511,10 +547,14 @@ def main(argv=None) -> int:
         "input_dtype": args.input_dtype, "warmup": args.warmup, "measured": len(e2e),
         "e2e_ms": e, "node_ms": {"p50": f("latency_p50_ms"), "p95": f("latency_p95_ms"), "p99": f("latency_p99_ms")},
         "stages_ms": {k: {"p50": f(f"{k}_p50_ms"), "p99": f(f"{k}_p99_ms")}
-                      for k in ("queue_wait", "assemble", "message", "publish")},
+                      for k in ("queue_wait", "assemble", "handoff", "message", "publish")},
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")
                   or k in ("sync_incomplete_timeout", "sync_late", "sync_evicted", "sync_superseded")},
         "handoff_open_ms": percentiles(sub.get("open_ms", [])[args.warmup:])
+        if args.transport in HANDOFF_OUT else None,
+        "subscriber_before_open_ms": percentiles(sub.get("before_open_ms", [])[args.warmup:])
+        if args.transport in HANDOFF_OUT else None,
+        "subscriber_open_call_ms": percentiles(sub.get("open_call_ms", [])[args.warmup:])
         if args.transport in HANDOFF_OUT else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),

@@ -162,6 +162,52 @@ def test_handoff_message_carries_ring_slot_and_geometry():
     assert back.layout == "ZYXC" and back.socket_path == "/tmp/x/ring.sock" and back.backend == "cuda"
 
 
+def test_the_node_reuses_its_last_announcement_only_where_nothing_but_the_grid_changed():
+    """HandoffOutput._message: per grid only stamp, slot, sequence and event change; the bytes
+    equal a BevHandoff built afresh, and a new rig, dtype or shape builds it again."""
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Header
+
+    from bevpool_ros.handoff.message import handoff_msg
+    from bevpool_ros.handoff.producer import Written
+    from bevpool_ros.node.handoff_output import HandoffOutput
+    from bevpool_ros.workloads import base_rig
+
+    class Ring:
+        socket_path, ring_id, ring_size, uuid = "/tmp/x/ring.sock", 2 ** 61 + 3, 4, bytes(range(16))
+        event_handles = [bytes([k]) * 64 for k in range(4)]
+
+        class device:
+            ordinal = 0
+
+    class Backend:
+        name, precision = "cuda", "fp16"
+
+    class Out:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, dtype
+
+    out = object.__new__(HandoffOutput)  # the GPU ring is not needed to build its messages
+    out.ring, out.backend = Ring, Backend
+    out._template, out._template_key = None, None
+    out._event_handles = [np.frombuffer(h, np.uint8) for h in Ring.event_handles]
+    rig, other = base_rig(), base_rig()
+    shape = (*rig.grid_shape, rig.channels)
+    built = []
+    for seq, (r, dtype, sh) in enumerate([(rig, np.float16, shape), (rig, np.float16, shape),
+                                          (rig, np.float32, shape), (other, np.float32, shape),
+                                          (other, np.float32, shape)], start=1):
+        header = Header(frame_id="base_link")
+        header.stamp.sec = seq
+        written = Written((seq - 1) % 4, seq, Ring.event_handles[(seq - 1) % 4])
+        m = out._message(header, r, written, Out(sh, dtype))
+        built.append(m)
+        want = serialize_message(handoff_msg(header, r, Ring, written, sh, dtype, "cuda", "fp16"))
+        assert serialize_message(m) == want, seq
+    assert built[1] is built[0] and built[2] is not built[1] and built[3] is not built[2]
+    assert built[4] is built[3]
+
+
 @pytest.mark.ros
 def test_node_refuses_the_handoff_on_the_cpu_backend_and_keeps_publishing():
     from ros_harness import RosGraph

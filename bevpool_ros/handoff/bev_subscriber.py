@@ -50,6 +50,7 @@ class BevHandoffSubscriber:
     def _deliver(self, msg, way: str, arrival: float) -> None:
         from .reader import HandoffOverwritten
 
+        self.last_arrival = arrival
         self._forget_idle(msg.socket_path)
         try:
             view = self.reader.open(msg, wait=self.wait)
@@ -63,7 +64,6 @@ class BevHandoffSubscriber:
             self.last_error = f"{type(e).__name__}: {e}"
             return
         self.links.listen(msg.socket_path)
-        self.last_arrival = arrival
         self.on_grid(view, msg)
 
     def _forget_idle(self, socket_path: str) -> None:

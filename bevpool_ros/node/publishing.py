@@ -83,6 +83,7 @@ class Outputs:
 
         cfg = node.cfg
         header = Header(stamp=ns_to_time(s.stamp_ns), frame_id=cfg["ego_frame"])
+        t_handoff = time.perf_counter()
         if self.handoff is not None:  # first: its consumers wait for no host copy or message build
             self._publish_handoff(r, header)
         t_msg = time.perf_counter()
@@ -101,7 +102,7 @@ class Outputs:
             t_pub = time.perf_counter()
             self.bev_pub.publish(msg)
             done = time.perf_counter()
-        node.report.published(r, t_msg, t_pub, done)
+        node.report.published(r, t_msg, t_pub, done, handoff_s=t_msg - t_handoff)
         self.published += 1
         if cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched

@@ -15,7 +15,7 @@ from .throttle import ThrottledLog
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
              "handoff_only_grids", "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
              "dds_incompatible_type")
-STAGES = ("queue_wait", "assemble", "message", "publish")
+STAGES = ("queue_wait", "assemble", "handoff", "message", "publish")
 
 
 class Report:
@@ -35,7 +35,8 @@ class Report:
         self.latency = RollingStats(size)    # last input -> published
         self.pool_time = RollingStats(size)
         self.overhead = RollingStats(size)   # latency - pool
-        # where the overhead goes: waiting for the pooling thread, stacking, message build, publish
+        # where the overhead goes: waiting for the pooling thread, stacking, the GPU hand-off's
+        # announcement, the BevFeature's build and publish
         self.stages = {k: RollingStats(size) for k in STAGES}
 
     def resize(self, size: int) -> None:
@@ -81,11 +82,11 @@ class Report:
             incompatible_type=lambda info: self.count("dds_incompatible_type",
                                                       max(1, int(info.total_count_change))))
 
-    def published(self, r, t_msg: float, t_pub: float, done: float) -> None:
+    def published(self, r, t_msg: float, t_pub: float, done: float, handoff_s: float = 0.0) -> None:
         s = r.camera_set
         latency = done - s.last_arrival
         for k, v in (("queue_wait", r.started - s.last_arrival), ("assemble", r.assemble_s),
-                     ("message", t_pub - t_msg), ("publish", done - t_pub)):
+                     ("handoff", handoff_s), ("message", t_pub - t_msg), ("publish", done - t_pub)):
             self.stages[k].add(v * 1e3)
         self.latency.add(latency * 1e3)
         self.pool_time.add(r.pool_s * 1e3)
