@@ -60,20 +60,18 @@ def _spin_until(node, predicate, timeout: float) -> bool:
     return bool(predicate())
 
 
-def gc_pacing(args, start: bool = True):
-    """The process's garbage collection for the run (--gc); started (set-up done) unless asked."""
-    from bevpool_ros.gc_pacing import BetweenSets
-
-    pacing = BetweenSets()
-    if start and args.gc == "between-sets":
-        pacing.start()
-    return pacing
+def switch_interval(args) -> None:
+    """The producer's and the consumer's GIL switch interval (--switch-interval-ms; the node sets
+    its own, node.main.GIL_SWITCH_INTERVAL_S): each has a ROS executor and a hand-off thread."""
+    if args.switch_interval_ms > 0:
+        sys.setswitchinterval(args.switch_interval_ms / 1e3)
 
 
 def role_publisher(args) -> int:
     """Publish ``frames`` camera sets at ``rate``; record when each set's last message went out."""
     import rclpy
 
+    switch_interval(args)
     if args.transport == "handoff_both":
         return role_handoff_publisher(args)
 
@@ -89,12 +87,7 @@ def role_publisher(args) -> int:
             return 1
         for i in range(min(args.cycle_frames, args.frames)):  # build every message before timing
             pub._messages(i)
-        pacing = gc_pacing(args)
-
-        def on_frame(i, stamp, t):
-            sent.append((stamp, time.monotonic_ns()))
-            pacing.collect_if_due()
-        pub.start(args.rate, args.frames, on_frame=on_frame)
+        pub.start(args.rate, args.frames, on_frame=lambda i, stamp, t: sent.append((stamp, time.monotonic_ns())))
         _spin_until(pub, lambda: pub.done, args.frames / args.rate * 3 + 30)
     finally:
         Path(args.record).write_text(json.dumps({"sent": sent}))
@@ -139,14 +132,12 @@ def role_handoff_publisher(args) -> int:
             pub.publish(cam, stream, tensor, stamp, layout=layout)
         sent.append((stamp, time.monotonic_ns()))
         state["i"] = i + 1
-        pacing.collect_if_due()
     try:
         ready = _spin_until(node, lambda: all(p.get_subscription_count() > 0
                                               for p in pub.handoff_pubs.values()), 60.0)
         if not ready:
             print("publisher: the node never subscribed to the hand-off topics", file=sys.stderr)
             return 1
-        pacing = gc_pacing(args)
         timer = node.create_timer(1.0 / args.rate, tick)
         _spin_until(node, timer.is_canceled, args.frames / args.rate * 3 + 30)
     finally:
@@ -168,12 +159,12 @@ def role_subscriber(args) -> int:
     from bevpool_ros.node.diagnostics import status_values
     from bevpool_ros.node.qos import make_qos
 
+    switch_interval(args)
     rclpy.init(args=[sys.argv[0]])
     node = Node("bevpool_latency_subscriber")
     received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
     qos = make_qos("reliable", 10)
     grids = None
-    pacing = gc_pacing(args, start=False)  # started once set up (below)
     if args.transport in HANDOFF_OUT:
         from bevpool_ros.handoff.bev_subscriber import BevHandoffSubscriber
 
@@ -185,7 +176,6 @@ def role_subscriber(args) -> int:
                 state.setdefault("open_ms", []).append((time.perf_counter() - grids.last_arrival) * 1e3)
             else:
                 state["overwritten"] += 1
-            pacing.collect_if_due()
         grids = BevHandoffSubscriber(node, "bev/handoff", on_grid, qos)
         sub = grids.subscription
         reader_open = grids.reader.open
@@ -204,7 +194,6 @@ def role_subscriber(args) -> int:
         def on_grid(msg):
             decode_any(msg.tensor)  # what any consumer does: a view of the bytes, checked
             received.append((stamp_to_ns(msg.header.stamp), time.monotonic_ns()))
-            pacing.collect_if_due()
         sub = node.create_subscription(BevFeature, "bev/features", on_grid, qos)
     node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diagnostics.append(
         (time.monotonic_ns(), status_values(m))), 10)
@@ -213,8 +202,6 @@ def role_subscriber(args) -> int:
         if not _spin_until(node, lambda: sub.get_publisher_count() > 0, READY_TIMEOUT_S + 5):
             print("subscriber: no grid publisher appeared", file=sys.stderr)
             return 1
-        if args.gc == "between-sets":
-            pacing.start()
         Path(args.record + ".ready").touch()
         _spin_until(node, stop.exists, 3600.0)
         asked = time.monotonic_ns()  # one more /diagnostics, so its statistics cover the whole run
@@ -223,7 +210,8 @@ def role_subscriber(args) -> int:
         if grids is not None:
             state.update(overwritten=state["overwritten"] + grids.overwritten, errors=grids.errors,
                          last_error=grids.last_error, first_by=dict(grids.links.first_by),
-                         signal_lost=grids.links.lost, filter_error=grids.links.filter_error)
+                         signal_lost=grids.links.lost, filter_error=grids.links.filter_error,
+                         ros_copies=grids.links.ros_copies, filtered_at_end=grids.links.filtered)
         Path(args.record).write_text(json.dumps({"received": received, **state,
                                                  "diagnostics": diagnostics[-1][1] if diagnostics else {}}))
         node.destroy_node()
@@ -320,7 +308,8 @@ def machine() -> dict:
 def _child(role: str, args, record: str, log) -> subprocess.Popen:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--record", record,
            "--frames", str(args.frames), "--rate", str(args.rate), "--transport", args.transport,
-           "--input-dtype", args.input_dtype, "--rig", str(args.rig), "--gc", args.gc]
+           "--input-dtype", args.input_dtype, "--rig", str(args.rig),
+           "--switch-interval-ms", str(args.switch_interval_ms)]
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -354,8 +343,7 @@ def run_pipeline(args) -> dict:
               "output.bev_dtype": args.bev_dtype, "output.publish_image": False, "diagnostics.period_s": 0.5,
               "diagnostics.latency_window": min(100000, args.frames + 10),
               "output.gpu_handoff": args.transport in HANDOFF_OUT,
-              "input.handoff": "only" if args.transport == "handoff_both" else "none",
-              "processing.gc_between_sets": args.gc == "between-sets"}
+              "input.handoff": "only" if args.transport == "handoff_both" else "none"}
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],
@@ -504,9 +492,9 @@ def main(argv=None) -> int:
                     help="inprocess: the caller's tensors (auto: PyTorch when it has CUDA)")
     ap.add_argument("--out", default=None, help="output prefix (default bench/results/latency_<backend>)")
     ap.add_argument("--rows", default=None, help="append this configuration's row to a JSON list file")
-    ap.add_argument("--gc", default="between-sets", choices=("between-sets", "auto"),
-                    help="Python's garbage collection in all three processes: between sets "
-                    "(gc_pacing.BetweenSets; the node's processing.gc_between_sets) or CPython's own")
+    ap.add_argument("--switch-interval-ms", type=float, default=0.0,
+                    help="GIL switch interval of the publisher and subscriber processes (0: CPython's "
+                    "5 ms; the node always runs at 0.5)")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
@@ -539,7 +527,8 @@ def main(argv=None) -> int:
            "transport": args.transport, "rig": rig_label(args.rig),
            "frames": len(sent), "received": len(sub["received"]),
            "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),
-           "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate, "gc": args.gc,
+           "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate,
+           "switch_interval_ms": args.switch_interval_ms,
            "node_p50_ms": f("latency_p50_ms"), "node_p99_ms": f("latency_p99_ms"),
            "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms")}
     res = {
@@ -560,7 +549,8 @@ def main(argv=None) -> int:
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "input_handoff": d.get("input_handoff"),  # the node's wake-up: first arrivals by way
         "subscriber_first_by": sub.get("first_by"), "subscriber_signal_lost": sub.get("signal_lost"),
-        "subscriber_filter_error": sub.get("filter_error"),
+        "subscriber_filter_error": sub.get("filter_error"), "subscriber_ros_copies": sub.get("ros_copies"),
+        "subscriber_filtered_at_end": sub.get("filtered_at_end"),
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
         "command": "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -149,6 +149,7 @@ def test_a_linked_ring_is_delivered_by_its_datagrams_and_dds_drops_its_ros_copie
     time.sleep(0.2)
     rig.spin_until(lambda: False, 0.3)  # any ROS copy still in flight is taken now
     assert rig.taken == taken, "DDS delivered ROS copies of a linked ring"
+    assert rig.links.ros_copies == rig.taken
     assert [w for s, w in rig.delivered if s in more] == ["signal"] * 30
     assert delivered_once(rig, sent + more)
     # another ring on the same topic (a restarted producer) is not filtered

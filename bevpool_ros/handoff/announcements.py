@@ -52,6 +52,7 @@ class AnnouncementLinks:
         self.first_by: Counter = Counter()
         self.lost = 0             # datagrams the producer could not queue for us
         self.ignored = 0          # datagrams of tensors this consumer does not take
+        self.ros_copies = 0       # ROS messages the executor took (DDS did not filter them)
         self.filter_error = ""    # why content filters are not used here
         self._wake = node.create_guard_condition(self._apply_lifts)
 
@@ -61,6 +62,7 @@ class AnnouncementLinks:
         arrival = time.perf_counter()
         key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
         with self._lock:
+            self.ros_copies += 1
             first = self._seen.get(key)
             if first is None:
                 self._remember(key, "dds")

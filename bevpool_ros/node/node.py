@@ -17,7 +17,6 @@ from __future__ import annotations
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
-from ..gc_pacing import BetweenSets
 from ..logtext import clip, shown
 from . import configure, dds_guard
 from .configure import StartupError
@@ -48,7 +47,6 @@ class BevPoolNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         self.cfg = self.calibration = self.backend = self.worker = None
         self.inputs = self.outputs = self.watch = None
-        self.gc_pacing = self._gc_timer = None  # processing.gc_between_sets
         self.cameras: tuple = ()
         self.active = False
         self.backend_requested = ""
@@ -110,15 +108,11 @@ class BevPoolNode(LifecycleNode):
         self.backend, self.backend_requested = configure.make_backend(cfg, self.get_logger())
         self.inputs = Inputs(self, depth_images)
         self.outputs = Outputs(self)
-        if cfg["processing.gc_between_sets"]:
-            self.gc_pacing = BetweenSets()
-            self._gc_timer = self.create_timer(1.0, self._collect_while_idle)
         self.worker = PoolingWorker(
             self.backend, self.calibration, self.outputs.publish, self.report.drop,
             cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
             out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self.outputs.payload,
-            on_prepare_error=self._cpu_instead,
-            after_set=self.gc_pacing.collect_if_due if self.gc_pacing else None)
+            on_prepare_error=self._cpu_instead)
         self.worker.start()  # prepares the backend: the map, kernels or engines, before any data
         self.outputs.start_handoff(self.backend)
         self.report.start(cfg["diagnostics.period_s"])
@@ -130,8 +124,6 @@ class BevPoolNode(LifecycleNode):
             self.inputs.subscribe()
             self.watch = WrongTypeWatch(self, self._input_types())
             self.watch.check()
-            if self.gc_pacing is not None:
-                self.gc_pacing.start()
         except Exception as e:  # rclpy would turn it into a silent ERROR: say it, stay inactive
             self._failure = f"activate failed: {type(e).__name__}: {e}"
             self.get_logger().error(clip(self._failure, 600))
@@ -169,8 +161,6 @@ class BevPoolNode(LifecycleNode):
 
     def _stop_input(self) -> None:
         self.active = False
-        if self.gc_pacing is not None:
-            self.gc_pacing.stop()
         if self.watch is not None:
             self.watch.close()
             self.watch = None
@@ -191,10 +181,7 @@ class BevPoolNode(LifecycleNode):
             self.outputs.close()
         if self.backend is not None:
             self.backend.close()
-        if self._gc_timer is not None:
-            self.destroy_timer(self._gc_timer)
         self.worker = self.inputs = self.outputs = self.backend = self.cfg = None
-        self.gc_pacing = self._gc_timer = None
 
     def destroy_node(self):
         # also called by rclpy's context cleanup on a node whose __init__ failed half-way
@@ -208,11 +195,6 @@ class BevPoolNode(LifecycleNode):
         if machine is not None:
             machine.destroy_when_not_in_use()
         return done
-
-    def _collect_while_idle(self) -> None:
-        """processing.gc_between_sets: garbage other threads make is collected when no set flows."""
-        if self.gc_pacing is not None and self.worker is not None and not self.worker.busy:
-            self.gc_pacing.collect_if_due(idle=True)
 
     # configure helpers ------------------------------------------------------------------------
     def _ask_input_guard(self, input_guard) -> None:

@@ -79,11 +79,9 @@ class ArrayBuffer:
 
 class PoolingWorker:
     def __init__(self, backend, calibration: LiveCalibration, on_result, on_drop, queue_size: int = 2,
-                 on_rebuild=None, out_dtype="float32", out_buffer=None, on_prepare_error=None,
-                 after_set=None):
+                 on_rebuild=None, out_dtype="float32", out_buffer=None, on_prepare_error=None):
         """``out_dtype``: the published dtype (or a callable returning it, read per set);
-        ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from;
-        ``after_set()``: run after each set, published or dropped (gc_pacing.BetweenSets)."""
+        ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from."""
         self.backend = backend
         self.out_dtype = out_dtype
         self.out_buffer = out_buffer or ArrayBuffer()
@@ -94,7 +92,6 @@ class PoolingWorker:
         # (backend, error, rig) -> the backend to use instead, or raises: a backend that cannot
         # run a rig (its map, its channel count) must not leave the node without one
         self.on_prepare_error = on_prepare_error
-        self.after_set = after_set or (lambda: None)
         self.queue_size = queue_size
         self._queue: deque[CameraSet] = deque()
         self._cv = threading.Condition()
@@ -202,7 +199,6 @@ class PoolingWorker:
         """(``busy`` set by the caller) ``process``, never raising; then idle again."""
         try:
             self.process(camera_set)
-            self.after_set()  # still busy: a set arriving meanwhile queues for the pooling thread
         except Exception as e:  # never let one bad set kill the thread
             self.on_drop("internal_error", f"{type(e).__name__}: {e}")
         finally:
