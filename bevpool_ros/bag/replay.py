@@ -114,7 +114,7 @@ class Replay:
                 # what follows the last set
                 self.player.publish_through(len(self.player.messages) - 1, sent)
             self.session.spin_until(lambda: all(s.key in self.keys for s in complete), drain_s)
-        result.diagnostics_end = self._fresh_diagnostics()
+        result.diagnostics_end = self._fresh_diagnostics(len(self.keys))
         cameras = {cam for s in complete for cam, _ in s.key}
         result.messages_sent = self._resent_messages + sum(
             1 for e in self.player.entries if e.index < self.player.sent and e.camera in cameras)
@@ -207,8 +207,14 @@ class Replay:
         newer = [v for st, v in self._stamped() if st >= t_ns]
         return newer[-1] if newer else None
 
-    def _fresh_diagnostics(self) -> dict:
-        """One more diagnostics period, so the counters cover the whole replay."""
+    def _fresh_diagnostics(self, grids: int) -> dict:
+        """A diagnostics message sent after now whose counters cover the whole replay: at least
+        the ``grids`` received (one period later is not always enough on a loaded machine: a run
+        of six test files at once on the H200 host once reported 0 of 11)."""
         t = time.time_ns()
-        self.session.spin_until(lambda: self._diagnostics_after(t) is not None, 5.0)
+
+        def covers() -> bool:
+            d = self._diagnostics_after(t)
+            return d is not None and losses.counter(d, "sets_published") >= grids
+        self.session.spin_until(covers, 10.0)
         return self._diagnostics_after(t) or self.session.con.latest_diagnostics() or {}
