@@ -152,3 +152,35 @@ def test_a_device_copy_is_one_upload_offered_as_a_cuda_array(cu):
     face = copy.__cuda_array_interface__
     assert face["shape"] == (3, 4) and face["typestr"] == "<f2" and face["data"] == (copy.buf.ptr, False)
     assert face["version"] == 3 and face["stream"] is None and copy.buf.nbytes == host.nbytes
+
+
+def test_a_call_slot_lent_to_another_stream_waits_for_its_last_call_and_is_freed_after_it(cu, pooler):
+    """A grid dropped before the device wrote it gives back a slot whose flag copy may still be in
+    flight: lent again to a call on another stream, that stream waits for the slot's last event
+    before its work (the late copy must not overwrite the new call's flags); on the same stream
+    nothing waits; close waits on every slot's event before the pinned words are freed."""
+    grid = pool(pooler, A)
+    last = int(grid.event.handle)
+    grid.release()
+    cu.log = []
+    same = pool(pooler, A)
+    assert int(same.event.handle) == last and not calls(cu, "cuStreamWaitEvent")
+    same.release()
+    cu.log = []
+    other = pool(pooler, B)
+    assert int(other.event.handle) == last  # the last slot given back: one frame graph per stream
+    names = [c[0] for c in cu.log]
+    waited = [i for i, c in enumerate(cu.log) if c[0] == "cuStreamWaitEvent" and c[1] == B
+              and int(c[2]) == last]
+    work = [i for i, n in enumerate(names) if n in ("cuGraphLaunch", "cuLaunchKernel")]
+    assert waited and work and waited[0] < work[0], names
+    assert not calls(cu, "cuEventSynchronize")  # no host wait on the way
+    other.release()
+    events = {int(s.event.handle) for s in pooler._slots._free}
+    cu.log = []
+    pooler.close()
+    names = [c[0] for c in cu.log]
+    synced = {int(c[1]) for c in cu.log if c[0] == "cuEventSynchronize"}
+    assert events and events <= synced
+    assert "cuMemFreeHost" in names
+    assert max(i for i, n in enumerate(names) if n == "cuEventSynchronize") < names.index("cuMemFreeHost")
