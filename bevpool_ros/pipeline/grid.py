@@ -35,7 +35,6 @@ class CallSlot:
     def __init__(self, event: Event, words: np.ndarray, index: int):
         self.event, self._words, self.index = event, words, index
         self.host_ptr = int(words.ctypes.data) + 4 * index
-        self.stream: int | None = None  # the stream of the call it was last lent to
 
     @property
     def flags(self) -> int:
@@ -45,12 +44,7 @@ class CallSlot:
 class CallSlots:
     """Events and pinned flag words, lent per call and given back by the grid (grown in chunks).
     After ``close`` the memory goes when the last lent slot comes back: a grid may outlive its
-    pooler. A grid may be dropped before the device wrote it, so a slot given back can still have
-    its flag copy in flight: lent to a call on another stream, that stream first waits for the
-    slot's last event (on the device: the late copy must not land after the new call's), and the
-    chunks are freed only once every slot's event has completed (a copy into freed pinned memory
-    writes into whatever the process put there next). The last slot given back is lent first: a
-    frame graph bakes in its slot, so one slot per stream keeps one graph."""
+    pooler."""
 
     def __init__(self, ctx=None):
         self._ctx = ctx  # the pooler's device: slots are made lazily, in any thread
@@ -61,8 +55,7 @@ class CallSlots:
         # re-entrant: a grid dropped by the garbage collector inside take() gives its slot back
         self._lock = threading.RLock()
 
-    def take(self, stream: int) -> CallSlot:
-        """A slot for a call enqueued on ``stream`` (a CUstream address)."""
+    def take(self) -> CallSlot:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pooler was closed")
@@ -72,12 +65,8 @@ class CallSlots:
                 self._free = [
                     CallSlot(Event(self._ctx), chunk.array, i) for i in range(SLOTS_PER_CHUNK)
                 ]
-            slot = self._free.pop()
-            if slot.stream is not None and not same_stream(slot.stream, stream):
-                slot.event.wait(stream)  # its last call's flag copy first (a device-side wait)
-            slot.stream = stream
             self._lent += 1
-            return slot
+            return self._free.pop()
 
     def give_back(self, slot: CallSlot) -> None:
         with self._lock:
@@ -94,7 +83,6 @@ class CallSlots:
 
     def _release(self) -> None:
         for slot in self._free:
-            slot.event.synchronize()  # no flag copy may land in the chunks once they are freed
             slot.event.destroy()
         self._free = []
         for chunk in self._chunks:

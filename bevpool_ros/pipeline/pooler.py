@@ -333,7 +333,7 @@ class BevPooler:
             binding = Binding(
                 td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat
             )
-            slot = self._slots.take(s)
+            slot = self._slots.take()
             handle = self._wrap(s)
             try:
                 for dst, src, nbytes in gather:
