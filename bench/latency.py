@@ -212,6 +212,7 @@ def role_subscriber(args) -> int:
                          last_error=grids.last_error, first_by=dict(grids.links.first_by),
                          signal_lost=grids.links.lost, filter_error=grids.links.filter_error,
                          ros_copies=grids.links.ros_copies, filtered_at_end=grids.links.filtered)
+            grids.close()  # no delivery while the process goes down
         Path(args.record).write_text(json.dumps({"received": received, **state,
                                                  "diagnostics": diagnostics[-1][1] if diagnostics else {}}))
         node.destroy_node()

@@ -48,6 +48,7 @@ class Rig:
         self.delivered: list[tuple[int, str]] = []
         self.taken = 0  # ROS copies the executor took
         self.bad: list[str] = []
+        self.fail_on: set[int] = set()  # sequences whose delivery raises
         self.links = AnnouncementLinks(self.con, TensorHandoff, self._deliver,
                                        accepts=lambda m: m.camera == "A", on_bad=self.bad.append)
         self.sub = self.con.create_subscription(TensorHandoff, TOPIC, self._on_ros, qos)
@@ -57,6 +58,8 @@ class Rig:
         assert self.spin_until(lambda: self.pub.get_subscription_count() == 1)
 
     def _deliver(self, msg, way, arrival):
+        if int(msg.sequence) in self.fail_on:
+            raise RuntimeError(f"consumer failed on {msg.sequence}")
         self.delivered.append((int(msg.sequence), way))
 
     def _on_ros(self, msg):
@@ -195,3 +198,41 @@ def test_datagrams_of_other_cameras_and_unreadable_ones_are_set_aside(rig):
     assert len(rig.delivered) == n + 1
     assert rig.links.ignored == 1 and rig.links.lost == 0
     assert rig.spin_until(lambda: len(rig.bad) == 1) and "unreadable" in rig.bad[0]
+
+
+def test_a_filter_set_as_its_link_closes_is_lifted_at_once(rig):
+    """The link may close between the check that allowed a filter and the filter being set: the
+    filter must not stay (DDS would drop that ring's copies with no datagram to replace them)."""
+    link(rig)
+    rig.links._apply_lifts()
+    rig.sub.set_content_filter("", [])
+    rig.links._filters.clear()
+    rig.server.close()
+    assert rig.spin_until(lambda: rig.links.connected == 0)
+    rig.links._filter(rig.sub, rig.socket_path, rig.ring_id)  # what on_message does, a moment late
+    assert rig.spin_until(lambda: rig.links.filtered == 0)
+    seq = rig.announce(ways=("dds",))
+    assert rig.spin_until(lambda: (seq, "dds") in rig.delivered)
+
+
+def test_a_closed_consumer_links_nothing_and_delivers_nothing(rig):
+    link(rig)
+    rig.links.close()
+    assert rig.spin_until(lambda: rig.server.consumers == 0 or (rig.server.send(b"ping"), False)[1])
+    rig.links.listen(rig.socket_path)  # a delivery in flight at close
+    time.sleep(0.3)
+    assert rig.server.consumers == 0 and rig.links.connected == 0
+    n = len(rig.delivered)
+    rig.announce()
+    rig.spin_until(lambda: False, 0.5)
+    assert len(rig.delivered) == n
+
+
+def test_a_delivery_that_raises_keeps_the_link(rig):
+    link(rig)
+    rig.fail_on.add(rig.sequence + 1)
+    failed = rig.announce(ways=("signal",))
+    seq = rig.announce(ways=("signal",))
+    assert rig.spin_until(lambda: (seq, "signal") in rig.delivered)
+    assert rig.links.connected == 1 and (failed, "signal") not in rig.delivered
+    assert any("not handled" in b and "consumer failed" in b for b in rig.bad), rig.bad

@@ -22,6 +22,7 @@ Where the middleware has no content filters (e.g. Cyclone DDS) the copies are ta
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import time
@@ -33,18 +34,22 @@ FILTER = "ring_id <> %0"  # DDS content filter (SQL subset): every ring but the 
 
 
 class AnnouncementLinks:
-    def __init__(self, node, msg_type, deliver, *, accepts=lambda msg: True, on_bad=None, log=None):
+    def __init__(self, node, msg_type, deliver, *, accepts=lambda msg: True, on_bad=None, log=None,
+                 one_at_a_time: bool = True):
         """``deliver(msg, way, arrival)`` gets the first copy of each announcement (``way``
-        "signal" or "dds", ``arrival`` a perf_counter time), one call at a time, from the
-        signal thread or the executor. ``accepts(msg)``: a datagram this consumer wants (the
-        producer sends every tensor of its ring to each consumer; other cameras are not ours).
-        ``on_bad(detail)``: an unreadable datagram."""
+        "signal" or "dds", ``arrival`` a perf_counter time), from the signal thread or the
+        executor; one call at a time unless ``one_at_a_time`` is False (a caller with locks of its
+        own, whose deliveries may take long: the node pools a set inside one). ``accepts(msg)``: a
+        datagram this consumer wants (the producer sends every tensor of its ring to each
+        consumer; other cameras are not ours). ``on_bad(detail)``: an unreadable datagram, or a
+        delivery that raised (the link's thread goes on)."""
         self.node, self.msg_type = node, msg_type
         self._deliver, self._accepts = deliver, accepts
         self._on_bad = on_bad or (lambda detail: None)
         self._log = log or node.get_logger()
         self._lock = threading.Lock()
-        self._delivering = threading.Lock()  # one delivery at a time, whatever the thread
+        self._delivering = threading.Lock() if one_at_a_time else contextlib.nullcontext()
+        self._closed = False
         self._seen: OrderedDict = OrderedDict()  # (socket path, ring id, sequence) -> way
         self._links: dict[str, _Link | None] = {}  # socket path -> link (None: no signal socket)
         self._filters: dict = {}  # subscription -> (socket path, ring id) its copies are dropped for
@@ -62,6 +67,8 @@ class AnnouncementLinks:
         arrival = time.perf_counter()
         key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
         with self._lock:
+            if self._closed:
+                return
             self.ros_copies += 1
             first = self._seen.get(key)
             if first is None:
@@ -73,7 +80,14 @@ class AnnouncementLinks:
             self._hand_over(msg, "dds", arrival)
 
     def _on_datagram(self, socket_path: str, data: bytes) -> None:
-        """A signal-socket copy (that link's thread)."""
+        """A signal-socket copy (that link's thread, which an exception must not end: the link
+        would close while its ring's ROS copies may still be filtered)."""
+        try:
+            self._take_datagram(socket_path, data)
+        except Exception as e:
+            self._on_bad(f"hand-off announcement from {socket_path} not handled: {type(e).__name__}: {e}")
+
+    def _take_datagram(self, socket_path: str, data: bytes) -> None:
         from rclpy.serialization import deserialize_message
 
         arrival = time.perf_counter()
@@ -84,6 +98,8 @@ class AnnouncementLinks:
             return
         key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
         with self._lock:
+            if self._closed:
+                return
             link = self._links.get(socket_path)
             if link is not None and link.count(key[1], key[2]):
                 self.lost += link.gap
@@ -112,26 +128,32 @@ class AnnouncementLinks:
         """Connect to the signal socket of a ring just mapped (once; a producer without one
         wakes us by its ROS messages only)."""
         with self._lock:
-            if socket_path in self._links:
+            if self._closed or socket_path in self._links:
                 return
             self._links[socket_path] = None  # no second attempt while this one connects
         from .signal import SignalClient, signal_path
 
+        link = _Link()
         try:
-            client = SignalClient(signal_path(socket_path),
-                                  functools.partial(self._on_datagram, socket_path),
-                                  on_closed=functools.partial(self._on_closed, socket_path))
+            link.client = SignalClient(signal_path(socket_path),
+                                       functools.partial(self._on_datagram, socket_path),
+                                       on_closed=functools.partial(self._on_closed, socket_path, link))
         except OSError as e:
             self._log.info(f"hand-off producer at {socket_path} has no signal socket ({e}); "
                            "woken by its ROS messages")
             return
         with self._lock:
-            self._links[socket_path] = _Link(client)
+            if self._closed or self._links.get(socket_path, link) is not None:
+                stale = True  # closed (or forgotten) meanwhile: this link serves nobody
+            else:
+                stale, self._links[socket_path] = False, link
+        if stale:
+            link.client.close()
 
-    def _on_closed(self, socket_path: str) -> None:
+    def _on_closed(self, socket_path: str, link: "_Link") -> None:
         """Its producer went away (or restarted): ROS copies of its rings are taken again."""
         with self._lock:
-            if self._links.get(socket_path) is not None:
+            if self._links.get(socket_path) is link:
                 self._links.pop(socket_path)
             self._lift_ring(socket_path, None)
 
@@ -165,7 +187,12 @@ class AnnouncementLinks:
             self._log.info(f"hand-off announcements: ROS copies are not filtered ({self.filter_error})")
             return
         with self._lock:
+            if self._closed:
+                return  # its subscription goes with the consumer
             self._filters[subscription] = (socket_path, ring_id)
+            link = self._links.get(socket_path)
+            if link is None or not link.healthy():  # it closed or lost one while the filter was set
+                self._lift_ring(socket_path, ring_id)
 
     def _lift_ring(self, socket_path: str, ring_id) -> None:
         """(lock held) Lift the filters set for one ring (``ring_id``) or all rings of a producer."""
@@ -193,6 +220,9 @@ class AnnouncementLinks:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True  # a delivery in flight maps no new link, takes no copy
             links, self._links = [link for link in self._links.values() if link is not None], {}
             self._filters, self._lift = {}, set()
         for link in links:  # outside the lock: their threads may be waiting for it
@@ -203,8 +233,8 @@ class AnnouncementLinks:
 class _Link:
     """One producer's signal connection, and what it has lost."""
 
-    def __init__(self, client):
-        self.client = client
+    def __init__(self):
+        self.client = None
         self._last: dict[int, int] = {}  # ring id -> last sequence received
         self.gap = 0
         self._unhealthy_until = 0.0
@@ -219,4 +249,5 @@ class _Link:
         return self.gap > 0
 
     def healthy(self) -> bool:
-        return self.client.connected and time.monotonic() >= self._unhealthy_until
+        return (self.client is not None and self.client.connected
+                and time.monotonic() >= self._unhealthy_until)

@@ -114,6 +114,8 @@ class PoolingWorker:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        with self._cv:  # and for a set pooled inline (run_or_submit) by another thread
+            self._cv.wait_for(lambda: not self.busy, timeout)
 
     def prepare(self) -> bool:
         """Adopt the current calibration if it changed; True when a new map was prepared."""
