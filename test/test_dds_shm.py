@@ -38,9 +38,17 @@ def start_participant(ros_env) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-c", PARTICIPANT], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up"
-    new = segments() - before
+    # its own: new since, and mapped by it (other processes on the machine make segments too)
+    new = (segments() - before) & mapped_segments(proc.pid)
     assert len(new) >= 1, "the participant mapped no segment"
     return proc, new
+
+
+def mapped_segments(pid: int) -> set[str]:
+    """The Fast DDS segments process ``pid`` maps (/proc/<pid>/maps)."""
+    with open(f"/proc/{pid}/maps") as f:
+        paths = {line.split(maxsplit=5)[-1].strip() for line in f if str(SHM_DIR) in line}
+    return {Path(p).name for p in paths} & segments()
 
 
 @pytest.fixture
