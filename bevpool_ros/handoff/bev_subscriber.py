@@ -22,8 +22,7 @@ from __future__ import annotations
 import time
 
 from .announcements import AnnouncementLinks
-
-RING_IDLE_S = 5.0  # a node's ring no grid named for this long is unmapped (the node restarted)
+from .ring import RING_IDLE_S
 
 
 class BevHandoffSubscriber:

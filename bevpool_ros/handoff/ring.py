@@ -15,6 +15,7 @@ import numpy as np
 
 MAGIC = 0x31444E4148564542  # b"BEVHAND1" little-endian
 HEADER_WORDS = 4            # magic, ring_id, ring_size, last published sequence
+RING_IDLE_S = 5.0           # a consumer unmaps a ring no announcement named for this long (its producer went)
 
 
 class RingError(RuntimeError):

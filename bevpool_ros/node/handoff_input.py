@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from ..handoff.camera_publisher import boot_id
+from ..handoff.ring import RING_IDLE_S  # the node also waits 2 sync timeouts
 from ..io.tensor_codec import CODE_NAMES, TensorError
 from ..logtext import shown
 from .configure import STREAMS
@@ -37,7 +38,6 @@ from .configure import STREAMS
 MODES = ("none", "auto", "only")  # not on/off: YAML reads those as booleans
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
           "float8_e4m3": np.dtype(np.uint8)}
-RING_IDLE_S = 5.0  # a ring no announcement named for this long (and > 2 sync timeouts) is unmapped
 # A ROS copy DDS did not filter out (no link yet, or a lossy one) waits this long at most for the
 # pooling thread to finish its set: taken meanwhile, it would hold the GIL that thread needs
 # between its driver calls (see handoff/announcements.py).

@@ -79,10 +79,8 @@ class Outputs:
                                  f"last published {self._last[1]} ns")
                 return
             self._last = (s.epoch, s.stamp_ns)
-        from std_msgs.msg import Header
-
         cfg = node.cfg
-        header = Header(stamp=ns_to_time(s.stamp_ns), frame_id=cfg["ego_frame"])
+        header = self._header(s) if self.handoff is not None else None  # the BevFeature builds its own
         t_handoff = time.perf_counter()
         if self.handoff is not None:  # first: its consumers wait for no host copy or message build
             self._publish_handoff(r, header)
@@ -106,7 +104,12 @@ class Outputs:
         self.published += 1
         if cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
-                self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), header))
+                self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), header or self._header(s)))
+
+    def _header(self, s):
+        from std_msgs.msg import Header
+
+        return Header(stamp=ns_to_time(s.stamp_ns), frame_id=self.node.cfg["ego_frame"])
 
     def _publish_handoff(self, r: PoolResult, header) -> None:
         try:
