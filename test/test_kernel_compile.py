@@ -97,3 +97,16 @@ def test_compile_error_carries_log():
     bad["bevpool_kernels.cu"] = b"this is not CUDA;"
     with pytest.raises(nvrtc_build.CompileError, match="NVRTC compile"):
         nvrtc_build.compile_source("sm_90", sources=bad)
+
+
+def test_a_clean_compile_leaves_python_s_one_byte_strings_alone():
+    """NVRTC writes its log (here just the NUL of an empty log) into the buffer it is given; a
+    shared one-byte ``bytes`` there zeroed every b" " of the process (the separator of each later
+    ``print`` came out as NUL: seen on the H200 as '(1, 128, 128, 80)\\x00float32')."""
+    src = {nvrtc_build.MAIN_SOURCE: b'extern "C" __global__ void bevpool_nothing() {}\n'}
+    for want in ("cubin", "ptx"):
+        image, log = nvrtc_build.compile_source("sm_90", sources=src, want=want)
+        assert image and log == ""
+        for byte in range(256):  # every cached one-byte object still holds its own value
+            assert bytes((byte,))[0] == byte and chr(byte).encode("latin-1")[0] == byte
+        assert " ".encode() == bytes.fromhex("20")

@@ -123,20 +123,23 @@ def compile_source(arch: str, extra_options: tuple[str, ...] = (), sources: dict
         bopts = [o.encode() for o in opts]
         (cerr,) = nvrtc.nvrtcCompileProgram(prog, len(bopts), bopts)
         err, n = nvrtc.nvrtcGetProgramLogSize(prog)
-        buf = b" " * n
+        # NVRTC writes into the buffer it is given: always a fresh bytearray. A bytes object such as
+        # b" " * n is shared when n == 1 (CPython's one-byte singleton): an empty log (just its NUL)
+        # turned every b" " of the process into b"\0", e.g. the separator of each later print()
+        buf = bytearray(n)
         nvrtc.nvrtcGetProgramLog(prog, buf)
         text = buf.decode(errors="replace").rstrip("\0 \n")
         _check(cerr, f"NVRTC compile for {arch}", text)
         if want == "cubin":
             err, size = nvrtc.nvrtcGetCUBINSize(prog)
             _check(err, "nvrtcGetCUBINSize")
-            out = b" " * size
+            out = bytearray(size)
             (err,) = nvrtc.nvrtcGetCUBIN(prog, out)
             _check(err, "nvrtcGetCUBIN")
         else:
             err, size = nvrtc.nvrtcGetPTXSize(prog)
             _check(err, "nvrtcGetPTXSize")
-            out = b" " * size
+            out = bytearray(size)
             (err,) = nvrtc.nvrtcGetPTX(prog, out)
             _check(err, "nvrtcGetPTX")
         return bytes(out), text
