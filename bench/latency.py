@@ -188,6 +188,16 @@ def role_subscriber(args) -> int:
                 state.setdefault("before_open_ms", []).append((t0 - grids.last_arrival) * 1e3)
                 state.setdefault("open_call_ms", []).append((time.perf_counter() - t0) * 1e3)
         grids.reader.open = timed_open
+        import rclpy.serialization as serialization
+        deserialize = serialization.deserialize_message
+
+        def timed_deserialize(data, msg_type):  # the datagram's share of "before open"
+            t0 = time.perf_counter()
+            try:
+                return deserialize(data, msg_type)
+            finally:
+                state.setdefault("deserialize_ms", []).append((time.perf_counter() - t0) * 1e3)
+        serialization.deserialize_message = timed_deserialize
     else:
         from bevpool_msgs.msg import BevFeature
 
@@ -545,6 +555,8 @@ def main(argv=None) -> int:
         "subscriber_before_open_ms": percentiles(sub.get("before_open_ms", [])[args.warmup:])
         if args.transport in HANDOFF_OUT else None,
         "subscriber_open_call_ms": percentiles(sub.get("open_call_ms", [])[args.warmup:])
+        if args.transport in HANDOFF_OUT else None,
+        "subscriber_deserialize_ms": percentiles(sub.get("deserialize_ms", [])[args.warmup:])
         if args.transport in HANDOFF_OUT else None,
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),

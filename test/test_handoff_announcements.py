@@ -84,15 +84,18 @@ class Rig:
         return m
 
     def announce(self, ways=("signal", "dds"), camera="A", skip=0):
-        """One announcement, as CameraHandoffPublisher.publish sends it: datagram first."""
-        from rclpy.serialization import serialize_message
+        """One announcement, as CameraHandoffPublisher.publish sends it: the datagram first (by
+        HandoffRing.announce itself), then the same serialised bytes published as they are."""
+        from types import SimpleNamespace
+
+        from bevpool_ros.handoff.producer import HandoffRing
 
         self.sequence += skip
         m = self.message(camera)
-        if "signal" in ways:
-            self.server.send(serialize_message(m))
+        ring = SimpleNamespace(signal=self.server if "signal" in ways else None)  # no GPU ring needed
+        data = HandoffRing.announce(ring, m)
         if "dds" in ways:
-            self.pub.publish(m)
+            self.pub.publish(data)
         return m.sequence
 
     def close(self):

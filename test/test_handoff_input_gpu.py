@@ -157,8 +157,7 @@ PRODUCER = textwrap.dedent("""
                 pub.producer.publish(views[(cameras[0], "depth")])
             for cam, s, h in held:  # both ways, as CameraHandoffPublisher.publish announces
                 msg = announcement(h, cam, s, "DHW" if s == "depth" else "HWC", stamp, "", pub.boot)
-                pub.producer.ring.announce(msg)
-                pub.handoff_pubs[(cam, s)].publish(msg)
+                pub.handoff_pubs[(cam, s)].publish(pub.producer.ring.announce(msg))
         else:
             for cam in cameras:
                 for s in ("depth", "feat"):

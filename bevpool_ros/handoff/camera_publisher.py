@@ -171,8 +171,8 @@ class CameraHandoffPublisher:
         if self._use_handoff(key):
             h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
             msg = announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot)
-            self.producer.ring.announce(msg)  # same-host consumers linked to it: woken first
-            self.handoff_pubs[key].publish(msg)
+            # same-host consumers linked to the ring are woken first; one serialisation for both
+            self.handoff_pubs[key].publish(self.producer.ring.announce(msg))
             self.handed_off += 1
             return "handoff"
         arr, dtype = host_tensor(tensor, float(scale))

@@ -22,7 +22,8 @@ class Written:
 class HandoffRing:
     """``ring_size`` device buffers of ``slot_bytes`` each, their events and the control block,
     handed to consumers through a Unix socket. ``write`` copies one grid in on the caller's stream;
-    ``announce(msg)`` sends its announcement to the consumers connected to the signal socket."""
+    ``announce(msg)`` sends its announcement to the consumers connected to the signal socket and
+    returns it serialised, for the ROS publish."""
 
     def __init__(self, device, slot_bytes: int, ring_size: int = 4):
         reason = unsupported_reason(device_attributes(device), device.name)
@@ -76,13 +77,17 @@ class HandoffRing:
         self.control.block.publish(seq)
         return Written(slot, seq, self.event_handles[slot])
 
-    def announce(self, msg) -> None:
+    def announce(self, msg) -> bytes:
         """Send ``msg`` (its ROS announcement) to the same-host consumers linked to this ring,
-        before it is published: they are woken without a DDS hop (signal.py)."""
-        if self.signal is not None and self.signal.consumers:
-            from rclpy.serialization import serialize_message
+        before it is published: they are woken without a DDS hop (signal.py). Returns the
+        serialised message: publish those bytes (``Publisher.publish`` takes them as they are),
+        so the message is converted and serialised once, not twice."""
+        from rclpy.serialization import serialize_message
 
-            self.signal.send(serialize_message(msg))
+        data = serialize_message(msg)
+        if self.signal is not None and self.signal.consumers:
+            self.signal.send(data)
+        return data
 
     def close(self) -> None:
         if self.signal is not None:  # its socket lives in the server's folder

@@ -58,8 +58,9 @@ class HandoffOutput:
             pending = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
         written, out = pending
         msg = self._message(header, rig, written, out)
-        self.ring.announce(msg)  # linked consumers (BevHandoffSubscriber): woken without a DDS hop
-        self.pub.publish(msg)
+        # linked consumers (BevHandoffSubscriber) are woken without a DDS hop; the ROS copy is
+        # the same bytes (serialised once)
+        self.pub.publish(self.ring.announce(msg))
 
     def _message(self, header, rig, written, out):
         """The announcement, from the last one when only the grid's stamp, slot and sequence
