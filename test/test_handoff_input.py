@@ -254,11 +254,15 @@ class UnopenedRing:
     available = True
 
     def __init__(self, folder: str):
+        from functools import partial
         from types import SimpleNamespace
+
+        from bevpool_ros.handoff.producer import HandoffRing
 
         self.ring = SimpleNamespace(server=SimpleNamespace(served=0),
                                     socket_path=os.path.join(folder, "ring.sock"),
-                                    announce=lambda msg: None)  # nobody linked
+                                    announce=partial(HandoffRing.announce,  # nobody linked
+                                                     SimpleNamespace(signal=None)))
         self.sequence = 0
 
     def publish(self, tensor, stream=None, scale=1.0):
