@@ -247,6 +247,42 @@ def test_worker_pools_into_the_message_payload_memory():
     assert np.abs(r.bev.astype(np.float64) - ref).max() <= 2e-2 * max(1.0, np.abs(ref).max() / 64)
 
 
+def test_worker_asks_per_set_whether_the_grid_must_reach_the_host():
+    """``host_grid()`` False (hand-off consumers only): the backend is told ``host_copy=False``
+    and may leave the grid on its device (PoolResult.bev None); the cpu backend returns it
+    anyway. True again on the next set: the grid comes back."""
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    asked, wanted = [], [False]
+
+    class DeviceKeeping(CpuBackend):  # what a GPU backend does with host_copy=False
+        def pool_cameras(self, cameras, out=None, host_copy=True):
+            asked.append(host_copy)
+            bev = super().pool_cameras(cameras, out=out)
+            return bev if host_copy else None
+
+    results = []
+    worker = PoolingWorker(DeviceKeeping(), LiveCalibration(rig), results.append, lambda r, d: None,
+                           host_grid=lambda: wanted[0])
+    worker.prepare()
+    _, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, np.ones((D_, H_, W_), np.float32)),
+                         "feat": (1, np.ones((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+    r = worker.process(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+    assert asked == [False] and r is results[0] and r.bev is None
+    wanted[0] = True
+    r = worker.process(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+    assert asked == [False, True] and r.bev is not None and r.bev.shape[-1] == rig.channels
+    cpu = CpuBackend()
+    cpu.prepare(worker.backend.smap)
+    cams = [(frames[c.name]["depth"][1], frames[c.name]["feat"][1]) for c in rig.cameras]
+    assert cpu.pool_cameras(cams, host_copy=False) is not None  # a host backend returns it anyway
+
+
 def test_worker_counts_a_backend_found_nan_as_non_finite():
     """A GPU backend checks values on the device (the node then skips its host scan): its finding
     must land in the same ``non_finite`` counter; the cpu backend's own check stands in here."""

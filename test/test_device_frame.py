@@ -64,6 +64,9 @@ class Recorder:
             def memset32(self, dst, value, count):
                 rec.log.append(("memset32", self.name, dst.ptr, value, count))
 
+            def memset8(self, dst, value, nbytes):
+                rec.log.append(("memset8", self.name, dst.ptr, value, nbytes))
+
             def d2d(self, dst, src, nbytes):
                 rec.log.append(("d2d", self.name, dst.ptr, src.ptr, nbytes))
 
@@ -269,3 +272,31 @@ def test_the_flag_copy_and_event_are_part_of_the_replayed_graph(rec):
     rec.log.clear()
     run(rec, f, b)  # no target: neither copy nor event
     assert not rec.entries("d2h") and not rec.entries("record")
+
+
+def test_gathered_cameras_are_copied_first_and_replayed_with_the_frame(rec):
+    """Per-camera tensors (hand-off ring slots) gathered into the stacked inputs: the copies run
+    before anything reads them, a missing camera is zeroed, and a set of slots seen before is
+    one replay with the frame; other slots are another binding (their own eager frame)."""
+    f = frame(rec, "fp16")
+    b = binding()
+    slots_a = ((DEPTH, 0x7300_0000_0000, 64), (DEPTH + 64, None, 64), (FEAT, 0x7400_0000_0000, 32))
+    slots_b = ((DEPTH, 0x7300_0000_1000, 64), (DEPTH + 64, None, 64), (FEAT, 0x7400_0000_1000, 32))
+    f.enqueue(rec.Stream("caller"), b, gather=slots_a)
+    kinds = [e[0] for e in rec.log]
+    assert kinds[:3] == ["d2d", "memset8", "d2d"] and "pool" in kinds[3:]
+    assert rec.entries("d2d") == [("d2d", "caller", DEPTH, 0x7300_0000_0000, 64),
+                                  ("d2d", "caller", FEAT, 0x7400_0000_0000, 32)]
+    assert rec.entries("memset8") == [("memset8", "caller", DEPTH + 64, 0, 64)]
+    rec.log.clear()
+    f.enqueue(rec.Stream("caller"), b, gather=slots_a)  # seen before: captured with its copies
+    kinds = [e[0] for e in rec.log]
+    assert kinds[:4] == ["capture", "d2d", "memset8", "d2d"] and kinds[-1] == "replay"
+    assert {e[1] for e in rec.entries("d2d")} == {"capture"}
+    rec.log.clear()
+    f.enqueue(rec.Stream("caller"), b, gather=slots_a)
+    assert rec.log == [("replay", "caller")]  # the whole set: one replay
+    rec.log.clear()
+    f.enqueue(rec.Stream("caller"), b, gather=slots_b)
+    assert not rec.entries("replay") and rec.entries("d2d")[0][3] == 0x7300_0000_1000
+    assert (f.eager_frames, f.graph_replays) == (2, 2)

@@ -324,11 +324,14 @@ def test_producer_restart_recovers(graph, producer, rig_path, reference):
         fresh.stop()
 
 
-def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, rig_path):
-    """With only BevHandoff readers, the node skips the BevFeature (counted handoff_only_grids);
-    it builds it again as soon as a BevFeature subscriber is back."""
+def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, rig_path, reference):
+    """With only BevHandoff readers, the node skips the BevFeature (counted handoff_only_grids)
+    and leaves the grid on the GPU (no copy to the host): the ring's grid still equals the FP64
+    reference. It builds the BevFeature again as soon as a subscriber is back."""
     from bevpool_msgs.msg import BevFeature, BevHandoff
+    from ros_harness import assert_bev_matches
 
+    from bevpool_ros.handoff.reader import HandoffReader
     from bevpool_ros.node.qos import make_qos
 
     producer = Producer(rig_path)  # its own: the restart test above stopped the module's
@@ -346,7 +349,17 @@ def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, rig_path):
             if after:
                 break
         assert after, graph.node.output()[-4000:]
-        assert graph.spin_until(lambda: len(handoffs) > 0, 10)
+        n = len(handoffs)
+        producer.send(graph.next_stamp(), cameras(graph))  # pooled with nobody on the BevFeature
+        assert graph.spin_until(lambda: len(handoffs) > n, 10)
+        ring = HandoffReader()
+        try:
+            view = ring.open(handoffs[-1], wait=True)
+            bev = view.copy_to_host()
+            assert view.still_valid()
+            assert_bev_matches(bev, reference, handoffs[-1])
+        finally:
+            ring.close()
         con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, qos)
         assert send_until_grid(graph, producer, cameras(graph)) is not None  # the BevFeature is back
     finally:

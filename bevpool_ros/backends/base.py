@@ -46,11 +46,13 @@ class Backend(ABC):
         (float32 or float16: the published dtype). Raises InputError on bad input,
         NonFiniteOutput on a non-finite grid."""
 
-    def pool_cameras(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
+    def pool_cameras(self, cameras, out: np.ndarray | None = None, host_copy: bool = True) -> np.ndarray | None:
         """Per-camera (depth [D,H,W] | MetricDepth | None, feat [H,W,C] | None) -> BEV: each payload
         copied once into its slot of the staging buffer (staging.CameraStaging), then pooled. Here,
         with no device, a MetricDepth (a depth camera's image) is expanded on the host and a
-        device payload (a hand-off view) is downloaded (device_payloads.download)."""
+        device payload (a hand-off view) is downloaded (device_payloads.download).
+        ``host_copy=False`` says nobody needs the grid on the host (hand-off consumers only): a
+        backend that can keep it on its device returns None; this one returns it anyway."""
         smap = self._require_map()
         if self._host_staging is None:
             self._host_staging = CameraStaging(smap.depth_shape, smap.feat_shape, allowed=self.wire_dtypes)

@@ -17,6 +17,7 @@ import os
 import numpy as np
 
 from ..backends.cuda.driver import Device, api, check
+from ..pipeline.tensors import DeviceTensor
 from . import dlpack
 from .fdpass import fetch
 from .ring import RingError, SharedControlBlock
@@ -86,6 +87,8 @@ class HandoffView:
         self.scale = float(getattr(msg, "scale", 1.0))  # E4M3 camera tensors: value = code / scale
         self.ptr = ring.buffers[self.slot].ptr + int(msg.offset)
         self._event = ring.events.get(bytes(msg.event_handle))
+        # what the array protocols say, read once: the node reads a dozen views per camera set
+        self.device_tensor = DeviceTensor(self.ptr, dtype, self.shape, reader.device.ordinal)
 
     def wait(self, stream_handle=None) -> None:
         """Make ``stream_handle`` (or, with None, this host thread) wait until the grid is written."""

@@ -112,7 +112,7 @@ class BevPoolNode(LifecycleNode):
             self.backend, self.calibration, self.outputs.publish, self.report.drop,
             cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
             out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self.outputs.payload,
-            on_prepare_error=self._cpu_instead)
+            on_prepare_error=self._cpu_instead, host_grid=self.outputs.host_grid_needed)
         self.worker.start()  # prepares the backend: the map, kernels or engines, before any data
         self.outputs.start_handoff(self.backend)
         self.report.start(cfg["diagnostics.period_s"])

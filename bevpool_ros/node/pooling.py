@@ -57,7 +57,8 @@ def overwritten(camera_set: CameraSet) -> list[str]:
 @dataclass
 class PoolResult:
     camera_set: CameraSet
-    bev: np.ndarray        # in the published dtype; a view of out_buffer's memory
+    bev: np.ndarray | None  # in the published dtype, a view of out_buffer's memory; None: left on
+                            # the device (host_grid() said only hand-off consumers want it)
     rig: object            # the Rig the grid was pooled on
     pool_s: float          # backend.pool_cameras: staging, device work, copies, checks
     assemble_s: float      # matching the set's cameras to the rig's order
@@ -79,10 +80,14 @@ class ArrayBuffer:
 
 class PoolingWorker:
     def __init__(self, backend, calibration: LiveCalibration, on_result, on_drop, queue_size: int = 2,
-                 on_rebuild=None, out_dtype="float32", out_buffer=None, on_prepare_error=None):
+                 on_rebuild=None, out_dtype="float32", out_buffer=None, on_prepare_error=None,
+                 host_grid=None):
         """``out_dtype``: the published dtype (or a callable returning it, read per set);
-        ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from."""
+        ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from;
+        ``host_grid()``: False when nobody needs the grid on the host this set (the backend may
+        then leave it on its device: PoolResult.bev None)."""
         self.backend = backend
+        self.host_grid = host_grid or (lambda: True)
         self.out_dtype = out_dtype
         self.out_buffer = out_buffer or ArrayBuffer()
         self.calibration = calibration
@@ -239,7 +244,11 @@ class PoolingWorker:
         out = self.out_buffer.view((*rig.grid_shape, C), dtype)
         t1 = time.perf_counter()
         try:
-            bev = self.backend.pool_cameras(decode_mixed_e4m3(cameras), out=out)
+            cameras = decode_mixed_e4m3(cameras)
+            if self.host_grid():
+                bev = self.backend.pool_cameras(cameras, out=out)
+            else:
+                bev = self.backend.pool_cameras(cameras, out=out, host_copy=False)
         except NonFiniteInput as e:  # found by the backend's own (device) check: the node's reason
             self.on_drop("non_finite", str(e))
             return None

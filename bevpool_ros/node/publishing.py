@@ -61,6 +61,14 @@ class Outputs:
             return True
         return self.handoff is not None and self.handoff.pub.get_subscription_count() > 0
 
+    def host_grid_needed(self) -> bool:
+        """Asked by the pooling thread before each set: with the hand-off on and nobody on the
+        BevFeature or image topics, the grid stays on the GPU (no 1-5 MB copy to the host on the
+        hand-off consumers' path)."""
+        if self.handoff is None or self.bev_pub.get_subscription_count() > 0:
+            return True
+        return bool(self.node.cfg["output.publish_image"]) and self.image_pub.get_subscription_count() > 0
+
     def handoff_state(self) -> str:
         if self.handoff is not None:
             return "on"
@@ -85,9 +93,10 @@ class Outputs:
         if self.handoff is not None:  # first: its consumers wait for no host copy or message build
             self._publish_handoff(r, header)
         t_msg = time.perf_counter()
-        if self.handoff is not None and self.bev_pub.get_subscription_count() == 0:
+        if self.handoff is not None and (r.bev is None or self.bev_pub.get_subscription_count() == 0):
             # hand-off consumers only: building and serialising the BevFeature (a copy of the
-            # whole grid, twice; 1-3 ms on the H200 host) would serve nobody
+            # whole grid, twice; 1-3 ms on the H200 host) would serve nobody. (r.bev None: the
+            # grid stayed on the GPU; a BevFeature subscriber that appeared meanwhile gets the next)
             t_pub = done = t_msg
             node.report.count("handoff_only_grids")
         else:
@@ -102,7 +111,7 @@ class Outputs:
             done = time.perf_counter()
         node.report.published(r, t_msg, t_pub, done, handoff_s=t_msg - t_handoff)
         self.published += 1
-        if cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
+        if r.bev is not None and cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), header or self._header(s)))
 

@@ -34,7 +34,6 @@ import numpy as np
 from ..backends.base import Backend
 from ..backends.cuda.driver import (
     DeviceBuffer,
-    DeviceView,
     Event,
     Stream,
     api,
@@ -336,13 +335,9 @@ class BevPooler:
             slot = self._slots.take()
             handle = self._wrap(s)
             try:
-                for dst, src, nbytes in gather:
-                    if src is None:  # a missing camera: zero weights add nothing to the grid
-                        handle.memset8(DeviceView(dst, nbytes), 0, nbytes)
-                    else:
-                        handle.d2d(DeviceView(dst, nbytes), DeviceView(src, nbytes), nbytes)
-                # the flag word's copy and the grid's event are part of the (replayed) frame
-                self._device.enqueue(handle, binding, slot)
+                # the cameras' gather copies, the flag word's copy and the grid's event are part
+                # of the (replayed) frame
+                self._device.enqueue(handle, binding, slot, tuple(gather))
             except Exception:
                 self._slots.give_back(slot)
                 if memory is not None:

@@ -78,12 +78,14 @@ class GpuBackend(Backend):
         """(GpuFrame, launch plan, LaunchChoice or None) of ``precision`` on the prepared map."""
 
     # --- per frame --------------------------------------------------------------------------
-    def pool_cameras(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
-        """Host payloads: the frame graph (frame.GpuFrame). A set holding device payloads (hand-off
-        views) is read on the device instead (device_inputs.DeviceInputRun)."""
+    def pool_cameras(self, cameras, out: np.ndarray | None = None, host_copy: bool = True) -> np.ndarray | None:
+        """Host payloads: the frame graph (frame.GpuFrame; its D2H is part of the graph). A set
+        holding device payloads (hand-off views) is read on the device instead
+        (device_inputs.DeviceInputRun), which with ``host_copy=False`` leaves the grid on the
+        device (``device_output()``, frame hooks) and returns None."""
         self._require_map()
         if any_device(cameras):
-            return self._device_inputs().run(cameras, out)
+            return self._device_inputs().run(cameras, out, host_copy)
         return self.frame.run(cameras, out)
 
     def _device_inputs(self):

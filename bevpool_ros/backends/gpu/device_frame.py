@@ -20,7 +20,7 @@ product is 2^-(k_depth + k_feat) (powers of two: exact).
 
 Graphs: a binding (the caller's addresses, dtypes, scales) and ``done`` target seen a second
 time is captured as a CUDA graph on a private stream and replayed on the caller's from then on
-(a few most recent kept); one seen once runs as individual launches, so one-off addresses never
+(the 64 most recent kept); one seen once runs as individual launches, so one-off addresses never
 pay a capture. A ``done`` target (its word and event) must outlive this frame's graphs.
 """
 
@@ -40,8 +40,10 @@ E4M3 = np.dtype(np.uint8)
 F32 = np.dtype(np.float32)
 FP16_EPILOGUE_BIAS = 4  # see the module doc: (k + 4) twice cancels the epilogue's 2^8
 VECTOR_ALIGN = 16  # the pooling kernels load and store 16-byte vectors (uint4)
-GRAPHS_KEPT = 16  # a consumer holding N grids at a time cycles through N + 1 bindings
-BINDINGS_REMEMBERED = 64
+# a consumer holding N grids at a time cycles through N + 1 bindings, a hand-off ring's slots through
+# ring_size / tensors-per-set: a binding is captured when seen again among the last BINDINGS_REMEMBERED,
+# and as many graphs are kept, so a cycle either fits (replays) or never captures (no capture churn)
+GRAPHS_KEPT = BINDINGS_REMEMBERED = 64
 
 
 class Binding(NamedTuple):
@@ -100,15 +102,19 @@ class DeviceFrame:
         """The flag word of the last enqueued frame (frame.FLAG_INPUT | FLAG_OUTPUT)."""
         return self._scratch.view(0, 4)
 
-    def enqueue(self, stream: Stream, binding: Binding, done=None) -> None:
+    def enqueue(self, stream: Stream, binding: Binding, done=None, gather: tuple = ()) -> None:
         """The frame of ``binding`` on ``stream``: a graph replay when it was seen before.
         ``done`` (or None): ``host_ptr``, a pinned word the flag word is copied to, and
-        ``event``, recorded after it (an Event); part of the graph, so part of its key."""
-        key = (binding, done, self.check_finite)
+        ``event``, recorded after it (an Event, or None: the caller waits for the stream);
+        part of the graph, so part of its key.
+        ``gather``: (dst, src or None for zeros, bytes) device copies run first (per-camera
+        tensors into the stacked inputs), also part of the graph and its key: a set of ring
+        slots seen before is one replay, not a launch per camera."""
+        key = (binding, done, self.check_finite, gather)
         graph = self._graphs.get(key)
         if graph is None and key in self._seen:
             graph = self._graphs[key] = Graph(
-                self._capture, lambda s: self._record(s, binding, done, captured=True)
+                self._capture, lambda s: self._record(s, binding, done, gather, captured=True)
             )
             while len(self._graphs) > GRAPHS_KEPT:
                 self._graphs.popitem(last=False)[1].destroy()
@@ -120,15 +126,21 @@ class DeviceFrame:
         self._seen[key] = None
         while len(self._seen) > BINDINGS_REMEMBERED:
             self._seen.popitem(last=False)
-        self._record(stream, binding, done)
+        self._record(stream, binding, done, gather)
         self.eager_frames += 1
 
     # --- the work of one frame ------------------------------------------------------------------
-    def _record(self, s: Stream, b: Binding, done, captured: bool = False) -> None:
+    def _record(self, s: Stream, b: Binding, done, gather=(), captured: bool = False) -> None:
+        for dst, src, nbytes in gather:
+            if src is None:  # a missing camera: zero weights add nothing to the grid
+                s.memset8(DeviceView(dst, nbytes), 0, nbytes)
+            else:
+                s.d2d(DeviceView(dst, nbytes), DeviceView(src, nbytes), nbytes)
         self._pool(s, b)
         if done is not None:
             s.d2h(done.host_ptr, self.flags, 4)
-            done.event.record(s.handle, external=captured)
+            if done.event is not None:
+                done.event.record(s.handle, external=captured)
 
     def _pool(self, s: Stream, b: Binding) -> None:
         scratch = self._scratch.ptr

@@ -5,20 +5,25 @@ camera's depth or features already live on this GPU (bevpool_node's input hand-o
 the producer's ring) takes this path instead, on the backend's stream:
 
     wait on each payload's producer          (a hand-off view's IPC event: a device-side wait)
-    gather each camera into its slot         D2D from the payload (no host copy); a camera that
-                                             arrived as a CameraTensor: H2D of its bytes; a
-                                             missing camera: zeros
-    the frame (device_frame.DeviceFrame)     checks (NaN/Inf) and conversions on the device, the
-                                             pooling step, the epilogue to the published dtype;
-                                             its addresses are fixed, so it replays one graph
+    a CameraTensor camera of the same set    H2D of its bytes into its slot
+    one graph (device_frame.DeviceFrame)     each device camera gathered into its slot (D2D from
+                                             the payload, no host copy; a missing camera: zeros),
+                                             checks (NaN/Inf) and conversions on the device, the
+                                             pooling step, the epilogue to the published dtype,
+                                             the flag word's copy; keyed by the slots read, so a
+                                             producer's ring cycling through its slots replays
+                                             a few graphs
     frame hooks (output.gpu_handoff)         the grid is copied on into the output ring
-    D2H of the grid and of the flag word     into page-locked memory, then one host wait, as
-                                             GpuFrame does
+    D2H of the grid                          into page-locked memory (skipped with
+                                             ``host_copy=False``: hand-off consumers only), then
+                                             one host wait, as GpuFrame does
 
 The per-camera tensors sit in separate ring slots, while the kernel reads one stacked
 [N, D, H, W] array: the gather is the one device copy this layout needs.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,6 +36,13 @@ from .device_frame import Binding, DeviceFrame
 from .frame import FLAG_INPUT, FLAG_OUTPUT, DeviceOutput, pow2_exponent
 
 STREAMS = ("depth", "feat")
+
+
+class FlagWord(NamedTuple):
+    """DeviceFrame's ``done`` target without an event: the run waits for its stream itself."""
+
+    host_ptr: int
+    event: None = None
 
 
 class DeviceInputRun:
@@ -47,8 +59,11 @@ class DeviceInputRun:
         self._stacked = {s: DeviceBuffer(int(np.prod(shape)) * 4) for s, shape in self.shapes.items()}
         self._grids: dict[np.dtype, DeviceBuffer] = {}
         self._flags = PinnedBuffer((1,), np.uint32)
+        self._done = FlagWord(self._flags.ptr)  # the frame copies its flag word here (no event)
 
-    def run(self, cameras, out: np.ndarray | None = None) -> np.ndarray:
+    def run(self, cameras, out: np.ndarray | None = None, host_copy: bool = True) -> np.ndarray | None:
+        """``host_copy=False``: the grid stays on the device (frame hooks, ``device_output``) and
+        None is returned; the values are still checked (a bad grid raises as it would)."""
         if out is not None:
             check_out(self.smap, out)
         if len(cameras) != self.shapes["depth"][0]:
@@ -56,7 +71,7 @@ class DeviceInputRun:
         target = out if out is not None else self.frame.own_output(np.float32).array
         # page-locked, as GpuFrame's (the caller's array registered once): a pageable D2H of a
         # 2.6 MB grid is a staged, synchronous copy of about a millisecond
-        host = self.frame.host_target(target)
+        host = self.frame.host_target(target) if host_copy else None
         bind(self.rt.device.ctx)  # this thread's current context: the backend's device
         per_stream = [self._stream_inputs(cameras, i, s) for i, s in enumerate(STREAMS)]
         self.device.check_finite = self.frame.check_finite
@@ -65,20 +80,23 @@ class DeviceInputRun:
             for p in payloads:
                 if p is not None and p[0] == "device" and hasattr(p[2], "wait"):
                     p[2].wait(s.handle)  # the producer's write, ordered on the device
+        gather = []
         for (payloads, dtype, _), stream in zip(per_stream, STREAMS):
-            self._gather(s, stream, payloads, dtype)
+            gather += self._gather(s, stream, payloads, dtype)
         grid = self._grid(target.dtype)
         (_, d_dtype, k_d), (_, f_dtype, k_f) = per_stream
+        # the device copies and the flag word's copy replay with the frame: a ring's slot
+        # pattern seen before is one graph launch
         self.device.enqueue(s, Binding(self._stacked["depth"].ptr, d_dtype, self._stacked["feat"].ptr,
-                                       f_dtype, grid.ptr, target.dtype, k_d, k_f))
-        s.d2h(self._flags.ptr, self.device.flags, 4)
+                                       f_dtype, grid.ptr, target.dtype, k_d, k_f), self._done, tuple(gather))
         nbytes = target.nbytes
         output = DeviceOutput(grid.ptr, nbytes, target.dtype, tuple(self.smap.bev_shape), s.handle,
                               self.rt.device)
         self.frame.last_output = output
         for hook in self.frame.after_frame:
             hook(output)
-        s.d2h(host.ptr, grid, nbytes)
+        if host is not None:
+            s.d2h(host.ptr, grid, nbytes)
         s.synchronize()
         flags = int(self._flags.array[0])
         if flags & FLAG_INPUT:
@@ -86,12 +104,14 @@ class DeviceInputRun:
         if flags & FLAG_OUTPUT:
             raise NonFiniteOutput(f"{self.frame.precision} grid holds NaN/Inf (overflow of the "
                                   "published dtype?)")
+        if host is None:
+            return None
         return out if out is not None else target.copy()
 
     # --- one stream -------------------------------------------------------------------------------
     def _stream_inputs(self, cameras, i: int, stream: str):
         """([("device", DeviceTensor, obj) | ("host", ndarray) | None per camera], dtype, k)."""
-        from ...pipeline.tensors import check_shape, device_tensor
+        from ...pipeline.tensors import DeviceTensor, check_shape, device_tensor
 
         want = self.shapes[stream][1:]
         payloads, device_dtypes, host_dtypes, scales = [], set(), set(), set()
@@ -100,7 +120,9 @@ class DeviceInputRun:
             if obj is None:
                 payloads.append(None)
             elif is_device_payload(obj):
-                t = device_tensor(obj, name)
+                t = getattr(obj, "device_tensor", None)  # a hand-off view has it read already
+                if not isinstance(t, DeviceTensor):
+                    t = device_tensor(obj, name)
                 check_shape(t, name, want)
                 self._check_device(t, name)
                 device_dtypes.add(t.dtype)
@@ -148,17 +170,22 @@ class DeviceInputRun:
         if ordinal != mine:
             raise InputError(f"{name}: lives on GPU {ordinal}, the backend runs on GPU {mine}")
 
-    def _gather(self, s, stream: str, payloads, dtype: np.dtype) -> None:
+    def _gather(self, s, stream: str, payloads, dtype: np.dtype) -> list:
+        """The device cameras' copies (dst, src or None for zeros, bytes) for the frame's graph;
+        a CameraTensor camera in the same set is copied from its host bytes now (an address
+        that changes every set: no graph)."""
         buf = self._stacked[stream]
         slot = int(np.prod(self.shapes[stream][1:])) * dtype.itemsize
+        gather = []
         for n, p in enumerate(payloads):
-            dst = DeviceView(buf.ptr + n * slot, slot)
+            dst = buf.ptr + n * slot
             if p is None:  # a missing camera: zero weights add nothing to the grid
-                s.memset8(dst, 0, slot)
+                gather.append((dst, None, slot))
             elif p[0] == "device":
-                s.d2d(dst, DeviceView(p[1].ptr, slot), slot)
-            else:  # a CameraTensor camera in the same set: its bytes, once
-                s.h2d(dst, p[1].ctypes.data, slot)
+                gather.append((dst, p[1].ptr, slot))
+            else:
+                s.h2d(DeviceView(dst, slot), p[1].ctypes.data, slot)
+        return gather
 
     def _grid(self, dtype) -> DeviceBuffer:
         dtype = np.dtype(dtype)
