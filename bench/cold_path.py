@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""What one per-set Python step costs warm (back to back) and at a camera rate (cache-cold).
+
+    python bench/cold_path.py [--rate 30] [--calls 200] [--json FILE]
+
+The hand-off path runs a few short Python steps per camera set in three processes: (de)serialise
+an announcement, open a view, launch a graph. Timed in a loop they cost microseconds; run once
+every 1/rate seconds, the thread asleep in between as a node's threads are, each one starts with
+cold caches (and a CPU that may have dropped its clock or entered a deep sleep state) and costs
+several times more. This measures the gap for the steps every set pays:
+
+    deserialize_tensor_handoff   a camera tensor's announcement (the node, 12 per set)
+    deserialize_bev_handoff      the grid's announcement (each hand-off consumer)
+    serialize_bev_handoff        the node's announcement of the grid
+    patch_template               rebuilding an announcement from a cached one (header, slot,
+                                 sequence, event handle set on a copy): a delta protocol's cost
+
+Per step: median and p99 in microseconds, warm (``--calls`` back to back after a warm-up) and
+paced (one call per 1/rate s, the thread in time.sleep between them), and the ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def messages():
+    from bevpool_msgs.msg import BevHandoff, TensorHandoff
+    from std_msgs.msg import Header
+
+    grid = BevHandoff()
+    grid.header = Header(frame_id="ego")
+    grid.socket_path, grid.layout, grid.backend, grid.precision = "/tmp/bevpool-x/ring.sock", "ZYXC", "cuda", "fp16"
+    grid.shape = [1, 128, 128, 80]
+    grid.event_handle = np.arange(64, dtype=np.uint8)
+    grid.device_uuid = np.arange(16, dtype=np.uint8)
+    cam = TensorHandoff()
+    cam.camera, cam.stream, cam.layout = "CAM_FRONT", "depth", "DHW"
+    cam.socket_path = "/tmp/bevpool-x/ring.sock"
+    cam.shape = [118, 16, 44]
+    cam.event_handle = np.arange(64, dtype=np.uint8)
+    return grid, cam
+
+
+def steps() -> dict:
+    from builtin_interfaces.msg import Time
+    from rclpy.serialization import deserialize_message, serialize_message
+
+    grid, cam = messages()
+    grid_bytes, cam_bytes = serialize_message(grid), serialize_message(cam)
+    handle = np.arange(64, dtype=np.uint8)
+
+    def patch_template():
+        m = copy.copy(grid)
+        h = type(grid.header)()
+        h.stamp, h.frame_id = Time(sec=5, nanosec=6), grid.header.frame_id
+        m.header, m.slot, m.sequence, m.event_handle = h, 3, 12345, handle
+        return m
+
+    return {
+        "deserialize_tensor_handoff": lambda: deserialize_message(cam_bytes, type(cam)),
+        "deserialize_bev_handoff": lambda: deserialize_message(grid_bytes, type(grid)),
+        "serialize_bev_handoff": lambda: serialize_message(grid),
+        "patch_template": patch_template,
+    }
+
+
+def warm(f, calls: int) -> list[float]:
+    for _ in range(max(50, calls // 10)):
+        f()
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def paced(f, calls: int, rate: float) -> list[float]:
+    out, period = [], 1.0 / rate
+    f()
+    for _ in range(calls):
+        time.sleep(period)
+        t0 = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def stats(samples) -> dict:
+    us = np.asarray(samples) * 1e6
+    return {"p50_us": round(float(np.median(us)), 1), "p99_us": round(float(np.percentile(us, 99)), 1)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=30.0)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    rows = []
+    for name, f in steps().items():
+        w, p = stats(warm(f, args.calls * 10)), stats(paced(f, args.calls, args.rate))
+        rows.append({"step": name, "warm": w, f"paced_{args.rate:g}hz": p,
+                     "ratio_p50": round(p["p50_us"] / max(w["p50_us"], 1e-3), 1)})
+        print(f"{name:28s} warm {w['p50_us']:7.1f} / {w['p99_us']:7.1f} us   "
+              f"{args.rate:g} Hz {p['p50_us']:7.1f} / {p['p99_us']:7.1f} us   x{rows[-1]['ratio_p50']}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "command": "python bench/cold_path.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
