@@ -14,6 +14,9 @@ several times more. This measures the gap for the steps every set pays:
     serialize_bev_handoff        the node's announcement of the grid
     patch_template               rebuilding an announcement from a cached one (header, slot,
                                  sequence, event handle set on a copy): a delta protocol's cost
+    bevpool_pool                 (``--pool``, needs a GPU) one ``BevPooler.pool`` call on device
+                                 tensors of the shipped rig (float16, FP16): the in-process API's
+                                 host cost, which is its latency (the device idles meanwhile)
 
 Per step: median and p99 in microseconds, warm (``--calls`` back to back after a warm-up) and
 paced (one call per 1/rate s, the thread in time.sleep between them), and the ratio.
@@ -67,12 +70,39 @@ def steps() -> dict:
         m.header, m.slot, m.sequence, m.event_handle = h, 3, 12345, handle
         return m
 
-    return {
+    steps = {
         "deserialize_tensor_handoff": lambda: deserialize_message(cam_bytes, type(cam)),
         "deserialize_bev_handoff": lambda: deserialize_message(grid_bytes, type(grid)),
         "serialize_bev_handoff": lambda: serialize_message(grid),
         "patch_template": patch_template,
     }
+    return steps
+
+
+def pool_step():
+    """``BevPooler.pool`` on driver allocations (no framework), its grid dropped at once."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from inprocess_latency import _Framework, inputs
+
+    from bevpool_ros.backends.errors import BackendUnavailable
+    from bevpool_ros.paths import default_rig_path
+    from bevpool_ros.pipeline import BevPooler
+    from bevpool_ros.rig_yaml import load_rig
+
+    rig = load_rig(default_rig_path())
+    try:
+        pooler = BevPooler(rig, precision="fp16", grid_dtype="float16", backend="cuda")
+    except BackendUnavailable as e:
+        raise SystemExit(f"cold_path.py --pool: {e}") from None
+    fw = _Framework("driver")
+    sets, _ = inputs(rig, "float16", 1)
+    depth, feat = fw.upload(sets[0][0]), fw.upload(sets[0][1])
+    fw.synchronize()
+
+    def pool():
+        pooler.pool(depth, feat, stream=fw.handle)  # the grid is dropped here: its memory comes back
+
+    return pool
 
 
 def warm(f, calls: int) -> list[float]:
@@ -107,9 +137,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=30.0)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--pool", action="store_true", help="also time BevPooler.pool (needs a GPU)")
     args = ap.parse_args(argv)
-    rows = []
-    for name, f in steps().items():
+    rows, todo = [], steps()
+    if args.pool:
+        todo["bevpool_pool"] = pool_step()
+    for name, f in todo.items():
         w, p = stats(warm(f, args.calls * 10)), stats(paced(f, args.calls, args.rate))
         rows.append({"step": name, "warm": w, f"paced_{args.rate:g}hz": p,
                      "ratio_p50": round(p["p50_us"] / max(w["p50_us"], 1e-3), 1)})

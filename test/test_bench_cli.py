@@ -16,3 +16,27 @@ def test_bench_without_a_gpu_is_one_line_and_exit_2(tmp_path):
     assert line.startswith("bevpool-bench: ") and "no usable GPU" in line, line
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "b.json").exists()
+
+
+def test_cold_path_times_every_step_warm_and_paced(tmp_path):
+    """bench/cold_path.py: each per-set step timed back to back and paced; ``--pool`` adds the
+    in-process call (run here over test/fake_cuda.py's counting driver: the real Python path)."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    pytest.importorskip("bevpool_msgs.msg")
+    sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "bench")]
+    import cold_path
+    from fake_cuda import fake_gpu
+
+    out = tmp_path / "cold.json"
+    with fake_gpu() as fake:
+        assert cold_path.main(["--calls", "3", "--rate", "200", "--pool", "--json", str(out)]) == 0
+    rows = {r["step"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"deserialize_tensor_handoff", "deserialize_bev_handoff", "serialize_bev_handoff",
+                         "patch_template", "bevpool_pool"}
+    for r in rows.values():
+        assert r["warm"]["p50_us"] > 0 and r["paced_200hz"]["p50_us"] > 0
+    assert fake.calls["cuGraphLaunch"] >= 30  # the steady pool call is a graph replay
