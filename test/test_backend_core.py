@@ -320,7 +320,7 @@ def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
     gate.set()
 
     class Recording(CpuBackend):
-        def pool_cameras(self, cameras, out=None):
+        def pool_cameras(self, cameras, out=None, host_copy=True):
             running[0] += 1
             overlap.append(running[0])
             threads.append(threading.current_thread().name)

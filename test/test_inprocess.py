@@ -304,6 +304,18 @@ def test_cuda_array_interface_is_read_and_checked():
         )
 
 
+def test_a_view_that_read_its_protocols_once_is_taken_as_it_is():
+    """A hand-off view carries the DeviceTensor its protocols describe (read when it was opened):
+    taken without reading them again; an attribute of that name that is not one is ignored."""
+    view = CudaLike((2, 3), "<f2")
+    view.device_tensor = tensors.DeviceTensor(0x7000_0000, np.dtype(np.float16), (2, 3), 0)
+    view.__cuda_array_interface__ = None  # would be refused if it were read
+    assert tensors.device_tensor(view, "x") is view.device_tensor
+    other = CudaLike((2, 3), "<f2")
+    other.device_tensor = "not a tensor"
+    assert tensors.device_tensor(other, "x").shape == (2, 3)
+
+
 def test_dlpack_capsules_are_read_and_released():
     before = len(dlpack._alive)
     producer = DLPackLike((3, 5), np.float16)

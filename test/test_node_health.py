@@ -55,7 +55,7 @@ def test_diagnostics_go_to_error_while_the_backend_fails_and_recover(nuscenes_ri
         ex.add_node(n)
     working_pool = node.backend.pool_cameras  # what the pooling thread calls, on every backend
 
-    def broken_pool(cameras, out=None):
+    def broken_pool(cameras, out=None, host_copy=True):
         raise RuntimeError("device lost")
 
     def level_after(stamps, predicate):

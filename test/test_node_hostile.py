@@ -167,8 +167,8 @@ def test_grid_dtype_label_comes_from_the_pooled_grid(nuscenes_rig):
         ex.add_node(n)
     pool = node.backend.pool_cameras
 
-    def pool_then_flip(cameras, out=None):
-        bev = pool(cameras, out=out)
+    def pool_then_flip(cameras, out=None, host_copy=True):
+        bev = pool(cameras, out=out, host_copy=host_copy)
         other = "float32" if out.dtype == np.float16 else "float16"
         assert node.set_parameters([Parameter("output.bev_dtype", value=other)])[0].successful
         return bev

@@ -244,11 +244,7 @@ class PoolingWorker:
         out = self.out_buffer.view((*rig.grid_shape, C), dtype)
         t1 = time.perf_counter()
         try:
-            cameras = decode_mixed_e4m3(cameras)
-            if self.host_grid():
-                bev = self.backend.pool_cameras(cameras, out=out)
-            else:
-                bev = self.backend.pool_cameras(cameras, out=out, host_copy=False)
+            bev = self.backend.pool_cameras(decode_mixed_e4m3(cameras), out=out, host_copy=self.host_grid())
         except NonFiniteInput as e:  # found by the backend's own (device) check: the node's reason
             self.on_drop("non_finite", str(e))
             return None

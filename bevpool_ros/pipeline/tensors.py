@@ -224,6 +224,9 @@ def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:
         t = _from_torch(obj)
         if t is not None:
             return t
+    own = getattr(obj, "device_tensor", None)  # a hand-off view read its protocols once, at open
+    if isinstance(own, DeviceTensor):
+        return own
     refusal = None
     try:
         cai = getattr(obj, "__cuda_array_interface__", None)

@@ -111,7 +111,7 @@ class DeviceInputRun:
     # --- one stream -------------------------------------------------------------------------------
     def _stream_inputs(self, cameras, i: int, stream: str):
         """([("device", DeviceTensor, obj) | ("host", ndarray) | None per camera], dtype, k)."""
-        from ...pipeline.tensors import DeviceTensor, check_shape, device_tensor
+        from ...pipeline.tensors import check_shape, device_tensor
 
         want = self.shapes[stream][1:]
         payloads, device_dtypes, host_dtypes, scales = [], set(), set(), set()
@@ -120,9 +120,7 @@ class DeviceInputRun:
             if obj is None:
                 payloads.append(None)
             elif is_device_payload(obj):
-                t = getattr(obj, "device_tensor", None)  # a hand-off view has it read already
-                if not isinstance(t, DeviceTensor):
-                    t = device_tensor(obj, name)
+                t = device_tensor(obj, name)
                 check_shape(t, name, want)
                 self._check_device(t, name)
                 device_dtypes.add(t.dtype)
