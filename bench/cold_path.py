@@ -17,6 +17,13 @@ several times more. This measures the gap for the steps every set pays:
     bevpool_pool                 (``--pool``, needs a GPU) one ``BevPooler.pool`` call on device
                                  tensors of the shipped rig (float16, FP16): the in-process API's
                                  host cost, which is its latency (the device idles meanwhile)
+    graph_launch                 (``--pool``) the floor under it: replaying the pooler's captured
+                                 graph by itself (one cuGraphLaunch through cuda-python)
+    python_call                  the floor of any Python step: a call that sums range(64)
+
+With ``--pool`` and PyTorch present it also times the pool call's work on the device alone
+(``pool_on_device``: the stream held behind a GPU sleep while the host enqueues, so the events
+around the call see the graph's own duration, node-to-node gaps included).
 
 Per step: median and p99 in microseconds, warm (``--calls`` back to back after a warm-up) and
 paced (one call per 1/rate s, the thread in time.sleep between them), and the ratio.
@@ -71,6 +78,7 @@ def steps() -> dict:
         return m
 
     steps = {
+        "python_call": lambda: sum(range(64)),
         "deserialize_tensor_handoff": lambda: deserialize_message(cam_bytes, type(cam)),
         "deserialize_bev_handoff": lambda: deserialize_message(grid_bytes, type(grid)),
         "serialize_bev_handoff": lambda: serialize_message(grid),
@@ -79,8 +87,9 @@ def steps() -> dict:
     return steps
 
 
-def pool_step():
-    """``BevPooler.pool`` on driver allocations (no framework), its grid dropped at once."""
+def pool_steps() -> tuple[dict, object]:
+    """``BevPooler.pool`` on driver allocations (no framework), its grid dropped at once; the
+    replay of its graph alone; and a function timing the call's device work by itself."""
     sys.path.insert(0, str(ROOT / "bench"))
     from inprocess_latency import _Framework, inputs
 
@@ -102,7 +111,33 @@ def pool_step():
     def pool():
         pooler.pool(depth, feat, stream=fw.handle)  # the grid is dropped here: its memory comes back
 
-    return pool
+    for _ in range(3):  # the binding seen twice is captured: a graph to replay alone
+        pool()
+    graph = next(iter(pooler._device._graphs.values()))
+    return {"bevpool_pool": pool, "graph_launch": lambda: graph.replay(fw.stream)}, (
+        lambda calls: on_device(pool, fw, calls))
+
+
+def on_device(pool, fw, calls: int) -> dict | None:
+    """Device-only duration of one pool call (us): a GPU sleep holds the stream while the host
+    enqueues, so the events around the call time the graph alone. None without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from bevpool_ros.backends.cuda.driver import EventTimer
+
+    timer, out = EventTimer(), []
+    with torch.cuda.stream(torch.cuda.ExternalStream(fw.handle)):
+        for _ in range(calls):
+            torch.cuda._sleep(2_000_000)  # ~1 ms at GPU clocks: longer than the host's enqueue
+            timer.record_start(fw.stream)
+            pool()
+            timer.record_end(fw.stream)
+            out.append(timer.elapsed_ms() * 1e3)
+    return stats(np.asarray(out) * 1e-6)
 
 
 def warm(f, calls: int) -> list[float]:
@@ -139,17 +174,21 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--pool", action="store_true", help="also time BevPooler.pool (needs a GPU)")
     args = ap.parse_args(argv)
-    rows, todo = [], steps()
+    rows, todo, device = [], steps(), None
     if args.pool:
-        todo["bevpool_pool"] = pool_step()
+        more, device = pool_steps()
+        todo.update(more)
     for name, f in todo.items():
         w, p = stats(warm(f, args.calls * 10)), stats(paced(f, args.calls, args.rate))
         rows.append({"step": name, "warm": w, f"paced_{args.rate:g}hz": p,
                      "ratio_p50": round(p["p50_us"] / max(w["p50_us"], 1e-3), 1)})
         print(f"{name:28s} warm {w['p50_us']:7.1f} / {w['p99_us']:7.1f} us   "
               f"{args.rate:g} Hz {p['p50_us']:7.1f} / {p['p99_us']:7.1f} us   x{rows[-1]['ratio_p50']}")
+    device_us = device(args.calls) if device is not None else None
+    if device_us is not None:
+        print(f"{'pool_on_device':28s} {device_us['p50_us']:7.1f} / {device_us['p99_us']:7.1f} us")
     if args.json:
-        args.json.write_text(json.dumps({
+        args.json.write_text(json.dumps({"pool_on_device_us": device_us,
             "command": "python bench/cold_path.py " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}, indent=1) + "\n")
