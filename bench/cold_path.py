@@ -13,7 +13,13 @@ several times more. This measures the gap for the steps every set pays:
     deserialize_bev_handoff      the grid's announcement (each hand-off consumer)
     serialize_bev_handoff        the node's announcement of the grid
     patch_template               rebuilding an announcement from a cached one (header, slot,
-                                 sequence, event handle set on a copy): a delta protocol's cost
+                                 sequence, event handle set on a copy through the setters)
+    encode_bev_template          what the node and the camera producer do instead of serialising:
+                                 the varying fields packed into a template's bytes
+                                 (handoff/cdr_template.py)
+    decode_tensor_template,      what the node and each consumer do instead of deserialising:
+    decode_bev_template          the datagram matched to a learnt template, a copy of its message
+                                 with the varying fields read from the bytes
     bevpool_pool                 (``--pool``, needs a GPU) one ``BevPooler.pool`` call on device
                                  tensors of the shipped rig (float16, FP16): the in-process API's
                                  host cost, which is its latency (the device idles meanwhile)
@@ -77,12 +83,23 @@ def steps() -> dict:
         m.header, m.slot, m.sequence, m.event_handle = h, 3, 12345, handle
         return m
 
+    from bevpool_ros.handoff.cdr_template import CdrTemplate, TemplateReader
+
+    bev_template = CdrTemplate(grid)
+    readers = {type(grid): TemplateReader(type(grid)), type(cam): TemplateReader(type(cam))}
+    for m, data in ((grid, grid_bytes), (cam, cam_bytes)):
+        readers[type(m)].deserialize(data)  # learnt here: the steps below are hits
+    values = (5, 6, 3, 12345, bytes(64))
+
     steps = {
         "python_call": lambda: sum(range(64)),
         "deserialize_tensor_handoff": lambda: deserialize_message(cam_bytes, type(cam)),
         "deserialize_bev_handoff": lambda: deserialize_message(grid_bytes, type(grid)),
         "serialize_bev_handoff": lambda: serialize_message(grid),
         "patch_template": patch_template,
+        "encode_bev_template": lambda: bev_template.encode(values),
+        "decode_tensor_template": lambda: readers[type(cam)].deserialize(cam_bytes),
+        "decode_bev_template": lambda: readers[type(grid)].deserialize(grid_bytes),
     }
     return steps
 

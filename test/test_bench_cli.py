@@ -36,7 +36,8 @@ def test_cold_path_times_every_step_warm_and_paced(tmp_path):
         assert cold_path.main(["--calls", "3", "--rate", "200", "--pool", "--json", str(out)]) == 0
     rows = {r["step"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"python_call", "deserialize_tensor_handoff", "deserialize_bev_handoff",
-                         "serialize_bev_handoff", "patch_template", "bevpool_pool", "graph_launch"}
+                         "serialize_bev_handoff", "patch_template", "encode_bev_template",
+                         "decode_tensor_template", "decode_bev_template", "bevpool_pool", "graph_launch"}
     for r in rows.values():
         assert r["warm"]["p50_us"] > 0 and r["paced_200hz"]["p50_us"] > 0
     assert fake.calls["cuGraphLaunch"] >= 30  # the steady pool call is a graph replay

@@ -162,50 +162,75 @@ def test_handoff_message_carries_ring_slot_and_geometry():
     assert back.layout == "ZYXC" and back.socket_path == "/tmp/x/ring.sock" and back.backend == "cuda"
 
 
-def test_the_node_reuses_its_last_announcement_only_where_nothing_but_the_grid_changed():
-    """HandoffOutput._message: per grid only stamp, slot, sequence and event change; the bytes
-    equal a BevHandoff built afresh, and a new rig, dtype or shape builds it again."""
-    from rclpy.serialization import serialize_message
+def test_the_node_builds_an_announcement_only_where_more_than_the_grid_changed(monkeypatch):
+    """HandoffOutput.publish: per grid only stamp, slot, sequence and event change (patched into
+    a template); the bytes sent and published read as a BevHandoff built afresh, and a new grid
+    geometry, dtype, shape or frame builds the template again."""
+    from dataclasses import replace
+
+    from bevpool_msgs.msg import BevHandoff
+    from rclpy.serialization import deserialize_message
     from std_msgs.msg import Header
 
     from bevpool_ros.handoff.message import handoff_msg
     from bevpool_ros.handoff.producer import Written
+    from bevpool_ros.node import handoff_output
     from bevpool_ros.node.handoff_output import HandoffOutput
     from bevpool_ros.workloads import base_rig
 
     class Ring:
         socket_path, ring_id, ring_size, uuid = "/tmp/x/ring.sock", 2 ** 61 + 3, 4, bytes(range(16))
         event_handles = [bytes([k]) * 64 for k in range(4)]
+        sent: list = []
 
         class device:
             ordinal = 0
 
+        @classmethod
+        def announce(cls, data):
+            cls.sent.append(data)
+
     class Backend:
         name, precision = "cuda", "fp16"
+
+    class Pub:
+        published: list = []
+
+        def publish(self, data):
+            self.published.append(data)
 
     class Out:
         def __init__(self, shape, dtype):
             self.shape, self.dtype = shape, dtype
 
-    out = object.__new__(HandoffOutput)  # the GPU ring is not needed to build its messages
-    out.ring, out.backend = Ring, Backend
-    out._template, out._template_key = None, None
-    out._event_handles = [np.frombuffer(h, np.uint8) for h in Ring.event_handles]
-    rig, other = base_rig(), base_rig()
-    shape = (*rig.grid_shape, rig.channels)
     built = []
-    for seq, (r, dtype, sh) in enumerate([(rig, np.float16, shape), (rig, np.float16, shape),
-                                          (rig, np.float32, shape), (other, np.float32, shape),
-                                          (other, np.float32, shape)], start=1):
-        header = Header(frame_id="base_link")
-        header.stamp.sec = seq
+
+    def counting_handoff_msg(*args):
+        built.append(args[0].frame_id)
+        return handoff_msg(*args)
+
+    monkeypatch.setattr(handoff_output, "handoff_msg", counting_handoff_msg)
+    out = object.__new__(HandoffOutput)  # the GPU ring is not needed to build its messages
+    out.ring, out.backend, out.pub = Ring, Backend, Pub()
+    out._announcements = handoff_output.TemplateWriter(BevHandoff)
+    rig = base_rig()
+    wider = replace(rig, channels=rig.channels * 2)
+    shape = (*rig.grid_shape, rig.channels)
+    cases = [(rig, np.float16, shape, "base_link"), (rig, np.float16, shape, "base_link"),
+             (rig, np.float32, shape, "base_link"), (wider, np.float32, shape, "base_link"),
+             (wider, np.float32, shape, "base_link"), (wider, np.float32, shape, "ego"),
+             (base_rig(), np.float16, shape, "base_link")]
+    for seq, (r, dtype, sh, frame) in enumerate(cases, start=1):
+        header = Header(frame_id=frame)
+        header.stamp.sec, header.stamp.nanosec = seq, 1000 * seq
         written = Written((seq - 1) % 4, seq, Ring.event_handles[(seq - 1) % 4])
-        m = out._message(header, r, written, Out(sh, dtype))
-        built.append(m)
-        want = serialize_message(handoff_msg(header, r, Ring, written, sh, dtype, "cuda", "fp16"))
-        assert serialize_message(m) == want, seq
-    assert built[1] is built[0] and built[2] is not built[1] and built[3] is not built[2]
-    assert built[4] is built[3]
+        out._written = (written, Out(sh, dtype))
+        out.publish(header, r)
+        assert Ring.sent[-1] is Pub.published[-1]  # one serialisation for both ways
+        want = handoff_msg(header, r, Ring, written, sh, dtype, "cuda", "fp16")
+        assert deserialize_message(Pub.published[-1], BevHandoff) == want, seq
+    # built for cases 1, 3, 4 and 6; the last one's geometry, dtype and frame are case 1's
+    assert len(built) == 4
 
 
 @pytest.mark.ros

@@ -85,15 +85,18 @@ class Rig:
 
     def announce(self, ways=("signal", "dds"), camera="A", skip=0):
         """One announcement, as CameraHandoffPublisher.publish sends it: the datagram first (by
-        HandoffRing.announce itself), then the same serialised bytes published as they are."""
+        HandoffRing.announce), then the same serialised bytes published as they are."""
         from types import SimpleNamespace
+
+        from rclpy.serialization import serialize_message
 
         from bevpool_ros.handoff.producer import HandoffRing
 
         self.sequence += skip
         m = self.message(camera)
         ring = SimpleNamespace(signal=self.server if "signal" in ways else None)  # no GPU ring needed
-        data = HandoffRing.announce(ring, m)
+        data = serialize_message(m)
+        HandoffRing.announce(ring, data)
         if "dds" in ways:
             self.pub.publish(data)
         return m.sequence

@@ -123,6 +123,8 @@ PRODUCER = textwrap.dedent("""
     import numpy as np
     import rclpy
     from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
+    from rclpy.serialization import serialize_message
+
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, announcement
     from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.synthetic import SyntheticScene
@@ -157,7 +159,9 @@ PRODUCER = textwrap.dedent("""
                 pub.producer.publish(views[(cameras[0], "depth")])
             for cam, s, h in held:  # both ways, as CameraHandoffPublisher.publish announces
                 msg = announcement(h, cam, s, "DHW" if s == "depth" else "HWC", stamp, "", pub.boot)
-                pub.handoff_pubs[(cam, s)].publish(pub.producer.ring.announce(msg))
+                data = serialize_message(msg)
+                pub.producer.ring.announce(data)
+                pub.handoff_pubs[(cam, s)].publish(data)
         else:
             for cam in cameras:
                 for s in ("depth", "feat"):

@@ -28,6 +28,8 @@ import threading
 import time
 from collections import Counter, OrderedDict
 
+from .cdr_template import TemplateReader
+
 SEEN_KEPT = 4096          # announcements remembered, to ignore their second copy
 REFILTER_AFTER_S = 1.0    # after a lost datagram, ROS copies are taken this long
 FILTER = "ring_id <> %0"  # DDS content filter (SQL subset): every ring but the linked one
@@ -60,6 +62,9 @@ class AnnouncementLinks:
         self.ros_copies = 0       # ROS messages the executor took (DDS did not filter them)
         self.filter_error = ""    # why content filters are not used here
         self._wake = node.create_guard_condition(self._apply_lifts)
+        # datagrams read through the ring's templates: a few fields patched into a copy, not
+        # the whole message converted by rclpy (cdr_template.py)
+        self._reader = TemplateReader(msg_type)
 
     # --- the two ways in ------------------------------------------------------------------------
     def on_message(self, msg, subscription) -> None:
@@ -88,11 +93,9 @@ class AnnouncementLinks:
             self._on_bad(f"hand-off announcement from {socket_path} not handled: {type(e).__name__}: {e}")
 
     def _take_datagram(self, socket_path: str, data: bytes) -> None:
-        from rclpy.serialization import deserialize_message
-
         arrival = time.perf_counter()
         try:
-            msg = deserialize_message(data, self.msg_type)
+            msg = self._reader.deserialize(data)
         except Exception as e:  # the producer is same-user: a bug, say it
             self._on_bad(f"unreadable signal datagram: {e}")
             return

@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from ..io.tensor_codec import make_camera_tensor
+from .cdr_template import TemplateWriter
 from .vmm import HandoffUnsupported
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class CameraHandoffPublisher:
         if mode != "off" and producer is None:
             self.producer = self._make_producer(rig, slot_bytes, ring_size, device)
         self.handoff_pubs, self.tensor_pubs = {}, {}
+        self._announcements = TemplateWriter(TensorHandoff)
         for cam in self.cameras:
             for stream in STREAMS:
                 key = (cam, stream)
@@ -170,9 +172,18 @@ class CameraHandoffPublisher:
                            f"({list(self.cameras)} x {STREAMS})")
         if self._use_handoff(key):
             h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
-            msg = announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot)
+            stamp_ns = int(stamp_ns)
+            # the announcement's bytes from this tensor's template: only the stamp, slot, sequence,
+            # event handle and scale are written per tensor (cdr_template.py)
+            data = self._announcements.serialize(
+                (camera, stream, layout, frame_id, h.socket_path, h.ring_id, h.ring_size, h.offset,
+                 h.nbytes, h.dtype, tuple(h.shape), h.device_ordinal, h.device_uuid),
+                lambda: announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot),
+                (stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000, h.slot, h.sequence,
+                 h.event_handle, float(h.scale)))
             # same-host consumers linked to the ring are woken first; one serialisation for both
-            self.handoff_pubs[key].publish(self.producer.ring.announce(msg))
+            self.producer.ring.announce(data)
+            self.handoff_pubs[key].publish(data)
             self.handed_off += 1
             return "handoff"
         arr, dtype = host_tensor(tensor, float(scale))

@@ -22,8 +22,8 @@ class Written:
 class HandoffRing:
     """``ring_size`` device buffers of ``slot_bytes`` each, their events and the control block,
     handed to consumers through a Unix socket. ``write`` copies one grid in on the caller's stream;
-    ``announce(msg)`` sends its announcement to the consumers connected to the signal socket and
-    returns it serialised, for the ROS publish."""
+    ``announce(data)`` sends its serialised announcement to the consumers connected to the signal
+    socket."""
 
     def __init__(self, device, slot_bytes: int, ring_size: int = 4):
         reason = unsupported_reason(device_attributes(device), device.name)
@@ -77,17 +77,12 @@ class HandoffRing:
         self.control.block.publish(seq)
         return Written(slot, seq, self.event_handles[slot])
 
-    def announce(self, msg) -> bytes:
-        """Send ``msg`` (its ROS announcement) to the same-host consumers linked to this ring,
-        before it is published: they are woken without a DDS hop (signal.py). Returns the
-        serialised message: publish those bytes (``Publisher.publish`` takes them as they are),
-        so the message is converted and serialised once, not twice."""
-        from rclpy.serialization import serialize_message
-
-        data = serialize_message(msg)
+    def announce(self, data: bytes) -> None:
+        """Send a serialised announcement to the same-host consumers linked to this ring, before
+        it is published: they are woken without a DDS hop (signal.py). Publish the same bytes
+        (``Publisher.publish`` takes them as they are): one serialisation for both."""
         if self.signal is not None and self.signal.consumers:
             self.signal.send(data)
-        return data
 
     def close(self) -> None:
         if self.signal is not None:  # its socket lives in the server's folder

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..handoff.cdr_template import TemplateWriter
 from ..handoff.message import handoff_msg
 from ..handoff.producer import HandoffRing
 from ..handoff.vmm import HandoffUnsupported
@@ -18,6 +19,12 @@ def device_output(backend):
     if api is None:
         raise HandoffUnsupported(f"the {backend.name} backend keeps no grid on a GPU")
     return api()
+
+
+def grid_geometry(rig) -> tuple:
+    """What a BevHandoff says of the grid (io.bev_message.set_grid_geometry)."""
+    return (tuple(rig.grid_shape), rig.channels,
+            *((float(a.lower), float(a.step)) for a in (rig.x, rig.y, rig.z)))
 
 
 def grid_bytes(out) -> int:
@@ -33,8 +40,7 @@ class HandoffOutput:
         self.pub = node.create_publisher(BevHandoff, topic, qos)
         self.backend = backend
         self._written = None  # (producer.Written, DeviceOutput) of the frame being published
-        self._template, self._template_key = None, None  # the last BevHandoff and what it depends on
-        self._event_handles = [np.frombuffer(h, np.uint8) for h in self.ring.event_handles]
+        self._announcements = TemplateWriter(BevHandoff)
         self._hooked = hasattr(backend, "add_frame_hook")
         if self._hooked:
             backend.add_frame_hook(self._on_frame)
@@ -57,26 +63,22 @@ class HandoffOutput:
             out.device.make_current()
             pending = (self.ring.write(out.ptr, grid_bytes(out), out.stream), out)
         written, out = pending
-        msg = self._message(header, rig, written, out)
+        # the announcement's bytes from a template of this grid geometry: only the stamp, slot,
+        # sequence and event handle are written per grid (cdr_template.py: a BevHandoff built and
+        # serialised field by field is a few hundred microseconds of cold Python per set)
+        shape, dtype = tuple(out.shape), np.dtype(out.dtype)
+        backend = self.backend
+        key = (header.frame_id, grid_geometry(rig), shape, dtype.str, backend.name, backend.precision)
+        data = self._announcements.serialize(
+            key,
+            lambda: handoff_msg(header, rig, self.ring, written, shape, dtype, backend.name,
+                                backend.precision),
+            (header.stamp.sec, header.stamp.nanosec, written.slot, written.sequence,
+             written.event_handle))
         # linked consumers (BevHandoffSubscriber) are woken without a DDS hop; the ROS copy is
-        # the same bytes (serialised once)
-        self.pub.publish(self.ring.announce(msg))
-
-    def _message(self, header, rig, written, out):
-        """The announcement, from the last one when only the grid's stamp, slot and sequence
-        changed (building a BevHandoff field by field is a tenth of a millisecond of Python on
-        the path to the consumer). Safe to reuse: publish and announce serialise it at once."""
-        key = (rig, tuple(out.shape), np.dtype(out.dtype).str, self.backend.name, self.backend.precision)
-        m = self._template
-        if m is None or self._template_key[0] is not rig or self._template_key[1:] != key[1:]:
-            m = self._template = handoff_msg(header, rig, self.ring, written, out.shape, out.dtype,
-                                             self.backend.name, self.backend.precision)
-            self._template_key = key
-            return m
-        m.header = header
-        m.slot, m.sequence = written.slot, written.sequence
-        m.event_handle = self._event_handles[written.slot]
-        return m
+        # the same bytes
+        self.ring.announce(data)
+        self.pub.publish(data)
 
     def close(self) -> None:
         if self._hooked:
