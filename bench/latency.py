@@ -188,16 +188,16 @@ def role_subscriber(args) -> int:
                 state.setdefault("before_open_ms", []).append((t0 - grids.last_arrival) * 1e3)
                 state.setdefault("open_call_ms", []).append((time.perf_counter() - t0) * 1e3)
         grids.reader.open = timed_open
-        import rclpy.serialization as serialization
-        deserialize = serialization.deserialize_message
+        templates = grids.links.templates  # the datagram's reading (cdr_template.TemplateReader)
+        deserialize = templates.deserialize
 
-        def timed_deserialize(data, msg_type):  # the datagram's share of "before open"
+        def timed_deserialize(data):  # the datagram's share of "before open"
             t0 = time.perf_counter()
             try:
-                return deserialize(data, msg_type)
+                return deserialize(data)
             finally:
                 state.setdefault("deserialize_ms", []).append((time.perf_counter() - t0) * 1e3)
-        serialization.deserialize_message = timed_deserialize
+        templates.deserialize = timed_deserialize
     else:
         from bevpool_msgs.msg import BevFeature
 

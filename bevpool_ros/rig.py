@@ -299,12 +299,17 @@ class Rig:
         return d
 
     def digest(self) -> str:
-        """Stable hash of everything the scatter map depends on (channels excluded)."""
-        d = self.to_dict()
-        d.pop("name")
-        d.pop("channels")
-        blob = json.dumps(d, sort_keys=True, default=float).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        """Stable hash of everything the scatter map depends on (channels excluded); computed
+        once per rig (frozen: /diagnostics asks every period, and asdict is milliseconds)."""
+        cached = self.__dict__.get("_digest")
+        if cached is None:
+            d = self.to_dict()
+            d.pop("name")
+            d.pop("channels")
+            blob = json.dumps(d, sort_keys=True, default=float).encode()
+            cached = hashlib.sha256(blob).hexdigest()[:16]
+            object.__setattr__(self, "_digest", cached)
+        return cached
 
 
 

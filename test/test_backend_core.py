@@ -363,6 +363,66 @@ def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
         worker.stop()
 
 
+def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
+    """``between_sets`` (the /diagnostics and graph-check timers): with no set pooled lately the
+    job runs in the caller's thread; while sets flow it waits for the end of the next set and runs
+    in the thread that pooled it, before the worker is idle again, never during a set; a job
+    queued twice runs once; one that raises leaves the worker working."""
+    import threading
+
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    log, pooling = [], [False]
+
+    class Recording(CpuBackend):
+        def pool_cameras(self, cameras, out=None, host_copy=True):
+            pooling[0] = True
+            try:
+                return super().pool_cameras(cameras, out=out)
+            finally:
+                pooling[0] = False
+
+    def job():
+        log.append((threading.current_thread().name, pooling[0]))
+
+    def broken():
+        raise RuntimeError("diagnostics publisher gone")
+
+    results = []
+    worker = PoolingWorker(Recording(), LiveCalibration(rig), results.append, lambda r, d: None)
+    worker.start()
+    _, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
+                         "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+    try:
+        worker.between_sets(job)  # nothing pooled yet: right here
+        assert log == [(threading.current_thread().name, False)]
+        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+        deadline = time.monotonic() + 30
+        while not results and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert results and worker.wait_until_idle(30)
+        worker.between_sets(job)  # sets flow: deferred to the end of the next one
+        worker.between_sets(job)
+        worker.between_sets(broken)
+        assert len(log) == 1
+        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+        while len(log) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.wait_until_idle(30)
+        assert log[1:] == [("bevpool-pooling", False)]  # once, after the set, in its thread
+        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+        while len(results) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(results) == 3  # the failed job cost nothing
+    finally:
+        worker.stop()
+
+
 def test_callbacks_can_wait_for_the_worker_to_finish_its_set():
     """The input hand-off's ROS copies wait (``wait_until_idle``) while the pooling thread pools
     and publishes a set, and go on as soon as it is done; a slow set never holds them past the

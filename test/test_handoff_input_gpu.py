@@ -290,6 +290,12 @@ def test_announcements_also_arrive_over_the_signal_socket(graph, producer):
     d = graph.diagnostics_where(filtered, 10.0)
     assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
 
+    def by_template(d):  # the producer's datagrams are read through learnt templates (cdr_template.py)
+        m = re.search(r"datagrams read by template (\d+) of (\d+)", d.get("input_handoff", ""))
+        return bool(m) and int(m.group(1)) > 0 and int(m.group(1)) >= int(m.group(2)) // 2
+    d = graph.diagnostics_where(by_template, 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
+
 
 def test_a_rig_mixing_handoff_and_camera_tensor_cameras(graph, producer, reference):
     from ros_harness import assert_bev_matches

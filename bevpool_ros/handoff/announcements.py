@@ -64,7 +64,7 @@ class AnnouncementLinks:
         self._wake = node.create_guard_condition(self._apply_lifts)
         # datagrams read through the ring's templates: a few fields patched into a copy, not
         # the whole message converted by rclpy (cdr_template.py)
-        self._reader = TemplateReader(msg_type)
+        self.templates = TemplateReader(msg_type)
 
     # --- the two ways in ------------------------------------------------------------------------
     def on_message(self, msg, subscription) -> None:
@@ -95,7 +95,7 @@ class AnnouncementLinks:
     def _take_datagram(self, socket_path: str, data: bytes) -> None:
         arrival = time.perf_counter()
         try:
-            msg = self._reader.deserialize(data)
+            msg = self.templates.deserialize(data)
         except Exception as e:  # the producer is same-user: a bug, say it
             self._on_bad(f"unreadable signal datagram: {e}")
             return

@@ -32,7 +32,14 @@ class WrongTypeWatch:
         self.expected = expected
         self.seen: set[tuple] = set()   # (topic, gid) of every wrong publisher already logged
         self._nameless: dict[tuple, float] = {}  # (topic, gid) -> first seen without a node name
-        self._timer = node.create_timer(PERIOD_S, self.check)
+        self._timer = node.create_timer(PERIOD_S, self._tick)
+
+    def _tick(self) -> None:
+        worker = self.node.worker  # between two sets while they flow: see PoolingWorker.between_sets
+        if worker is None:
+            self.check()
+        else:
+            worker.between_sets(self.check)
 
     def close(self) -> None:
         self.node.destroy_timer(self._timer)

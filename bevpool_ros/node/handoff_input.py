@@ -232,9 +232,10 @@ class HandoffInputs:
         lost = f", {links.lost} datagram(s) lost" if links.lost else ""
         filtered = (f"ROS copies filtered on {links.filtered} topic(s)" if not links.filter_error
                     else "ROS copies not filtered")
+        t = links.templates
         return (f"{self.mode}, {rings} producer ring(s) mapped, {links.connected} signal link(s), "
                 f"first arrival: signal {links.first_by['signal']}, dds {links.first_by['dds']}"
-                f"{lost}, {filtered}")[:240]
+                f"{lost}, {filtered}, datagrams read by template {t.hits} of {t.hits + t.misses}")[:240]
 
     def close(self) -> None:
         self.unsubscribe()

@@ -104,7 +104,15 @@ class Report:
     def restart_timer(self, period_s: float) -> None:
         if self._timer is not None:
             self.node.destroy_timer(self._timer)
-        self._timer = self.node.create_timer(period_s, self.publish_diagnostics)
+        self._timer = self.node.create_timer(period_s, self._tick)
+
+    def _tick(self) -> None:
+        """Between two sets while they flow (PoolingWorker.between_sets), else now."""
+        worker = self.node.worker
+        if worker is None:
+            self.publish_diagnostics()
+        else:
+            worker.between_sets(self.publish_diagnostics)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -165,7 +173,9 @@ class Report:
         return values
 
     def publish_diagnostics(self) -> None:
-        node = self.node
+        node, pub = self.node, self.diag_pub
+        if pub is None or node.cfg is None:  # stopped (a deferred tick may still come)
+            return
         values = self.snapshot()
         totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
         totals["published"] = int(values["sets_published"])
@@ -188,6 +198,6 @@ class Report:
             text = f"idle: no subscriber to the BEV ({skipped} sets skipped)"
         elif level == "OK":
             text = f"{values['sets_published']} sets published"
-        self.diag_pub.publish(diagnostic_array(
+        pub.publish(diagnostic_array(
             node.get_clock().now().to_msg(), f"{node.get_name()}: bev pooling",
             str(values["device"]), level, text, values))
