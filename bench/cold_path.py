@@ -25,6 +25,7 @@ several times more. This measures the gap for the steps every set pays:
                                  host cost, which is its latency (the device idles meanwhile)
     graph_launch                 (``--pool``) the floor under it: replaying the pooler's captured
                                  graph by itself (one cuGraphLaunch through cuda-python)
+    graph_launch_ctypes          the same launch called through ctypes (no cuda-python layer)
     python_call                  the floor of any Python step: a call that sums range(64)
 
 With ``--pool`` and PyTorch present it also times the pool call's work on the device alone
@@ -131,8 +132,27 @@ def pool_steps() -> tuple[dict, object]:
     for _ in range(3):  # the binding seen twice is captured: a graph to replay alone
         pool()
     graph = next(iter(pooler._device._graphs.values()))
-    return {"bevpool_pool": pool, "graph_launch": lambda: graph.replay(fw.stream)}, (
+    steps = {"bevpool_pool": pool, "graph_launch": lambda: graph.replay(fw.stream)}
+    from bevpool_ros.backends.cuda.driver import api
+
+    launch = _ctypes_graph_launch() if type(api()).__name__ == "module" else None  # not a test's fake
+    if launch is not None:
+        exec_handle, stream_handle = int(graph.exec), int(fw.handle)
+        steps["graph_launch_ctypes"] = lambda: launch(exec_handle, stream_handle)
+    return steps, (
         lambda calls: on_device(pool, fw, calls))
+
+
+def _ctypes_graph_launch():
+    """libcuda's cuGraphLaunch as a ctypes function, or None (no driver library: a test's fake)."""
+    import ctypes
+
+    try:
+        launch = ctypes.CDLL("libcuda.so.1").cuGraphLaunch
+    except (OSError, AttributeError):
+        return None
+    launch.argtypes, launch.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    return launch
 
 
 def on_device(pool, fw, calls: int) -> dict | None:
