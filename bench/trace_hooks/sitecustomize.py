@@ -5,7 +5,11 @@ Python process started with this folder on PYTHONPATH records, at exit,
   max, total ms);
 - POOLING_PROFILE_DIR: a cProfile of bevpool_node's pooling stage (``PoolingWorker.process``, in
   the pooling thread only), $POOLING_PROFILE_DIR/pooling_<pid>.txt (top functions by own time)
-  and .prof; written by the process that pooled.
+  and .prof; written by the process that pooled;
+- TIMELINE_DIR: a timeline of the node process, $TIMELINE_DIR/timeline_<pid>.json: each pooled set
+  (``PoolingWorker._process_guarded``: start, end, thread), each GC pause, each timer callback and
+  each entity the executor took (subscription, timer, guard condition, waitable), as perf_counter
+  seconds; for finding what the slow sets overlapped. Written by the process that pooled.
 
     GCTRACE_DIR=/tmp/gc POOLING_PROFILE_DIR=/tmp/prof PYTHONPATH=bench/trace_hooks:$PWD \\
         python bench/latency.py ...
@@ -73,6 +77,74 @@ def _profile_pooling():
     atexit.register(write)
 
 
+_TIMELINE_DIR = os.environ.get("TIMELINE_DIR")
+_timeline: dict[str, list] = {"sets": [], "gc": [], "timers": [], "takes": []}
+
+
+def _timed(kind: str, name: str, f):
+    def wrapper(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            _timeline[kind].append((t0, time.perf_counter(), name))
+    return wrapper
+
+
+def _record_timeline():
+    import threading
+
+    import rclpy.executors
+    import rclpy.node
+
+    from bevpool_ros.node import pooling
+
+    process = pooling.PoolingWorker._process_guarded
+
+    def traced(self, camera_set):
+        t0 = time.perf_counter()
+        try:
+            return process(self, camera_set)
+        finally:
+            _timeline["sets"].append((t0, time.perf_counter(), threading.current_thread().name))
+
+    pooling.PoolingWorker._process_guarded = traced
+    create_timer = rclpy.node.Node.create_timer
+
+    def timer(self, period, callback, *a, **k):
+        name = getattr(callback, "__qualname__", str(callback))
+        return create_timer(self, period, _timed("timers", name, callback), *a, **k)
+
+    rclpy.node.Node.create_timer = timer
+    for kind in ("_take_subscription", "_take_timer", "_take_guard_condition", "_take_waitable"):
+        if hasattr(rclpy.executors.Executor, kind):
+            setattr(rclpy.executors.Executor, kind,
+                    _timed("takes", kind, getattr(rclpy.executors.Executor, kind)))
+
+    def gc_times(phase, info):
+        if phase == "start":
+            _timeline["_gc0"] = time.perf_counter()
+        else:
+            _timeline["gc"].append((_timeline.get("_gc0", 0.0), time.perf_counter(), info["generation"]))
+
+    gc.callbacks.append(gc_times)
+
+    def write():
+        if not _timeline["sets"]:
+            return  # not the node
+        os.makedirs(_TIMELINE_DIR, exist_ok=True)
+        _timeline.pop("_gc0", None)
+        with open(os.path.join(_TIMELINE_DIR, f"timeline_{os.getpid()}.json"), "w") as f:
+            json.dump(_timeline, f)
+
+    atexit.register(write)
+
+
+if _TIMELINE_DIR:
+    try:
+        _record_timeline()
+    except ImportError:  # bevpool_ros or rclpy not on the path of this process
+        pass
 if _GC_DIR:
     gc.callbacks.append(_on_gc)
     atexit.register(_write_gc)
