@@ -423,6 +423,76 @@ def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
         worker.stop()
 
 
+def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(monkeypatch):
+    """``between_sets(job, timer)`` while sets flow: the timer is cancelled (the executor no
+    longer wakes for it) and the pooling thread runs ``job`` after sets, at most once per timer
+    period; once sets stop flowing the timer is reset (the executor runs it again); a forgotten
+    job is neither run nor reset."""
+    import threading
+
+    from bevpool_ros.node import pooling
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    monkeypatch.setattr(pooling, "FLOWING_S", 0.3)
+
+    class Timer:
+        def __init__(self, period_s):
+            self.timer_period_ns, self.calls = int(period_s * 1e9), []
+
+        def cancel(self):
+            self.calls.append("cancel")
+
+        def reset(self):
+            self.calls.append("reset")
+
+    rig = base_rig()
+    ran = {"often": [], "rare": [], "gone": []}
+    results = []
+    worker = PoolingWorker(CpuBackend(), LiveCalibration(rig), results.append, lambda r, d: None)
+    worker.start()
+    _, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
+                         "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+
+    def pool_one():
+        n = len(results)
+        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+        deadline = time.monotonic() + 30
+        while len(results) == n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert worker.wait_until_idle(30)
+
+    def job(name):
+        return lambda: ran[name].append(threading.current_thread().name)
+
+    often, rare, gone = job("often"), job("rare"), job("gone")
+    t_often, t_rare, t_gone = Timer(0.0), Timer(60.0), Timer(0.0)
+    try:
+        pool_one()
+        worker.between_sets(often, t_often)
+        worker.between_sets(rare, t_rare)
+        worker.between_sets(gone, t_gone)
+        worker.forget(gone)
+        assert t_often.calls == t_rare.calls == ["cancel"] and not any(ran.values())
+        for _ in range(3):
+            pool_one()
+        assert ran["often"] == ["bevpool-pooling"] * 3  # period 0: after every set
+        assert ran["rare"] == ["bevpool-pooling"]       # due once in 60 s
+        assert ran["gone"] == []
+        deadline = time.monotonic() + 10
+        while "reset" not in t_often.calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert t_often.calls == t_rare.calls == ["cancel", "reset"] and t_gone.calls == ["cancel"]
+        worker.between_sets(often, t_often)  # no longer flowing: runs here, the timer untouched
+        assert ran["often"][-1] == threading.current_thread().name
+        assert t_often.calls == ["cancel", "reset"]
+    finally:
+        worker.stop()
+
+
 def test_callbacks_can_wait_for_the_worker_to_finish_its_set():
     """The input hand-off's ROS copies wait (``wait_until_idle``) while the pooling thread pools
     and publishes a set, and go on as soon as it is done; a slow set never holds them past the

@@ -39,9 +39,11 @@ class WrongTypeWatch:
         if worker is None:
             self.check()
         else:
-            worker.between_sets(self.check)
+            worker.between_sets(self.check, self._timer)
 
     def close(self) -> None:
+        if self.node.worker is not None:
+            self.node.worker.forget(self.check)
         self.node.destroy_timer(self._timer)
         self.node.report.wrong_types.clear()
 

@@ -109,6 +109,7 @@ class PoolingWorker:
         self.rebuilds = 0
         self.busy = False
         self._jobs: dict = {}  # between_sets: job -> None, run once after the next set
+        self._adopted: dict = {}  # between_sets: job -> [timer, period s, next due], while sets flow
         self._last_set = -1e9  # monotonic time the last set was pooled
 
     # lifecycle --------------------------------------------------------------------------
@@ -121,6 +122,8 @@ class PoolingWorker:
     def stop(self, timeout: float = 5.0) -> None:
         with self._cv:
             self._running = False
+            self._last_set = -1e9  # the executor runs the timers this thread adopted again
+            self._hand_back_timers()
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -189,21 +192,58 @@ class PoolingWorker:
             return self._cv.wait_for(lambda: not self.busy, timeout_s)
 
     # housekeeping -----------------------------------------------------------------------
-    def between_sets(self, job) -> None:
-        """Run ``job`` (periodic housekeeping: /diagnostics, the graph check) where it cannot
-        delay a set: while sets flow, in the thread that pools, right after the current (or
-        next) set, when the next one is a camera period away; else now, in the caller's thread.
-        Run from the executor, a job of a few milliseconds of Python holds the GIL the pooling
-        thread needs back after each driver call: on the H200 host every set it overlapped (1 in
-        15 at 30 Hz with /diagnostics every 0.5 s) took 2.5-3.5 ms instead of 0.45. The same
-        job queued twice runs once."""
+    def between_sets(self, job, timer=None) -> None:
+        """Run ``job`` (periodic housekeeping: /diagnostics, the graph check, the synchroniser's
+        time-outs) where it cannot delay a set: while sets flow, in the thread that pools, right
+        after a set, when the next one is a camera period away; else now, in the caller's thread.
+
+        Every executor wake-up while a set is pooled costs that set: the executor's Python (its
+        wait set, the callback) holds the GIL the pooling thread needs back after each driver
+        call. On the H200 host the sets that a 25 ms poll timer's wake-ups overlapped took
+        2.5-3.5 ms instead of 0.45; with timer periods commensurate with the camera period the
+        overlap keeps its phase for a whole run, so a run had 5-17 % such sets or none.
+        So ``timer`` (the rclpy timer whose callback this is), while sets flow, is cancelled: the
+        executor no longer wakes for it, and this thread runs ``job`` at the timer's period after
+        sets. When sets stop flowing (none for FLOWING_S) the timer is reset: the executor runs
+        it again. A job without a timer runs once, after the next set."""
         with self._cv:
             if self._running and time.monotonic() - self._last_set < FLOWING_S:
-                self._jobs[job] = None
+                if timer is None:
+                    self._jobs[job] = None
+                else:
+                    timer.cancel()
+                    self._adopted[job] = [timer, timer.timer_period_ns * 1e-9, 0.0]
                 return
             jobs, self._jobs = [*self._jobs, job], {}
         for j in dict.fromkeys(jobs):
             self._run_job(j)
+
+    def forget(self, job) -> None:
+        """``job``'s owner is going (its timer destroyed): never run or reset it again."""
+        with self._cv:
+            self._jobs.pop(job, None)
+            self._adopted.pop(job, None)
+
+    def _due_jobs(self, now: float) -> list:
+        """(lock held) One-off jobs and adopted periodic jobs that are due, after a set."""
+        jobs, self._jobs = list(self._jobs), {}
+        for job, entry in self._adopted.items():
+            if now >= entry[2]:
+                jobs.append(job)
+                entry[2] = now + entry[1]
+        return jobs
+
+    def _hand_back_timers(self) -> None:
+        """(lock held) Sets stopped flowing: the executor runs the adopted timers again."""
+        if not self._adopted or time.monotonic() - self._last_set < FLOWING_S:
+            return
+        timers = [entry[0] for entry in self._adopted.values()]
+        self._adopted.clear()
+        for timer in timers:
+            try:
+                timer.reset()
+            except Exception:  # destroyed meanwhile (its owner closed): nothing to hand back
+                pass
 
     @staticmethod
     def _run_job(job) -> None:
@@ -226,6 +266,7 @@ class PoolingWorker:
             with self._cv:  # not while a set is pooled inline (run_or_submit): one pool at a time
                 while self._running and (not self._queue or self.busy):
                     self._cv.wait(0.5)
+                    self._hand_back_timers()
                 if not self._running:
                     return
                 camera_set = self._queue.popleft()
@@ -241,7 +282,7 @@ class PoolingWorker:
         finally:
             with self._cv:
                 self._last_set = time.monotonic()
-                jobs, self._jobs = list(self._jobs), {}
+                jobs = self._due_jobs(self._last_set)
             for job in jobs:  # still busy: a set arriving meanwhile is queued, not pooled inline
                 self._run_job(job)
             with self._cv:
