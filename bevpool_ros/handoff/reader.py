@@ -12,6 +12,7 @@ more than ring_size - 1 grids behind) and HandoffError when the message cannot b
 """
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -153,7 +154,7 @@ class HandoffReader:
         dtype = DTYPES.get(int(msg.dtype))
         if dtype is None:
             raise HandoffError(f"hand-off dtype code {msg.dtype} is not float16, float32 or E4M3")
-        count = int(np.prod([int(s) for s in msg.shape], dtype=np.int64))
+        count = math.prod(int(s) for s in msg.shape)  # per tensor: no numpy call on the path
         if int(msg.nbytes) != count * dtype.itemsize:
             raise HandoffError(f"nbytes {msg.nbytes} != shape {list(msg.shape)} x {dtype.itemsize}")
         ring = self._ring(msg)
