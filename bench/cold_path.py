@@ -135,12 +135,14 @@ def pool_steps() -> tuple[dict, object]:
     steps = {"bevpool_pool": pool, "graph_launch": lambda: graph.replay(fw.stream)}
     from bevpool_ros.backends.cuda.driver import api
 
-    launch = _ctypes_graph_launch() if type(api()).__name__ == "module" else None  # not a test's fake
+    # the real driver only: under a test's stand-in (test/fake_cuda.py) handles are made up, and
+    # neither libcuda nor PyTorch may be handed them
+    real = type(api()).__name__ == "module"
+    launch = _ctypes_graph_launch() if real else None
     if launch is not None:
         exec_handle, stream_handle = int(graph.exec), int(fw.handle)
         steps["graph_launch_ctypes"] = lambda: launch(exec_handle, stream_handle)
-    return steps, (
-        lambda calls: on_device(pool, fw, calls))
+    return steps, ((lambda calls: on_device(pool, fw, calls)) if real else None)
 
 
 def _ctypes_graph_launch():

@@ -34,7 +34,10 @@ def test_cold_path_times_every_step_warm_and_paced(tmp_path):
     out = tmp_path / "cold.json"
     with fake_gpu() as fake:
         assert cold_path.main(["--calls", "3", "--rate", "200", "--pool", "--json", str(out)]) == 0
-    rows = {r["step"]: r for r in json.loads(out.read_text())["rows"]}
+    result = json.loads(out.read_text())
+    rows = {r["step"]: r for r in result["rows"]}
+    # the stand-in's handles never reach libcuda or PyTorch (a GPU machine has both: it crashed there)
+    assert result["pool_on_device_us"] is None
     assert set(rows) == {"python_call", "deserialize_tensor_handoff", "deserialize_bev_handoff",
                          "serialize_bev_handoff", "patch_template", "encode_bev_template",
                          "decode_tensor_template", "decode_bev_template", "bevpool_pool", "graph_launch"}
