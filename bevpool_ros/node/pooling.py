@@ -199,9 +199,9 @@ class PoolingWorker:
 
         Every executor wake-up while a set is pooled costs that set: the executor's Python (its
         wait set, the callback) holds the GIL the pooling thread needs back after each driver
-        call. On the H200 host the sets that a 25 ms poll timer's wake-ups overlapped took
-        2.5-3.5 ms instead of 0.45; with timer periods commensurate with the camera period the
-        overlap keeps its phase for a whole run, so a run had 5-17 % such sets or none.
+        call. On the H200 host the sets that the 25 ms sync-poll timer's wake-ups overlapped took
+        ~3 ms instead of ~1 (pooled and announced); the timer's beat with the camera period keeps
+        its phase for a whole run, so a run had 15-17 % such sets or almost none.
         So ``timer`` (the rclpy timer whose callback this is), while sets flow, is cancelled: the
         executor no longer wakes for it, and this thread runs ``job`` at the timer's period after
         sets. When sets stop flowing (none for FLOWING_S) the timer is reset: the executor runs
