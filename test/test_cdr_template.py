@@ -213,3 +213,17 @@ def test_a_type_without_template_fields_is_refused():
         CdrTemplate(Header())
     with pytest.raises(TemplateError):
         TemplateReader(Header)
+
+
+def test_a_reader_of_announcements_that_never_repeat_stops_learning(monkeypatch):
+    """Learning costs a few rclpy round trips; a stream whose fixed fields change every time (a
+    new frame id per message) never matches, so after GIVE_UP_AFTER templates the reader stops
+    learning and reads through rclpy, still correctly; it keeps at most KEPT templates."""
+    monkeypatch.setattr(TemplateReader, "GIVE_UP_AFTER", 3)
+    monkeypatch.setattr(TemplateReader, "KEPT", 2)
+    reader = TemplateReader(TensorHandoff)
+    for i in range(6):
+        data = CdrTemplate(tensor_handoff(frame_id=f"cam{i}")).encode((i, 0, 1, i, bytes(64), 1.0))
+        assert reader.deserialize(data).header.frame_id == f"cam{i}"
+    assert (reader.hits, reader.misses, reader.learnt, reader.learning) == (0, 6, 4, False)
+    assert sum(len(v) for v in reader._templates.values()) == 2
