@@ -8,7 +8,7 @@
 # h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log.
 # In-process block (BevPooler, no ROS; needs PyTorch and CuPy with CUDA): inprocess_pytest.log, and one row per
 # configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md; the calls' host
-# side without the GPU: inprocess_host_cost.md/.json.
+# side without the GPU: inprocess_host_cost.md/.json; the cold path and the call's floors: cold_path.json/.txt.
 set -u -o pipefail
 OUT=${OUT:-$PWD/gpu_out}
 mkdir -p "$OUT"
@@ -194,6 +194,12 @@ if [ "$RUN_INPROCESS" = 1 ]; then
   if [ "${INPROCESS_HOST_COST:-1}" = 1 ]; then
     timeout 300 $PY bench/inprocess_host_cost.py --calls 2000 --repeats 3 --json "$OUT/inprocess_host_cost.json" \
         2>&1 | tee "$OUT/inprocess_host_cost.md" || status=1
+  fi
+  # the per-set Python steps and the in-process call's floors (a bare graph launch, its device time) warm and
+  # paced at 30 Hz: cold_path.json / .txt (about 70 s; needs the ROS runtime of the ROS block). Skip: COLD_PATH=0.
+  if [ "${COLD_PATH:-1}" = 1 ] && $PY -c "import rclpy, bevpool_msgs" 2>/dev/null; then
+    timeout 300 $PY bench/cold_path.py --calls 120 --pool --json "$OUT/cold_path.json" 2>&1 \
+        | tee "$OUT/cold_path.txt" || status=1
   fi
 fi
 exit $status
