@@ -154,7 +154,8 @@ PARAMS: tuple[Param, ...] = (
     Param("processing.skip_without_subscribers", "bool", True, "Pool nothing while no one subscribes to "
           "the BEV (output.bev_topic, or the hand-off topic when on): sets are counted "
           "skipped_no_subscribers, diagnostics stay OK and say idle."),
-    Param("diagnostics.period_s", "double", 1.0, "Period of /diagnostics messages, seconds.", low=0.05, high=60.0),
+    Param("diagnostics.period_s", "double", 1.0, "Period of /diagnostics messages, seconds (while sets flow: "
+          "published right after a set, at most once per set).", low=0.05, high=60.0),
     Param("diagnostics.latency_window", "integer", 1000, "Sets in the latency percentile window.", low=10, high=100000),
     Param("log_throttle_s", "double", 2.0, "Minimum seconds between two warnings of the same kind.", low=0.0,
           high=3600.0),
