@@ -363,6 +363,22 @@ def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
         worker.stop()
 
 
+def pool_and_wait(worker, results: list, rig) -> None:
+    """Submit one all-zero set of ``rig`` to a started worker; return once it is pooled and the
+    worker is idle again (what it runs between sets included)."""
+    from bevpool_ros.node.sync import CameraSet
+
+    _, D_, H_, W_ = rig.depth_shape
+    frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
+                         "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+    n = len(results)
+    worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+    deadline = time.monotonic() + 30
+    while len(results) == n and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(results) == n + 1 and worker.wait_until_idle(30)
+
+
 def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
     """``between_sets`` (the /diagnostics and graph-check timers): with no set pooled lately the
     job runs in the caller's thread; while sets flow it waits for the end of the next set and runs
@@ -372,7 +388,6 @@ def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
 
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     rig = base_rig()
@@ -395,30 +410,18 @@ def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
     results = []
     worker = PoolingWorker(Recording(), LiveCalibration(rig), results.append, lambda r, d: None)
     worker.start()
-    _, D_, H_, W_ = rig.depth_shape
-    frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
-                         "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
     try:
         worker.between_sets(job)  # nothing pooled yet: right here
         assert log == [(threading.current_thread().name, False)]
-        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
-        deadline = time.monotonic() + 30
-        while not results and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert results and worker.wait_until_idle(30)
+        pool_and_wait(worker, results, rig)
         worker.between_sets(job)  # sets flow: deferred to the end of the next one
         worker.between_sets(job)
         worker.between_sets(broken)
         assert len(log) == 1
-        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
-        while len(log) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert worker.wait_until_idle(30)
+        pool_and_wait(worker, results, rig)
         assert log[1:] == [("bevpool-pooling", False)]  # once, after the set, in its thread
-        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
-        while len(results) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(results) == 3  # the failed job cost nothing
+        pool_and_wait(worker, results, rig)  # the failed job cost nothing
+        assert len(results) == 3
     finally:
         worker.stop()
 
@@ -433,7 +436,6 @@ def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(
     from bevpool_ros.node import pooling
     from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     monkeypatch.setattr(pooling, "FLOWING_S", 0.3)
@@ -453,17 +455,6 @@ def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(
     results = []
     worker = PoolingWorker(CpuBackend(), LiveCalibration(rig), results.append, lambda r, d: None)
     worker.start()
-    _, D_, H_, W_ = rig.depth_shape
-    frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
-                         "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
-
-    def pool_one():
-        n = len(results)
-        worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
-        deadline = time.monotonic() + 30
-        while len(results) == n and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert worker.wait_until_idle(30)
 
     def job(name):
         return lambda: ran[name].append(threading.current_thread().name)
@@ -471,14 +462,14 @@ def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(
     often, rare, gone = job("often"), job("rare"), job("gone")
     t_often, t_rare, t_gone = Timer(0.0), Timer(60.0), Timer(0.0)
     try:
-        pool_one()
+        pool_and_wait(worker, results, rig)
         worker.between_sets(often, t_often)
         worker.between_sets(rare, t_rare)
         worker.between_sets(gone, t_gone)
         worker.forget(gone)
         assert t_often.calls == t_rare.calls == ["cancel"] and not any(ran.values())
         for _ in range(3):
-            pool_one()
+            pool_and_wait(worker, results, rig)
         assert ran["often"] == ["bevpool-pooling"] * 3  # period 0: after every set
         assert ran["rare"] == ["bevpool-pooling"]       # due once in 60 s
         assert ran["gone"] == []

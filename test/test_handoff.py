@@ -213,6 +213,7 @@ def test_the_node_builds_an_announcement_only_where_more_than_the_grid_changed(m
     out = object.__new__(HandoffOutput)  # the GPU ring is not needed to build its messages
     out.ring, out.backend, out.pub = Ring, Backend, Pub()
     out._announcements = handoff_output.TemplateWriter(BevHandoff)
+    out._geometry = (None, None)
     rig = base_rig()
     wider = replace(rig, channels=rig.channels * 2)
     shape = (*rig.grid_shape, rig.channels)

@@ -112,7 +112,8 @@ def _record_timeline():
     create_timer = rclpy.node.Node.create_timer
 
     def timer(self, period, callback, *a, **k):
-        name = getattr(callback, "__qualname__", str(callback))
+        job = getattr(getattr(callback, "__self__", None), "job", callback)  # a HousekeepingTimer's
+        name = getattr(job, "__qualname__", str(job))
         return create_timer(self, period, _timed("timers", name, callback), *a, **k)
 
     rclpy.node.Node.create_timer = timer

@@ -174,10 +174,10 @@ class CameraHandoffPublisher:
             h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
             stamp_ns = int(stamp_ns)
             # the announcement's bytes from this tensor's template: only the stamp, slot, sequence,
-            # event handle and scale are written per tensor (cdr_template.py)
+            # event handle and scale are written per tensor (cdr_template.py); a ring id names its
+            # socket, size and device
             data = self._announcements.serialize(
-                (camera, stream, layout, frame_id, h.socket_path, h.ring_id, h.ring_size, h.offset,
-                 h.nbytes, h.dtype, tuple(h.shape), h.device_ordinal, h.device_uuid),
+                (camera, stream, layout, frame_id, h.ring_id, h.offset, h.nbytes, h.dtype, h.shape),
                 lambda: announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot),
                 (stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000, h.slot, h.sequence,
                  h.event_handle, float(h.scale)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from ..logtext import clip, shown
+from .housekeeping import HousekeepingTimer
 
 PERIOD_S = 1.0  # a graph query is a local cache read: cheap at this rate
 # A writer's ROS node name arrives with ROS's discovery info, which may lag the DDS discovery of
@@ -32,19 +33,10 @@ class WrongTypeWatch:
         self.expected = expected
         self.seen: set[tuple] = set()   # (topic, gid) of every wrong publisher already logged
         self._nameless: dict[tuple, float] = {}  # (topic, gid) -> first seen without a node name
-        self._timer = node.create_timer(PERIOD_S, self._tick)
-
-    def _tick(self) -> None:
-        worker = self.node.worker  # between two sets while they flow: see PoolingWorker.between_sets
-        if worker is None:
-            self.check()
-        else:
-            worker.between_sets(self.check, self._timer)
+        self._timer = HousekeepingTimer(node, PERIOD_S, self.check)
 
     def close(self) -> None:
-        if self.node.worker is not None:
-            self.node.worker.forget(self.check)
-        self.node.destroy_timer(self._timer)
+        self._timer.destroy()
         self.node.report.wrong_types.clear()
 
     def check(self) -> None:

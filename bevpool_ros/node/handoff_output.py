@@ -41,6 +41,7 @@ class HandoffOutput:
         self.backend = backend
         self._written = None  # (producer.Written, DeviceOutput) of the frame being published
         self._announcements = TemplateWriter(BevHandoff)
+        self._geometry = (None, None)  # (rig, grid_geometry(rig)): computed once per calibration
         self._hooked = hasattr(backend, "add_frame_hook")
         if self._hooked:
             backend.add_frame_hook(self._on_frame)
@@ -66,9 +67,11 @@ class HandoffOutput:
         # the announcement's bytes from a template of this grid geometry: only the stamp, slot,
         # sequence and event handle are written per grid (cdr_template.py: a BevHandoff built and
         # serialised field by field is a few hundred microseconds of cold Python per set)
+        if self._geometry[0] is not rig:
+            self._geometry = (rig, grid_geometry(rig))
         shape, dtype = tuple(out.shape), np.dtype(out.dtype)
         backend = self.backend
-        key = (header.frame_id, grid_geometry(rig), shape, dtype.str, backend.name, backend.precision)
+        key = (header.frame_id, self._geometry[1], shape, dtype.str, backend.name, backend.precision)
         data = self._announcements.serialize(
             key,
             lambda: handoff_msg(header, rig, self.ring, written, shape, dtype, backend.name,

@@ -16,6 +16,7 @@ from ..logtext import clip, shown
 from ..rig import RigError
 from .configure import STREAMS, StartupError, tensor_topics
 from .handoff_input import HandoffInputs
+from .housekeeping import HousekeepingTimer
 from .qos import camera_info_qos, make_qos
 from .sync import CameraSet, CameraSetSynchronizer
 
@@ -150,8 +151,7 @@ class Inputs:
         if self.handoff is not None:
             self.handoff.unsubscribe()
         if self._poll_timer is not None:
-            self._forget_poll()
-            self.node.destroy_timer(self._poll_timer)
+            self._poll_timer.destroy()
             self._poll_timer = None
         with self.lock:
             self.sync.reset()
@@ -176,23 +176,11 @@ class Inputs:
 
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:
-            self._forget_poll()
-            self.node.destroy_timer(self._poll_timer)
+            self._poll_timer.destroy()
         period = min(0.05, max(0.002, self.node.cfg["sync.camera_timeout_s"] / 4))
-        self._poll_timer = self.node.create_timer(period, self._poll_tick)
-
-    def _poll_tick(self) -> None:
-        """While sets flow the pooling thread polls after each set and this timer sleeps
-        (PoolingWorker.between_sets); a message's arrival polls too (CameraSync.add)."""
-        worker = self.node.worker
-        if worker is None:
-            self.poll_sync()
-        else:
-            worker.between_sets(self.poll_sync, self._poll_timer)
-
-    def _forget_poll(self) -> None:
-        if self.node.worker is not None:
-            self.node.worker.forget(self.poll_sync)
+        # while sets flow the pooling thread polls after each set and this timer sleeps; a
+        # message's arrival polls too (CameraSync.add)
+        self._poll_timer = HousekeepingTimer(self.node, period, self.poll_sync)
 
     def _message_filters(self):
         try:

@@ -8,6 +8,7 @@ from collections import Counter
 
 from ..logtext import clip
 from .diagnostics import RecentCounts, diagnostic_array, health
+from .housekeeping import HousekeepingTimer
 from .latency import RollingStats
 from .throttle import ThrottledLog
 
@@ -103,27 +104,12 @@ class Report:
 
     def restart_timer(self, period_s: float) -> None:
         if self._timer is not None:
-            self._forget()
-            self.node.destroy_timer(self._timer)
-        self._timer = self.node.create_timer(period_s, self._tick)
-
-    def _tick(self) -> None:
-        """Between two sets while they flow (PoolingWorker.between_sets: the timer sleeps
-        meanwhile), else now."""
-        worker = self.node.worker
-        if worker is None:
-            self.publish_diagnostics()
-        else:
-            worker.between_sets(self.publish_diagnostics, self._timer)
-
-    def _forget(self) -> None:
-        if self.node.worker is not None:
-            self.node.worker.forget(self.publish_diagnostics)
+            self._timer.destroy()
+        self._timer = HousekeepingTimer(self.node, period_s, self.publish_diagnostics)
 
     def stop(self) -> None:
         if self._timer is not None:
-            self._forget()
-            self.node.destroy_timer(self._timer)
+            self._timer.destroy()
             self._timer = None
         if self.diag_pub is not None:
             self.node.destroy_publisher(self.diag_pub)
