@@ -84,8 +84,6 @@ def test_tensor_handoff_patched_both_ways_is_what_rclpy_makes(values, scale, fra
     want = with_values(msg, vals)
     data = t.encode(vals)
     assert deserialize_message(data, TensorHandoff) == want
-    rclpy_bytes = serialize_message(want)
-    assert t.matches(rclpy_bytes) in (True, False)  # padding may differ: a miss is allowed
     assert t.matches(data)
     assert t.message(data) == want
 
