@@ -9,7 +9,8 @@ subscriber's callback (one clock across processes). Conversions: ``msg`` (a Tens
 both sides, as the node does) or ``raw`` (pre-serialized CDR published, raw bytes received: the
 hop without Python<->C conversion). Transport settings: the shipped profile
 (config/dds/fastdds_large_data.xml), Fast DDS's builtin default (512 KiB shared-memory segment +
-UDPv4), the LARGE_DATA builtin, UDPv4 only, and synchronous vs asynchronous publication. The
+UDPv4), the LARGE_DATA builtin, UDPv4 only, synchronous vs asynchronous publication, and the
+node's bounded input type CameraTensor with data-sharing off and on. The
 subscriber also lists the shared-memory segments Fast DDS created (which transport is used).
 Also timed in-process: serialize / deserialize of the same message and a plain memcpy of it.
 """
@@ -45,6 +46,11 @@ SETTINGS = {
     # ... and with the QoS from XML, where Fast DDS turns data-sharing delivery on for bounded types
     "bounded_type_qos_from_xml": {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE), "_type": "bounded",
                                   "RMW_FASTRTPS_USE_QOS_FROM_XML": "1"},
+    # the node's own bounded input type, bevpool_msgs/CameraTensor: data-sharing off (rmw's
+    # default) and on (QoS from XML: Fast DDS's AUTO data-sharing for a bounded type), every size
+    "camera_tensor": {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE), "_type": "camera"},
+    "camera_tensor_data_sharing": {"FASTDDS_DEFAULT_PROFILES_FILE": str(PROFILE), "_type": "camera",
+                                   "RMW_FASTRTPS_USE_QOS_FROM_XML": "1"},
 }
 PROBE_MSGS = ROOT / "bench" / "dds_probe_msgs"
 
@@ -66,6 +72,10 @@ def ensure_probe_type() -> None:
 
 
 def message_class(kind: str):
+    if kind == "camera":
+        from bevpool_msgs.msg import CameraTensor
+
+        return CameraTensor
     if kind == "bounded":
         from bevpool_probe_msgs.msg import BoundedBlob
 
@@ -86,9 +96,9 @@ def probe_message(kind: str, nbytes: int, seq: int):
         data.frombytes(values.view(np.uint8))
         m.data = data
         return m
-    from bevpool_ros.io.tensor_codec import make_tensor
+    from bevpool_ros.io.tensor_codec import make_camera_tensor, make_tensor
 
-    return make_tensor(values, "probe", "", "float32")
+    return (make_camera_tensor if kind == "camera" else make_tensor)(values, "probe", "", "float32")
 
 
 def stamp_of(m):
@@ -241,7 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, default=2621440, help=argparse.SUPPRESS)
     ap.add_argument("--conversion", default="raw", choices=("raw", "msg"), help=argparse.SUPPRESS)
-    ap.add_argument("--type", default="tensor", choices=("tensor", "bounded"), help=argparse.SUPPRESS)
+    ap.add_argument("--type", default="tensor", choices=("tensor", "bounded", "camera"), help=argparse.SUPPRESS)
     ap.add_argument("--build-probe-type", action="store_true", help="only build the bounded probe message")
     args = ap.parse_args(argv)
     if args.build_probe_type:
@@ -259,8 +269,9 @@ def main(argv=None) -> int:
     rows = []
     for setting in args.settings.split(","):
         # every size on the shipped profile; the other settings at the BEV-sized message only
-        for size in sizes if setting == "shipped_profile" else [s for s in sizes if s == 2621440] or sizes[:1]:
-            for conversion in (("raw", "msg") if setting == "shipped_profile" and size == 2621440 else ("raw",)):
+        every_size = setting == "shipped_profile" or SETTINGS[setting].get("_type") == "camera"
+        for size in sizes if every_size else [s for s in sizes if s == 2621440] or sizes[:1]:
+            for conversion in (("raw", "msg") if every_size and size == 2621440 else ("raw",)):
                 r = run_one(setting, size, conversion, args)
                 print(json.dumps(r), flush=True)
                 rows.append(r)

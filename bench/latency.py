@@ -80,17 +80,25 @@ def role_publisher(args) -> int:
 
     rclpy.init(args=[sys.argv[0]])
     pub = SyntheticRigPublisher(load_rig(args.rig), dtype=args.input_dtype)
-    sent = []
+    sent, first = [], []
     try:
         if not pub.wait_for_subscribers(60.0, spin=lambda t: rclpy.spin_once(pub, timeout_sec=t)):
             print("publisher: the node never subscribed", file=sys.stderr)
             return 1
         for i in range(min(args.cycle_frames, args.frames)):  # build every message before timing
             pub._messages(i)
+        publish_frame = pub.publish_frame
+
+        def timed_frame(*a, **k):  # when the set's first message went out (--split)
+            t0 = time.monotonic_ns()
+            stamp = publish_frame(*a, **k)
+            first.append((stamp, t0))
+            return stamp
+        pub.publish_frame = timed_frame
         pub.start(args.rate, args.frames, on_frame=lambda i, stamp, t: sent.append((stamp, time.monotonic_ns())))
         _spin_until(pub, lambda: pub.done, args.frames / args.rate * 3 + 30)
     finally:
-        Path(args.record).write_text(json.dumps({"sent": sent}))
+        Path(args.record).write_text(json.dumps({"sent": sent, "first": first}))
         pub.destroy_node()
         rclpy.try_shutdown()
     return 0
@@ -357,8 +365,12 @@ def run_pipeline(args) -> dict:
               "input.handoff": "only" if args.transport == "handoff_both" else "none"}
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
+    node_env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if args.split:  # the node's timeline (bench/trace_hooks): its arrivals and publishes per set
+        node_env.update(TIMELINE_DIR=str(work / "timeline"), PYTHONPATH=os.pathsep.join(
+            [str(ROOT / "bench" / "trace_hooks"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", *ros_param_args(params)],
-                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            stdout=log, stderr=subprocess.STDOUT, env=node_env)
     sub = _child("subscriber", args, str(work / "sub.json"), log)
     pub = None
     try:
@@ -382,9 +394,38 @@ def run_pipeline(args) -> dict:
         log.seek(0)
         log_tail = log.read()[-4000:]
         log.close()
-    sent = dict(json.loads((work / "pub.json").read_text())["sent"]) if (work / "pub.json").exists() else {}
+    pubrec = json.loads((work / "pub.json").read_text()) if (work / "pub.json").exists() else {"sent": []}
     subrec = json.loads((work / "sub.json").read_text()) if (work / "sub.json").exists() else {"received": []}
-    return {"sent": sent, "sub": subrec, "node_rc": node_rc, "log_tail": log_tail}
+    timelines = sorted((work / "timeline").glob("timeline_*.json")) if args.split else []
+    return {"sent": dict(pubrec["sent"]), "first": dict(pubrec.get("first", [])), "sub": subrec,
+            "node_rc": node_rc, "log_tail": log_tail,
+            "timeline": json.loads(timelines[-1].read_text()) if timelines else None}
+
+
+def split_sets(run: dict, measured) -> dict:
+    """--split: each set's time cut at the processes' boundaries (one CLOCK_MONOTONIC), in ms:
+    burst (publisher: first message handed to DDS -> last), to_node (last handed over -> the node's
+    callback of the set's last input began), node (-> BEV published), to_consumer (-> received and
+    decoded by the subscriber); plus the node's per-message take (deserialisation) and callback."""
+    tl = run["timeline"]
+    if not tl:
+        return {}
+    sent, first = run["sent"], run["first"]
+    received = dict(run["sub"]["received"])
+    parts: dict[str, list] = {k: [] for k in ("burst", "to_node", "node", "to_consumer")}
+    for stamp, _first_arrival, last_arrival, _started, _t_pub, done in tl["published"]:
+        if stamp not in measured or stamp not in received or stamp not in first:
+            continue
+        t_sent, t_first = sent[stamp] / 1e9, first[stamp] / 1e9
+        parts["burst"].append((t_sent - t_first) * 1e3)
+        parts["to_node"].append((last_arrival - t_sent) * 1e3)
+        parts["node"].append((done - last_arrival) * 1e3)
+        parts["to_consumer"].append((received[stamp] / 1e9 - done) * 1e3)
+    out = {k: percentiles(v) for k, v in parts.items()}
+    tensors = [(b - a) * 1e3 for a, b, name in tl["takes"] if name.endswith(("/depth", "/feat"))]
+    out["take_per_message"] = percentiles(tensors)  # the node's default topics (bench runs them)
+    out["callback_per_message"] = percentiles([(b - a) * 1e3 for a, b, _, _ in tl["arrivals"]])
+    return out
 
 
 def percentiles(values, qs=(50, 95, 99)) -> dict:
@@ -416,6 +457,9 @@ def render_md(res: dict) -> str:
         "Node stages (p50 / p99 ms): " + ", ".join(
             f"{k} {v['p50']:.2f} / {v['p99']:.2f}" for k, v in res["stages_ms"].items()) + ".",
         "",
+        *([("Split per set (p50 / p99 ms; --split): " + ", ".join(
+            f"{k} {v[50]:.2f} / {v[99]:.2f}" for k, v in res["split_ms"].items()) + "."), ""]
+          if res.get("split_ms") else []),
         f"Drops: {res['drops'] or 'none'}." + (
             f" Hand-off: grids overwritten before read {res['overwritten']}; first copy -> grid usable "
             f"in the subscriber p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
@@ -506,6 +550,9 @@ def main(argv=None) -> int:
     ap.add_argument("--switch-interval-ms", type=float, default=0.0,
                     help="GIL switch interval of the publisher and subscriber processes (0: CPython's "
                     "5 ms; the node always runs at 0.5)")
+    ap.add_argument("--split", action="store_true",
+                    help="dds: cut each set's time at the processes (publisher burst, -> node, node, -> "
+                    "subscriber) from a timeline of the node (bench/trace_hooks)")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
@@ -564,6 +611,7 @@ def main(argv=None) -> int:
         "subscriber_first_by": sub.get("first_by"), "subscriber_signal_lost": sub.get("signal_lost"),
         "subscriber_filter_error": sub.get("filter_error"), "subscriber_ros_copies": sub.get("ros_copies"),
         "subscriber_filtered_at_end": sub.get("filtered_at_end"),
+        "split_ms": split_sets(run, measured),
         "kernel_only": kern, "node_exit_code": run["node_rc"], "machine": info,
         "command": "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -8,8 +8,10 @@ Python process started with this folder on PYTHONPATH records, at exit,
   and .prof; written by the process that pooled;
 - TIMELINE_DIR: a timeline of the node process, $TIMELINE_DIR/timeline_<pid>.json: each pooled set
   (``PoolingWorker._process_guarded``: start, end, thread), each GC pause, each timer callback and
-  each entity the executor took (subscription, timer, guard condition, waitable), as perf_counter
-  seconds; for finding what the slow sets overlapped. Written by the process that pooled.
+  each entity the executor took (subscription by topic, timer, guard condition, waitable), each
+  CameraTensor callback and each published set's arrivals, as perf_counter seconds (CLOCK_MONOTONIC,
+  the other processes' clock); for finding what the slow sets overlapped and, with
+  ``bench/latency.py --split``, where a DDS set's time goes. Written by the process that pooled.
 
     GCTRACE_DIR=/tmp/gc POOLING_PROFILE_DIR=/tmp/prof PYTHONPATH=bench/trace_hooks:$PWD \\
         python bench/latency.py ...
@@ -78,7 +80,7 @@ def _profile_pooling():
 
 
 _TIMELINE_DIR = os.environ.get("TIMELINE_DIR")
-_timeline: dict[str, list] = {"sets": [], "gc": [], "timers": [], "takes": []}
+_timeline: dict[str, list] = {"sets": [], "gc": [], "timers": [], "takes": [], "arrivals": [], "published": []}
 
 
 def _timed(kind: str, name: str, f):
@@ -89,6 +91,33 @@ def _timed(kind: str, name: str, f):
         finally:
             _timeline[kind].append((t0, time.perf_counter(), name))
     return wrapper
+
+
+def _record_input_side():
+    """Per CameraTensor callback (start, end, camera/stream, stamp) and per published set (stamp,
+    first and last input arrival, pooling start, published): bench/latency.py --split joins them
+    with the publisher's and the subscriber's clocks (all CLOCK_MONOTONIC)."""
+    from bevpool_ros.node import inputs, reporting
+
+    on_tensor = inputs.Inputs.on_tensor
+
+    def traced_on_tensor(self, msg, camera, stream):
+        t0 = time.perf_counter()
+        try:
+            return on_tensor(self, msg, camera, stream)
+        finally:
+            stamp = int(msg.header.stamp.sec) * 1_000_000_000 + int(msg.header.stamp.nanosec)
+            _timeline["arrivals"].append((t0, time.perf_counter(), f"{camera}/{stream}", stamp))
+
+    inputs.Inputs.on_tensor = traced_on_tensor
+    published = reporting.Report.published
+
+    def traced_published(self, r, t_msg, t_pub, done, handoff_s=0.0):
+        s = r.camera_set
+        _timeline["published"].append((s.stamp_ns, s.first_arrival, s.last_arrival, r.started, t_pub, done))
+        return published(self, r, t_msg, t_pub, done, handoff_s)
+
+    reporting.Report.published = traced_published
 
 
 def _record_timeline():
@@ -114,13 +143,30 @@ def _record_timeline():
     def timer(self, period, callback, *a, **k):
         job = getattr(getattr(callback, "__self__", None), "job", callback)  # a HousekeepingTimer's
         name = getattr(job, "__qualname__", str(job))
-        return create_timer(self, period, _timed("timers", name, callback), *a, **k)
+        def timed():  # no parameters: an executor passes TimerInfo to callbacks that take one
+            t0 = time.perf_counter()
+            try:
+                return callback()
+            finally:
+                _timeline["timers"].append((t0, time.perf_counter(), name))
+        return create_timer(self, period, timed, *a, **k)
 
     rclpy.node.Node.create_timer = timer
-    for kind in ("_take_subscription", "_take_timer", "_take_guard_condition", "_take_waitable"):
+    for kind in ("_take_timer", "_take_guard_condition", "_take_waitable"):
         if hasattr(rclpy.executors.Executor, kind):
             setattr(rclpy.executors.Executor, kind,
                     _timed("takes", kind, getattr(rclpy.executors.Executor, kind)))
+    take = rclpy.executors.Executor._take_subscription
+
+    def take_subscription(self, sub):  # named by topic: which input's deserialisation it was
+        t0 = time.perf_counter()
+        try:
+            return take(self, sub)
+        finally:
+            _timeline["takes"].append((t0, time.perf_counter(), f"take {sub.topic_name}"))
+
+    rclpy.executors.Executor._take_subscription = take_subscription
+    _record_input_side()
 
     def gc_times(phase, info):
         if phase == "start":

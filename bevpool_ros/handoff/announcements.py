@@ -61,7 +61,9 @@ class AnnouncementLinks:
         self.ignored = 0          # datagrams of tensors this consumer does not take
         self.ros_copies = 0       # ROS messages the executor took (DDS did not filter them)
         self.filter_error = ""    # why content filters are not used here
-        self._wake = node.create_guard_condition(self._apply_lifts)
+        # lifts run in the executor thread: a one-shot timer made when one is asked for (a guard
+        # condition would do, but rclpy's EventsExecutor refuses nodes that have one)
+        self._lift_timer = None
         # datagrams read through the ring's templates: a few fields patched into a copy, not
         # the whole message converted by rclpy (cdr_template.py)
         self.templates = TemplateReader(msg_type)
@@ -203,13 +205,17 @@ class AnnouncementLinks:
                 if path == socket_path and ring_id in (None, rid)]
         if subs:
             self._lift.update(subs)
-            self._wake.trigger()
+            if self._lift_timer is None:
+                self._lift_timer = self.node.create_timer(0.0, self._apply_lifts)
 
     def _apply_lifts(self) -> None:
         with self._lock:
             subs, self._lift = self._lift, set()
+            timer, self._lift_timer = self._lift_timer, None
             for s in subs:
                 self._filters.pop(s, None)
+        if timer is not None:
+            self.node.destroy_timer(timer)
         for s in subs:
             try:
                 s.set_content_filter("", [])
@@ -228,9 +234,11 @@ class AnnouncementLinks:
             self._closed = True  # a delivery in flight maps no new link, takes no copy
             links, self._links = [link for link in self._links.values() if link is not None], {}
             self._filters, self._lift = {}, set()
+            timer, self._lift_timer = self._lift_timer, None
         for link in links:  # outside the lock: their threads may be waiting for it
             link.client.close()
-        self.node.destroy_guard_condition(self._wake)
+        if timer is not None:
+            self.node.destroy_timer(timer)
 
 
 class _Link:
