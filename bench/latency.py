@@ -6,6 +6,7 @@ processes) or in-process (BevPooler inside the caller's process).
                             [--transport dds|handoff_out|handoff_both|inprocess]
                             [--rig nuscenes|wide_c256|F]
                             [--frames 1000] [--rate 30] [--rows FILE.json]
+                            [--split] [--consumer-heap] [--param NAME=VALUE ...]
 
 Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
   e2e       last input message of the set published (publisher process) -> its grid received
@@ -20,6 +21,9 @@ Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScen
   stage     the pooling stage inside the node (payloads in -> BEV bytes ready): backend.pool()
             plus assembling the set, as /diagnostics reports it
   kernel    the pooling kernel alone (cuda: CUDA-graph replay median; cpu: backend.pool())
+  split     (--split, dds) each set cut at the processes: the publisher's burst of 18 messages,
+            last one handed over -> the node's callback of the set's last input, -> BEV published,
+            -> received by the subscriber; the node's per-message take and callback
 Writes <out>.json and <out>.md (default bench/results/latency_<backend>), and with --rows appends
 one row per configuration (backend, precision, input_dtype, output_dtype, transport, rig,
 rate_hz, frames, received, e2e_p50_ms, e2e_p99_ms, stage_p50_ms, stage_p99_ms, kernel_us, ...)
@@ -168,6 +172,10 @@ def role_subscriber(args) -> int:
     from bevpool_ros.node.qos import make_qos
 
     switch_interval(args)
+    if args.consumer_heap:  # what docs/dds.md advises a BevFeature consumer (bevpool_ros/heap.py)
+        from bevpool_ros.heap import keep_freed_memory
+
+        keep_freed_memory()
     rclpy.init(args=[sys.argv[0]])
     node = Node("bevpool_latency_subscriber")
     received, diagnostics, state = [], [], {"overwritten": 0, "errors": 0, "last_error": ""}
@@ -328,7 +336,7 @@ def _child(role: str, args, record: str, log) -> subprocess.Popen:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, "--record", record,
            "--frames", str(args.frames), "--rate", str(args.rate), "--transport", args.transport,
            "--input-dtype", args.input_dtype, "--rig", str(args.rig),
-           "--switch-interval-ms", str(args.switch_interval_ms)]
+           "--switch-interval-ms", str(args.switch_interval_ms)] + (["--consumer-heap"] if args.consumer_heap else [])
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
@@ -363,6 +371,9 @@ def run_pipeline(args) -> dict:
               "diagnostics.latency_window": min(100000, args.frames + 10),
               "output.gpu_handoff": args.transport in HANDOFF_OUT,
               "input.handoff": "only" if args.transport == "handoff_both" else "none"}
+    for item in args.param:  # --param executor=single_threaded ...: node parameters (strings)
+        key, _, value = item.partition("=")
+        params[key] = value
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node_env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -550,6 +561,11 @@ def main(argv=None) -> int:
     ap.add_argument("--switch-interval-ms", type=float, default=0.0,
                     help="GIL switch interval of the publisher and subscriber processes (0: CPython's "
                     "5 ms; the node always runs at 0.5)")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a bevpool_node string parameter for this run (repeatable), e.g. executor=single_threaded")
+    ap.add_argument("--consumer-heap", action="store_true",
+                    help="the subscriber keeps freed buffers mapped (bevpool_ros.heap, as docs/dds.md "
+                    "advises a BevFeature consumer); the node always does unless BEVPOOL_HEAP_TUNING=0")
     ap.add_argument("--split", action="store_true",
                     help="dds: cut each set's time at the processes (publisher burst, -> node, node, -> "
                     "subscriber) from a timeline of the node (bench/trace_hooks)")
@@ -586,7 +602,8 @@ def main(argv=None) -> int:
            "frames": len(sent), "received": len(sub["received"]),
            "e2e_p50_ms": e[50], "e2e_p99_ms": e[99], "stage_p50_ms": f(stage[0]), "stage_p99_ms": f(stage[1]),
            "kernel_us": kern["kernel_us"], "input_dtype": args.input_dtype, "rate_hz": args.rate,
-           "switch_interval_ms": args.switch_interval_ms,
+           "switch_interval_ms": args.switch_interval_ms, "consumer_heap": args.consumer_heap,
+           "executor": d.get("executor"), "node_heap": d.get("heap"),
            "node_p50_ms": f("latency_p50_ms"), "node_p99_ms": f("latency_p99_ms"),
            "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms")}
     res = {

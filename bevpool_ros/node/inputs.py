@@ -25,9 +25,33 @@ DEPTH_MAX = 1.01                      # a distribution lies in [0, 1]; 1 % for f
 FEATURE_LAYOUTS = ("HWC", "CHW")      # empty: input.feature_layout
 
 
+def _range_limit_code(dtype) -> int:
+    """The largest bit pattern of ``dtype`` whose value is at most DEPTH_MAX."""
+    if dtype == np.uint8:  # E4M3 codes: 0x38 is 1.0, 0x39 is 1.125
+        codes = np.arange(0x80, dtype=np.uint8)
+        return int(codes[fp8.decode(codes, np.float32) <= DEPTH_MAX].max())
+    uint = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    code = int(np.array(DEPTH_MAX, dtype).view(uint))
+    return code - 1 if float(np.array(code, uint).view(dtype)) > DEPTH_MAX else code
+
+
+LIMIT_CODES = {np.dtype(t): _range_limit_code(np.dtype(t)) for t in (np.float16, np.float32, np.uint8)}
+
+
 def check_depth_range(arr: np.ndarray) -> None:
     """A depth distribution lies in [0, 1] (E4M3 codes, kept raw for a GPU backend, are decoded
-    first)."""
+    first).
+
+    Fast path: a non-negative float's bit pattern grows with its value, and every negative value,
+    NaN and Inf has a larger pattern than DEPTH_MAX's, so the array is in range when its largest
+    pattern is at most DEPTH_MAX's: one integer max (float16 min/max in numpy is ~20x slower:
+    0.4 ms per nuScenes depth map). Anything else (-0.0 too) takes the exact path below, which
+    decides and says why."""
+    limit = LIMIT_CODES.get(arr.dtype)
+    if limit is not None and arr.dtype.isnative and arr.size:
+        codes = arr.view(f"u{arr.dtype.itemsize}")
+        if int(codes.max()) <= limit:
+            return
     vals = fp8.decode(arr, np.float16) if arr.dtype == np.uint8 else arr
     lo, hi = float(vals.min()), float(vals.max())
     if not (np.isfinite(lo) and np.isfinite(hi)):  # reached when the backend checks on its device

@@ -74,11 +74,13 @@ def input_size_guard(base_profile: str | None, probing: bool = False):
 
 def main(argv=None) -> int:
     import rclpy
-    from rclpy.executors import SingleThreadedExecutor
 
+    from ..heap import keep_freed_memory
     from . import dds_guard
+    from .executor import make_executor
     from .node import BevPoolNode, StartupError
 
+    keep_freed_memory()  # before the first multi-megabyte message (bevpool_ros/heap.py)
     base_profile = use_large_data_profile()
     # The input size guard needs the resolved input topics, so a first start reads its parameters
     # and then re-executes itself under a profile bounding them (dds_guard). That first start has
@@ -102,7 +104,9 @@ def main(argv=None) -> int:
         return 0
     else:
         if not probing:
-            return spin_until_shutdown(SingleThreadedExecutor(), node, stop)
+            executor, node.executor_kind = make_executor(node.get_parameter("executor").value,
+                                                         node.get_logger())
+            return spin_until_shutdown(executor, node, stop)
         node.destroy_node()  # unconfigured (autostart false): start again, discoverable
         restart_env = {dds_guard.RESTARTED_ENV: "1"}
     restart_with(restart_env, discovery)

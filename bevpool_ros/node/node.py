@@ -57,6 +57,7 @@ class BevPoolNode(LifecycleNode):
         self.add_post_set_parameters_callback(self.params.apply)
         self.autostart = bool(self.get_parameter("autostart").value)
         self.input_size_guard = "node only (no guard asked)"
+        self.executor_kind = "the caller's"  # node/main.py names the one it made (node/executor.py)
         self._guarded = None  # (topics, depth) the guard was asked about at start
         self._failure = ""
         self._starting = False

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 
+from .. import heap
 from ..logtext import clip
 from .diagnostics import RecentCounts, diagnostic_array, health
 from .housekeeping import HousekeepingTimer
@@ -145,6 +146,7 @@ class Report:
             "pending_sets": pending, "worker_queue": node.worker.queued,
             "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
             "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
+            "executor": node.executor_kind, "heap": heap.state,
         }
         for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
             if key in d:

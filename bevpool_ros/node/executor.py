@@ -1,0 +1,30 @@
+"""The executor that runs bevpool_node's callbacks (parameter ``executor``).
+
+rclpy's SingleThreadedExecutor rebuilds its wait set in Python on every wake-up: with the
+node's ~30 subscriptions, ~12 services and ~90 QoS-event handlers that costs about 1 ms per
+wake-up (``bench/spin_cost.py``), and a DDS camera set wakes it once per input message
+(12 tensors + 6 CameraInfo). rclpy's EventsExecutor (``rclpy.experimental``, ROS 2 Kilted and
+later) registers each entity's middleware callback once and dispatches from C++, so a message
+costs its take and its callback only. ``auto`` takes it where rclpy has it.
+"""
+from __future__ import annotations
+
+CHOICES = ("auto", "events", "single_threaded")
+
+
+def make_executor(choice: str, logger=None):
+    """(executor, the kind made): ``events`` or ``single_threaded``. ``events`` asked of an rclpy
+    without it falls back with one warning; ``auto`` falls back quietly."""
+    if choice in ("auto", "events"):
+        try:
+            from rclpy.experimental import EventsExecutor
+        except ImportError:
+            if choice == "events" and logger is not None:
+                logger.warning("executor 'events': this rclpy has no EventsExecutor "
+                               "(rclpy.experimental, ROS 2 Kilted and later); using "
+                               "SingleThreadedExecutor")
+        else:
+            return EventsExecutor(), "events"
+    from rclpy.executors import SingleThreadedExecutor
+
+    return SingleThreadedExecutor(), "single_threaded"
