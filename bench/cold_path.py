@@ -105,9 +105,10 @@ def steps() -> dict:
     return steps
 
 
-def pool_steps() -> tuple[dict, object]:
+def pool_steps() -> tuple[dict, object, object]:
     """``BevPooler.pool`` on driver allocations (no framework), its grid dropped at once; the
-    replay of its graph alone; and a function timing the call's device work by itself."""
+    replay of its graph alone; a function timing the call's device work by itself; and one that
+    releases the pooler's memory (before the driver that made it is gone: a test's stand-in)."""
     sys.path.insert(0, str(ROOT / "bench"))
     from inprocess_latency import _Framework, inputs
 
@@ -142,7 +143,7 @@ def pool_steps() -> tuple[dict, object]:
     if launch is not None:
         exec_handle, stream_handle = int(graph.exec), int(fw.handle)
         steps["graph_launch_ctypes"] = lambda: launch(exec_handle, stream_handle)
-    return steps, ((lambda calls: on_device(pool, fw, calls)) if real else None)
+    return steps, ((lambda calls: on_device(pool, fw, calls)) if real else None), pooler.close
 
 
 def _ctypes_graph_launch():
@@ -213,9 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--pool", action="store_true", help="also time BevPooler.pool (needs a GPU)")
     args = ap.parse_args(argv)
-    rows, todo, device = [], steps(), None
+    rows, todo, device, close = [], steps(), None, (lambda: None)
     if args.pool:
-        more, device = pool_steps()
+        more, device, close = pool_steps()
         todo.update(more)
     for name, f in todo.items():
         w, p = stats(warm(f, args.calls * 10)), stats(paced(f, args.calls, args.rate))
@@ -224,6 +225,7 @@ def main(argv=None) -> int:
         print(f"{name:28s} warm {w['p50_us']:7.1f} / {w['p99_us']:7.1f} us   "
               f"{args.rate:g} Hz {p['p50_us']:7.1f} / {p['p99_us']:7.1f} us   x{rows[-1]['ratio_p50']}")
     device_us = device(args.calls) if device is not None else None
+    close()
     if device_us is not None:
         print(f"{'pool_on_device':28s} {device_us['p50_us']:7.1f} / {device_us['p99_us']:7.1f} us")
     if args.json:

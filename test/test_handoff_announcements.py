@@ -19,11 +19,13 @@ class Rig:
     """A producer process's two ways (signal socket, ROS publisher in another node of this
     process's own DDS participant) and one consumer: its subscription and AnnouncementLinks."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, executor: str = "single_threaded"):
         import rclpy
         from bevpool_msgs.msg import TensorHandoff
         from rclpy.executors import SingleThreadedExecutor
         from ros_harness import isolate_ros_env
+
+        from bevpool_ros.node.executor import make_executor
 
         from bevpool_ros.handoff import announcements
         from bevpool_ros.handoff.announcements import AnnouncementLinks
@@ -40,7 +42,9 @@ class Rig:
             rclpy.init(context=ctx)
         self.prod = rclpy.create_node("announce_producer", context=self.ctxs[0])
         self.con = rclpy.create_node("announce_consumer", context=self.ctxs[1])
-        self.executors = [SingleThreadedExecutor(context=c) for c in self.ctxs]
+        # the consumer's executor: rclpy's default or the EventsExecutor bevpool_node runs in
+        self.executors = [SingleThreadedExecutor(context=self.ctxs[0]),
+                          make_executor(executor, context=self.ctxs[1])[0]]
         self.executors[0].add_node(self.prod)
         self.executors[1].add_node(self.con)
         qos = make_qos("reliable", 10)
@@ -242,3 +246,25 @@ def test_a_delivery_that_raises_keeps_the_link(rig):
     assert rig.spin_until(lambda: (seq, "signal") in rig.delivered)
     assert rig.links.connected == 1 and (failed, "signal") not in rig.delivered
     assert any("not handled" in b and "consumer failed" in b for b in rig.bad), rig.bad
+
+
+def test_under_the_events_executor_ros_copies_are_not_filtered_but_delivered_once(monkeypatch):
+    """rmw_fastrtps re-creates a subscription's reader when its content filter is set, and rclpy's
+    EventsExecutor keeps listening to the old one: a filtered subscription would go silent (a
+    restarted producer's announcements never arrive). So under that executor the links leave the
+    copies unfiltered, say why, and still deliver each announcement once."""
+    pytest.importorskip("rclpy.experimental")
+    rig = Rig(monkeypatch, "events")
+    try:
+        rig.links.listen(rig.socket_path)
+        assert rig.spin_until(lambda: rig.links.connected == 1)
+        sent = [rig.announce() for _ in range(20)]
+        ok = rig.spin_until(lambda: delivered_once(rig, sent) and rig.links.ros_copies > 0)
+        assert ok, (rig.links.ros_copies, rig.taken, len(rig.delivered), rig.links.filter_error, rig.links.first_by)
+        assert rig.links.filtered == 0 and "EventsExecutor" in rig.links.filter_error
+        rig.ring_id += 1  # a restarted producer, before its link: its ROS copies deliver it
+        m = rig.message()
+        rig.pub.publish(m)
+        assert rig.spin_until(lambda: (m.sequence, "dds") in rig.delivered)
+    finally:
+        rig.close()

@@ -61,9 +61,9 @@ class AnnouncementLinks:
         self.ignored = 0          # datagrams of tensors this consumer does not take
         self.ros_copies = 0       # ROS messages the executor took (DDS did not filter them)
         self.filter_error = ""    # why content filters are not used here
-        # lifts run in the executor thread: a one-shot timer made when one is asked for (a guard
+        # lifts run in the executor thread, as a task handed to the node's executor (a guard
         # condition would do, but rclpy's EventsExecutor refuses nodes that have one)
-        self._lift_timer = None
+        self._lift_scheduled = False
         # datagrams read through the ring's templates: a few fields patched into a copy, not
         # the whole message converted by rclpy (cdr_template.py)
         self.templates = TemplateReader(msg_type)
@@ -72,6 +72,8 @@ class AnnouncementLinks:
     def on_message(self, msg, subscription) -> None:
         """A ROS copy (executor thread), from ``subscription``."""
         arrival = time.perf_counter()
+        if self._lift:  # asked for before the node had an executor
+            self._apply_lifts()
         key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
         with self._lock:
             if self._closed:
@@ -183,6 +185,12 @@ class AnnouncementLinks:
                 and self._filters.get(subscription) != (msg.socket_path, int(msg.ring_id)))
 
     def _filter(self, subscription, socket_path: str, ring_id: int) -> None:
+        if type(self.node.executor).__name__ == "EventsExecutor":
+            # rmw_fastrtps re-creates the reader to filter it; rclpy's EventsExecutor keeps the
+            # old one's callback and the subscription would go silent
+            self.filter_error = "not under rclpy's EventsExecutor (it loses a filtered reader)"
+            self._log.info(f"hand-off announcements: ROS copies are not filtered ({self.filter_error})")
+            return
         try:
             subscription.set_content_filter(FILTER, [str(ring_id)])
             if not subscription.is_cft_enabled:
@@ -205,17 +213,16 @@ class AnnouncementLinks:
                 if path == socket_path and ring_id in (None, rid)]
         if subs:
             self._lift.update(subs)
-            if self._lift_timer is None:
-                self._lift_timer = self.node.create_timer(0.0, self._apply_lifts)
+            executor = self.node.executor  # None: not spun yet; the next ROS copy applies them
+            if executor is not None and not self._lift_scheduled:
+                self._lift_scheduled = True
+                executor.create_task(self._apply_lifts)
 
     def _apply_lifts(self) -> None:
         with self._lock:
-            subs, self._lift = self._lift, set()
-            timer, self._lift_timer = self._lift_timer, None
+            subs, self._lift, self._lift_scheduled = self._lift, set(), False
             for s in subs:
                 self._filters.pop(s, None)
-        if timer is not None:
-            self.node.destroy_timer(timer)
         for s in subs:
             try:
                 s.set_content_filter("", [])
@@ -234,11 +241,8 @@ class AnnouncementLinks:
             self._closed = True  # a delivery in flight maps no new link, takes no copy
             links, self._links = [link for link in self._links.values() if link is not None], {}
             self._filters, self._lift = {}, set()
-            timer, self._lift_timer = self._lift_timer, None
         for link in links:  # outside the lock: their threads may be waiting for it
             link.client.close()
-        if timer is not None:
-            self.node.destroy_timer(timer)
 
 
 class _Link:

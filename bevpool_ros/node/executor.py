@@ -12,7 +12,7 @@ from __future__ import annotations
 CHOICES = ("auto", "events", "single_threaded")
 
 
-def make_executor(choice: str, logger=None):
+def make_executor(choice: str, logger=None, context=None):
     """(executor, the kind made): ``events`` or ``single_threaded``. ``events`` asked of an rclpy
     without it falls back with one warning; ``auto`` falls back quietly."""
     if choice in ("auto", "events"):
@@ -24,7 +24,7 @@ def make_executor(choice: str, logger=None):
                                "(rclpy.experimental, ROS 2 Kilted and later); using "
                                "SingleThreadedExecutor")
         else:
-            return EventsExecutor(), "events"
+            return EventsExecutor(context=context), "events"
     from rclpy.executors import SingleThreadedExecutor
 
-    return SingleThreadedExecutor(), "single_threaded"
+    return SingleThreadedExecutor(context=context), "single_threaded"
