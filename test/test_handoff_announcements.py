@@ -25,11 +25,10 @@ class Rig:
         from rclpy.executors import SingleThreadedExecutor
         from ros_harness import isolate_ros_env
 
-        from bevpool_ros.node.executor import make_executor
-
         from bevpool_ros.handoff import announcements
         from bevpool_ros.handoff.announcements import AnnouncementLinks
         from bevpool_ros.handoff.signal import SignalServer, signal_path
+        from bevpool_ros.node.executor import make_executor
         from bevpool_ros.node.qos import make_qos
 
         monkeypatch.setattr(announcements, "REFILTER_AFTER_S", 0.5)
