@@ -5,21 +5,21 @@ node's ~30 subscriptions, ~12 services and ~90 QoS-event handlers that costs abo
 wake-up (``bench/spin_cost.py``), and a DDS camera set wakes it once per input message
 (12 tensors + 6 CameraInfo). rclpy's EventsExecutor (``rclpy.experimental``, ROS 2 Kilted and
 later) registers each entity's middleware callback once and dispatches from C++, so a message
-costs its take and its callback only. ``auto`` takes it where rclpy has it.
+costs its take and its callback only. It is opt-in (docs/dds.md, "The executor"): under it the
+hand-off announcements go unfiltered (rmw_fastrtps re-creates a filtered reader, which that
+executor does not follow), which costs the hand-off path more than the executor saves.
 """
 from __future__ import annotations
-
-CHOICES = ("auto", "events", "single_threaded")
 
 
 def make_executor(choice: str, logger=None, context=None):
     """(executor, the kind made): ``events`` or ``single_threaded``. ``events`` asked of an rclpy
-    without it falls back with one warning; ``auto`` falls back quietly."""
-    if choice in ("auto", "events"):
+    without it falls back with one warning."""
+    if choice == "events":
         try:
             from rclpy.experimental import EventsExecutor
         except ImportError:
-            if choice == "events" and logger is not None:
+            if logger is not None:
                 logger.warning("executor 'events': this rclpy has no EventsExecutor "
                                "(rclpy.experimental, ROS 2 Kilted and later); using "
                                "SingleThreadedExecutor")
