@@ -185,12 +185,6 @@ class AnnouncementLinks:
                 and self._filters.get(subscription) != (msg.socket_path, int(msg.ring_id)))
 
     def _filter(self, subscription, socket_path: str, ring_id: int) -> None:
-        if type(self.node.executor).__name__ == "EventsExecutor":
-            # rmw_fastrtps re-creates the reader to filter it; rclpy's EventsExecutor keeps the
-            # old one's callback and the subscription would go silent
-            self.filter_error = "not under rclpy's EventsExecutor (it loses a filtered reader)"
-            self._log.info(f"hand-off announcements: ROS copies are not filtered ({self.filter_error})")
-            return
         try:
             subscription.set_content_filter(FILTER, [str(ring_id)])
             if not subscription.is_cft_enabled:
@@ -199,6 +193,7 @@ class AnnouncementLinks:
             self.filter_error = f"{type(e).__name__}: {e}"[:160]
             self._log.info(f"hand-off announcements: ROS copies are not filtered ({self.filter_error})")
             return
+        self._follow_new_reader()
         with self._lock:
             if self._closed:
                 return  # its subscription goes with the consumer
@@ -228,6 +223,19 @@ class AnnouncementLinks:
                 s.set_content_filter("", [])
             except Exception:  # destroyed meanwhile: nothing to lift
                 pass
+        if subs:
+            self._follow_new_reader()
+
+    def _follow_new_reader(self) -> None:
+        """rmw_fastrtps re-creates a subscription's reader when its content filter changes, and
+        rclpy's EventsExecutor keeps listening to the old one: the subscription would go silent.
+        Taking the node out of that executor and back in, once the removal has been applied,
+        registers every entity again, on the new reader (samples that arrived meanwhile are
+        reported then). SingleThreadedExecutor builds its wait set anew on each wake-up."""
+        executor = self.node.executor
+        if type(executor).__name__ == "EventsExecutor":
+            executor.remove_node(self.node)
+            executor.create_task(executor.add_node, self.node)
 
     @property
     def filtered(self) -> int:

@@ -58,8 +58,8 @@ PARAMS: tuple[Param, ...] = (
           "unconfigured for a lifecycle manager (<node>/change_state).", read_only=True),
     Param("executor", "string", "single_threaded", "Executor running the node's callbacks when "
           "started as bevpool_node: single_threaded (rclpy's default), or events (rclpy's "
-          "EventsExecutor, ROS 2 Kilted+: no per-message wait-set rebuild, 1-2 ms less per DDS set; "
-          "hand-off announcements unfiltered under it; docs/dds.md).",
+          "EventsExecutor, ROS 2 Kilted+, experimental there: no per-message wait-set rebuild, 1-2 ms "
+          "less per DDS set; docs/dds.md).",
           choices=("single_threaded", "events"), read_only=True),
     # calibration and geometry
     Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
