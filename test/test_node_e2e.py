@@ -137,16 +137,26 @@ def test_parameters_through_the_parameter_service(graph):
     assert graph.publish_and_wait(0) is not None  # still publishing after the rejections
 
 
-@pytest.mark.parametrize("precision", ["fp8", "auto"])
-def test_fp8_and_auto_with_a_calibration_change_mid_stream(precision):
+def events_executor_available() -> bool:
+    try:
+        from rclpy.experimental import EventsExecutor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("precision,executor", [("fp8", "single_threaded"), ("auto", "single_threaded"),
+                                                ("fp16", "events")])
+def test_fp8_and_auto_with_a_calibration_change_mid_stream(precision, executor):
     """fp8, and auto (decided when the map is prepared: on a GPU fp16 or fp8 by measuring whole
     frames), through the node: grids match the reference at the precision the node reports, also
-    after a CameraInfo change re-prepares the backend in the pooling thread."""
+    after a CameraInfo change re-prepares the backend in the pooling thread; fp16 under rclpy's
+    EventsExecutor (parameter ``executor``) the same way."""
     from dataclasses import replace as dc_replace
 
     from bevpool_ros.demo.synthetic_publisher import camera_info_msg
 
-    g = RosGraph({"precision": precision, "diagnostics.period_s": 0.2})
+    g = RosGraph({"precision": precision, "diagnostics.period_s": 0.2, "executor": executor})
     try:
         smap = build_scatter_map(g.rig)
         got = g.publish_and_wait(1, timeout=60.0)  # a GPU's first set may include auto's measurement
@@ -170,6 +180,9 @@ def test_fp8_and_auto_with_a_calibration_change_mid_stream(precision):
         assert np.abs(after.bev - new).max() < np.abs(after.bev - old).max()  # the node pooled on the new map
         d = g.diagnostics_where(lambda d: int(d.get("sets_published", 0)) > 0)
         assert d is not None and d["precision"] in BACKEND_PRECISIONS[d["backend"]]
+        ran = executor if executor == "single_threaded" or events_executor_available() else "single_threaded"
+        assert d["executor"] == ran
+        assert d["heap"].startswith(("freed buffers kept", "the environment's")), d["heap"]
     finally:
         assert g.close() == 0
 

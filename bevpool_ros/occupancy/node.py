@@ -194,8 +194,10 @@ def main(argv=None) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
+    from ..heap import keep_freed_memory
     from ..node.main import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
 
+    keep_freed_memory()  # a BevFeature consumer: its 1-5 MB takes reuse mapped pages (heap.py)
     use_large_data_profile()
     stop = init_without_signal_handlers(argv)
     executor = SingleThreadedExecutor()
