@@ -6,7 +6,8 @@ message, the serialized copy, the Python array). glibc serves a large allocation
 ``mmap`` (above its mmap threshold) or from the heap, and gives the heap's free top back to the
 kernel once more than its trim threshold is free: either way the next buffer's pages are new and
 fault on first touch. Page faults are expensive in a VM: on the H200 host ``serialize_message`` of
-a 2.6 MB message took 2.3 ms against 0.22 ms for a memcpy of it (``bench/dds_hop.py``). With a
+a 2.6 MB message took 3.1 ms with glibc's defaults and 0.8 ms with the settings below, a memcpy of
+it 0.22 ms; the 2.6 MB hop between two processes 7.1 -> 3.3 ms (``bench/dds_hop.py``). With a
 fixed mmap threshold of 32 MiB (glibc's largest) and a trim threshold of 256 MiB, freed buffers
 stay mapped and are reused: the process keeps up to 256 MiB of freed memory instead of returning
 it at once. ``BEVPOOL_HEAP_TUNING=0`` leaves glibc's defaults; ``MALLOC_*`` or ``GLIBC_TUNABLES``
