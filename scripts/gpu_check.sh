@@ -143,17 +143,20 @@ if [ "$RUN_ROS" = 1 ]; then
         exit $tstatus
       } 2>&1 | tee "$OUT/ros_pytest.log" | { grep -E "passed|failed|error|FAILED|ERROR" | tail -40; true; } || rstatus=1
       rm -f "$OUT/ros_latency.md"
-      # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype]]];..." (empty: skip the runs);
-      # defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each.
-      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
+      # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype [extra,bench,args]]]];..." (empty:
+      # skip the runs); defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each. The
+      # second dds row is the DDS deployment docs/dds.md measures: EventsExecutor, consumer heap settings.
+      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds nuscenes 30 float16 --split;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap,--param=executor=events;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
       for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
         set -- $cfg
-        rig=${4:-nuscenes} rate=${5:-30} idt=${6:-float16}
+        rig=${4:-nuscenes} rate=${5:-30} idt=${6:-float16} extra=${7:-}
+        # shellcheck disable=SC2046
         timeout $(( ${ROS_FRAMES:-1000} / ${rate%.*} + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda \
             --precision "$1" --bev-dtype "$2" --transport "$3" --rig "$rig" --rate "$rate" --input-dtype "$idt" \
-            --frames "${ROS_FRAMES:-1000}" --out "/tmp/bevpool_latency_$1_$2_$3_${rig}_${rate}_$idt" \
-            --rows "$OUT/h200_node_latency.json" >> "$OUT/ros_latency.md" 2>&1 || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
+            --frames "${ROS_FRAMES:-1000}" --out "/tmp/bevpool_latency_$1_$2_$3_${rig}_${rate}_$idt${extra//[^a-z]/_}" \
+            --rows "$OUT/h200_node_latency.json" $(echo "$extra" | tr ',' ' ') >> "$OUT/ros_latency.md" 2>&1 \
+            || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
       done
       [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
       # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
