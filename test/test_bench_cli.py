@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from ros_harness import no_gpu_env
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_bench_without_a_gpu_is_one_line_and_exit_2(tmp_path):
@@ -25,7 +29,6 @@ def test_cold_path_times_every_step_warm_and_paced(tmp_path):
     import json
     from pathlib import Path
 
-    import pytest
 
     pytest.importorskip("bevpool_msgs.msg")
     sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "bench")]
@@ -46,3 +49,35 @@ def test_cold_path_times_every_step_warm_and_paced(tmp_path):
     for r in rows.values():
         assert r["warm"]["p50_us"] > 0 and r["paced_200hz"]["p50_us"] > 0
     assert fake.calls["cuGraphLaunch"] >= 30  # the steady pool call is a graph replay
+
+
+@pytest.mark.ros
+def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
+    """bench/latency.py --split over real DDS (cpu backend, three processes): every set's time is cut
+    at the processes from the node's own timeline; --param reaches the node (its EventsExecutor where
+    rclpy has one) and the node reports its heap settings."""
+    import json
+    import math
+
+    pytest.importorskip("bevpool_msgs.msg")
+    out = tmp_path / "lat"
+    r = subprocess.run([sys.executable, "bench/latency.py", "--backend", "cpu", "--precision", "fp32",
+                        "--bev-dtype", "float16", "--input-dtype", "float16", "--frames", "25", "--warmup", "5",
+                        "--rate", "10", "--split", "--consumer-heap", "--param", "executor=events",
+                        "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(out.with_suffix(".json").read_text())
+    row, split = res["row"], res["split_ms"]
+    assert row["received"] > 0 and row["consumer_heap"] is True
+    assert row["node_heap"].startswith(("freed buffers kept", "the environment's")), row["node_heap"]
+    try:
+        from rclpy.experimental import EventsExecutor  # noqa: F401
+        assert row["executor"] == "events"
+    except ImportError:
+        assert row["executor"] == "single_threaded"
+    for part in ("burst", "to_node", "node", "to_consumer", "callback_per_message"):
+        assert math.isfinite(split[part]["50"]) and split[part]["50"] >= 0, (part, split)
+    # per set the three parts add up to its end-to-end time (one clock): their medians come close
+    parts = split["to_node"]["50"] + split["node"]["50"] + split["to_consumer"]["50"]
+    assert abs(parts - res["e2e_ms"]["50"]) <= 0.5 * res["e2e_ms"]["50"], (parts, res["e2e_ms"])
+    assert "Split per set" in out.with_suffix(".md").read_text()
