@@ -27,11 +27,9 @@ def test_cold_path_times_every_step_warm_and_paced(tmp_path):
     in-process call (run here over test/fake_cuda.py's counting driver: the real Python path)."""
     import gc
     import json
-    from pathlib import Path
-
 
     pytest.importorskip("bevpool_msgs.msg")
-    sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "bench")]
+    sys.path[:0] = [str(REPO / "bench")]
     import cold_path
     from fake_cuda import fake_gpu
 
