@@ -1,9 +1,9 @@
 """The executor that runs bevpool_node's callbacks (parameter ``executor``).
 
 rclpy's SingleThreadedExecutor rebuilds its wait set in Python on every wake-up: with the
-node's 30 subscriptions, 12 services and 92 QoS-event handlers a wake-up costs 0.5 ms on the
-H200 host and 1.4 ms on a 2-core machine (``bench/spin_cost.py``), and a DDS camera set wakes it
-once per input message
+node's 30 subscriptions, 12 services and 92 QoS-event handlers a wake-up cost 0.5 ms on the
+H200 host and 0.7-1.4 ms on a 2-core machine (``bench/spin_cost.py``; 56 handlers since, 0.53 ms
+there), and a DDS camera set wakes it once per input message
 (12 tensors + 6 CameraInfo). rclpy's EventsExecutor (``rclpy.experimental``, ROS 2 Kilted and
 later) registers each entity's middleware callback once and dispatches from C++, so a message
 costs its take and its callback only. It is opt-in (docs/dds.md, "The executor"): rclpy marks it

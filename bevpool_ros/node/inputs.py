@@ -17,7 +17,7 @@ from ..rig import RigError
 from .configure import STREAMS, StartupError, tensor_topics
 from .handoff_input import HandoffInputs
 from .housekeeping import HousekeepingTimer
-from .qos import camera_info_qos, make_qos
+from .qos import camera_info_qos, make_qos, quiet_events
 from .sync import CameraSet, CameraSetSynchronizer
 
 DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
@@ -148,7 +148,8 @@ class Inputs:
                     self.subs.append(mf.Subscriber(node, kind, topic, qos_profile=in_qos))
             self.subs.append(node.create_subscription(
                 CameraInfo, cfg["input.camera_info_topic"].format(camera=cam),
-                lambda m, c=cam: self.on_camera_info(m, c), camera_info_qos()))
+                lambda m, c=cam: self.on_camera_info(m, c), camera_info_qos(),
+                event_callbacks=quiet_events()))
         if mf is not None:
             filters = [s for s in self.subs if isinstance(s, mf.Subscriber)]
             self.mf_sync = mf.ApproximateTimeSynchronizer(

@@ -17,3 +17,15 @@ def camera_info_qos():
     from rclpy.qos import qos_profile_sensor_data
 
     return qos_profile_sensor_data
+
+
+def quiet_events():
+    """No QoS-event handlers (rclpy makes two per subscription by default, each one more entity
+    the default executor visits on every wake-up): for CameraInfo, whose sensor-data QoS (best
+    effort, volatile) no publisher can be incompatible with, and whose wrong-type publishers the
+    graph watch finds."""
+    try:
+        from rclpy.event_handler import SubscriptionEventCallbacks
+    except ImportError:
+        return None
+    return SubscriptionEventCallbacks(use_default_callbacks=False)

@@ -2,6 +2,7 @@
 snapshot and the /diagnostics message built from it (level rules: ``diagnostics.health``)."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -63,12 +64,14 @@ class Report:
     def subscription_events(self, topic: str):
         """What the middleware tells about an input topic (docs/ros_interface.md, "What the
         middleware reports"): samples lost, publishers offering incompatible QoS, and publishers
-        of an incompatible type (an event rmw_fastrtps does not raise: the graph watch finds
-        them)."""
+        of an incompatible type. rmw_fastrtps never raises the last (the graph watch finds them),
+        so under it that handler is not made: each handler is one more entity the default
+        executor visits on every wake-up (node/executor.py)."""
         try:
             from rclpy.event_handler import SubscriptionEventCallbacks
         except ImportError:
             return None
+        from .dds_guard import FAST_RMWS
 
         def incompatible_qos(info):
             from rclpy.qos import qos_policy_name_from_kind
@@ -77,12 +80,13 @@ class Report:
             policy = qos_policy_name_from_kind(info.last_policy_kind)
             self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS "
                       f"incompatible with this node's ({policy}): its messages never arrive")
+        type_event = None if os.environ.get("RMW_IMPLEMENTATION", "") in FAST_RMWS else \
+            (lambda info: self.count("dds_incompatible_type", max(1, int(info.total_count_change))))
         return SubscriptionEventCallbacks(
             message_lost=lambda info: self.count("dds_message_lost",
                                                  max(1, int(info.total_count_change))),
-            incompatible_qos=incompatible_qos,
-            incompatible_type=lambda info: self.count("dds_incompatible_type",
-                                                      max(1, int(info.total_count_change))))
+            incompatible_qos=incompatible_qos, incompatible_type=type_event,
+            use_default_callbacks=False)
 
     def published(self, r, t_msg: float, t_pub: float, done: float, handoff_s: float = 0.0) -> None:
         s = r.camera_set

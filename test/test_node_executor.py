@@ -1,0 +1,66 @@
+"""What each executor wake-up of bevpool_node has to visit (node/executor.py, docs/dds.md "The
+executor"): the executor choice, and QoS-event handlers only where an event can carry news."""
+import os
+
+import pytest
+from ros_harness import isolate_ros_env
+
+pytestmark = pytest.mark.ros
+
+
+def test_make_executor_gives_what_was_asked_or_says_why_not():
+    import rclpy
+
+    from bevpool_ros.node.executor import make_executor
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        warnings = []
+
+        class Log:
+            def warning(self, text):
+                warnings.append(text)
+        ex, kind = make_executor("single_threaded", Log(), context=ctx)
+        assert kind == "single_threaded" and type(ex).__name__ == "SingleThreadedExecutor"
+        ex.shutdown()
+        ex, kind = make_executor("events", Log(), context=ctx)
+        try:
+            from rclpy.experimental import EventsExecutor  # noqa: F401
+            assert kind == "events" and type(ex).__name__ == "EventsExecutor" and not warnings
+        except ImportError:
+            assert kind == "single_threaded" and "no EventsExecutor" in warnings[0]
+        ex.shutdown()
+    finally:
+        rclpy.try_shutdown(context=ctx)
+
+
+def test_the_node_makes_no_qos_event_handler_that_cannot_fire():
+    """Per input tensor topic (CameraTensor and hand-off announcement): message lost and
+    incompatible QoS, plus incompatible type where the middleware raises it (rmw_fastrtps does
+    not); none for CameraInfo (sensor-data QoS: no publisher is incompatible)."""
+    isolate_ros_env()
+    import rclpy
+    from rclpy.parameter import Parameter
+
+    from bevpool_ros.node.dds_guard import FAST_RMWS
+    from bevpool_ros.node.node import BevPoolNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        node = BevPoolNode(context=ctx, parameter_overrides=[Parameter("backend", value="cpu")])
+        try:
+            subs = list(node.subscriptions)
+            info_topics = [s for s in subs if s.topic_name.endswith("/camera_info")]
+            tensor_topics = [s for s in subs if s not in info_topics and s.topic_name != "/parameter_events"]
+            assert len(info_topics) == len(node.cameras) and tensor_topics
+            per_topic = 2 if os.environ.get("RMW_IMPLEMENTATION", "") in FAST_RMWS else 3
+            publishers = len(list(node.publishers))
+            # rclpy's defaults on the node's own publishers: at most two each
+            assert len(list(node.waitables)) <= per_topic * len(tensor_topics) + 2 * publishers
+            assert len(list(node.waitables)) >= per_topic * len(tensor_topics)
+        finally:
+            node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=ctx)
