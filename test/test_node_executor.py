@@ -1,7 +1,5 @@
 """What each executor wake-up of bevpool_node has to visit (node/executor.py, docs/dds.md "The
 executor"): the executor choice, and QoS-event handlers only where an event can carry news."""
-import os
-
 import pytest
 from ros_harness import isolate_ros_env
 
@@ -43,7 +41,7 @@ def test_the_node_makes_no_qos_event_handler_that_cannot_fire():
     import rclpy
     from rclpy.parameter import Parameter
 
-    from bevpool_ros.node.dds_guard import FAST_RMWS
+    from bevpool_ros.node.dds_guard import uses_fast_dds
     from bevpool_ros.node.node import BevPoolNode
 
     ctx = rclpy.Context()
@@ -55,7 +53,7 @@ def test_the_node_makes_no_qos_event_handler_that_cannot_fire():
             info_topics = [s for s in subs if s.topic_name.endswith("/camera_info")]
             tensor_topics = [s for s in subs if s not in info_topics and s.topic_name != "/parameter_events"]
             assert len(info_topics) == len(node.cameras) and tensor_topics
-            per_topic = 2 if os.environ.get("RMW_IMPLEMENTATION", "") in FAST_RMWS else 3
+            per_topic = 2 if uses_fast_dds() else 3
             publishers = len(list(node.publishers))
             # rclpy's defaults on the node's own publishers: at most two each
             assert len(list(node.waitables)) <= per_topic * len(tensor_topics) + 2 * publishers

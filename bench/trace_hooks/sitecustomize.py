@@ -17,6 +17,7 @@ Python process started with this folder on PYTHONPATH records, at exit,
         python bench/latency.py ...
 """
 import atexit
+import functools
 import gc
 import json
 import os
@@ -83,13 +84,16 @@ _TIMELINE_DIR = os.environ.get("TIMELINE_DIR")
 _timeline: dict[str, list] = {"sets": [], "gc": [], "timers": [], "takes": [], "arrivals": [], "published": []}
 
 
-def _timed(kind: str, name: str, f):
+def _timed(kind: str, name, f):
+    """``f`` timed into the timeline under ``name`` (or ``name(*args)``). ``wraps`` keeps f's
+    signature visible: an executor passes TimerInfo only to timer callbacks that take one."""
+    @functools.wraps(f)
     def wrapper(*a, **k):
         t0 = time.perf_counter()
         try:
             return f(*a, **k)
         finally:
-            _timeline[kind].append((t0, time.perf_counter(), name))
+            _timeline[kind].append((t0, time.perf_counter(), name(*a) if callable(name) else name))
     return wrapper
 
 
@@ -143,29 +147,16 @@ def _record_timeline():
     def timer(self, period, callback, *a, **k):
         job = getattr(getattr(callback, "__self__", None), "job", callback)  # a HousekeepingTimer's
         name = getattr(job, "__qualname__", str(job))
-        def timed():  # no parameters: an executor passes TimerInfo to callbacks that take one
-            t0 = time.perf_counter()
-            try:
-                return callback()
-            finally:
-                _timeline["timers"].append((t0, time.perf_counter(), name))
-        return create_timer(self, period, timed, *a, **k)
+        return create_timer(self, period, _timed("timers", name, callback), *a, **k)
 
     rclpy.node.Node.create_timer = timer
     for kind in ("_take_timer", "_take_guard_condition", "_take_waitable"):
         if hasattr(rclpy.executors.Executor, kind):
             setattr(rclpy.executors.Executor, kind,
                     _timed("takes", kind, getattr(rclpy.executors.Executor, kind)))
-    take = rclpy.executors.Executor._take_subscription
-
-    def take_subscription(self, sub):  # named by topic: which input's deserialisation it was
-        t0 = time.perf_counter()
-        try:
-            return take(self, sub)
-        finally:
-            _timeline["takes"].append((t0, time.perf_counter(), f"take {sub.topic_name}"))
-
-    rclpy.executors.Executor._take_subscription = take_subscription
+    # named by topic: which input's deserialisation it was
+    rclpy.executors.Executor._take_subscription = _timed(
+        "takes", lambda executor, sub: f"take {sub.topic_name}", rclpy.executors.Executor._take_subscription)
     _record_input_side()
 
     def gc_times(phase, info):

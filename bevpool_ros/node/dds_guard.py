@@ -26,6 +26,11 @@ RESTARTED_ENV = "BEVPOOL_DDS_RESTARTED"  # set across the one re-execution (no l
 FAST_RMWS = ("", "rmw_fastrtps_cpp", "rmw_fastrtps_dynamic_cpp")
 
 
+def uses_fast_dds() -> bool:
+    """This process's middleware is rmw_fastrtps (ROS 2's default when none is named)."""
+    return os.environ.get("RMW_IMPLEMENTATION", "") in FAST_RMWS
+
+
 def guard_key(topics, depth: int) -> str:
     return hashlib.sha256(repr((sorted(topics), int(depth), TENSOR_BOUND_BYTES)).encode()).hexdigest()[:16]
 
@@ -69,7 +74,7 @@ def unavailable_reason(base_profile: str | None) -> str | None:
     rmw = os.environ.get("RMW_IMPLEMENTATION", "")
     if os.environ.get("BEVPOOL_DDS_GUARD") == "0":
         return "BEVPOOL_DDS_GUARD=0"
-    if rmw not in FAST_RMWS:
+    if not uses_fast_dds():
         return f"RMW_IMPLEMENTATION={rmw} is not Fast DDS"
     if base_profile is None:
         return ("a Fast DDS profile is configured outside bevpool_node (FASTDDS_DEFAULT_PROFILES_FILE or "

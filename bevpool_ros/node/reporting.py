@@ -2,7 +2,6 @@
 snapshot and the /diagnostics message built from it (level rules: ``diagnostics.health``)."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter
@@ -71,7 +70,7 @@ class Report:
             from rclpy.event_handler import SubscriptionEventCallbacks
         except ImportError:
             return None
-        from .dds_guard import FAST_RMWS
+        from .dds_guard import uses_fast_dds
 
         def incompatible_qos(info):
             from rclpy.qos import qos_policy_name_from_kind
@@ -80,7 +79,7 @@ class Report:
             policy = qos_policy_name_from_kind(info.last_policy_kind)
             self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS "
                       f"incompatible with this node's ({policy}): its messages never arrive")
-        type_event = None if os.environ.get("RMW_IMPLEMENTATION", "") in FAST_RMWS else \
+        type_event = None if uses_fast_dds() else \
             (lambda info: self.count("dds_incompatible_type", max(1, int(info.total_count_change))))
         return SubscriptionEventCallbacks(
             message_lost=lambda info: self.count("dds_message_lost",
