@@ -6,21 +6,22 @@ H200 host and 0.7-1.4 ms on a 2-core machine (``bench/spin_cost.py``; 56 handler
 there), and a DDS camera set wakes it once per input message
 (12 tensors + 6 CameraInfo). rclpy's EventsExecutor (``rclpy.experimental``, ROS 2 Kilted and
 later) registers each entity's middleware callback once and dispatches from C++, so a message
-costs its take and its callback only. It is opt-in (docs/dds.md, "The executor"): rclpy marks it
-experimental, and the node's GPU suite has not yet run with it since the hand-off announcements'
-content filters were made to work under it (handoff/announcements.py, _follow_new_reader).
+costs its take and its callback only. ``auto`` (the default) takes it where rclpy has it and the
+SingleThreadedExecutor otherwise (Humble, Jazzy), without a warning; ``events`` asked of an rclpy
+without it warns once. Under it the hand-off announcements' content filters need a re-registration
+after each change (handoff/announcements.py, _follow_new_reader; docs/dds.md, "The executor").
 """
 from __future__ import annotations
 
 
 def make_executor(choice: str, logger=None, context=None):
-    """(executor, the kind made): ``events`` or ``single_threaded``. ``events`` asked of an rclpy
-    without it falls back with one warning."""
-    if choice == "events":
+    """(executor, the kind made): ``events`` or ``single_threaded``. ``auto``: events where this
+    rclpy has it; ``events`` asked of an rclpy without it falls back with one warning."""
+    if choice in ("auto", "events"):
         try:
             from rclpy.experimental import EventsExecutor
         except ImportError:
-            if logger is not None:
+            if logger is not None and choice == "events":
                 logger.warning("executor 'events': this rclpy has no EventsExecutor "
                                "(rclpy.experimental, ROS 2 Kilted and later); using "
                                "SingleThreadedExecutor")

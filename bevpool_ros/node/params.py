@@ -56,11 +56,11 @@ PARAMS: tuple[Param, ...] = (
     # lifecycle
     Param("autostart", "bool", True, "Configure and activate at start (as a plain node). false: stay "
           "unconfigured for a lifecycle manager (<node>/change_state).", read_only=True),
-    Param("executor", "string", "single_threaded", "Executor running the node's callbacks when "
-          "started as bevpool_node: single_threaded (rclpy's default), or events (rclpy's "
-          "EventsExecutor, ROS 2 Kilted+, experimental there: no per-message wait-set rebuild, 1-2 ms "
-          "less per DDS set; docs/dds.md).",
-          choices=("single_threaded", "events"), read_only=True),
+    Param("executor", "string", "auto", "Executor running the node's callbacks when started as "
+          "bevpool_node: events (rclpy's EventsExecutor, ROS 2 Kilted+: C++ dispatch, no per-message "
+          "wait-set rebuild, 1-2 ms less per DDS set), single_threaded (rclpy's SingleThreadedExecutor), "
+          "or auto: events where this rclpy has it, else single_threaded (docs/dds.md).",
+          choices=("auto", "events", "single_threaded"), read_only=True),
     # calibration and geometry
     Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
           f"config/{DEFAULT_RIG} from the package.", read_only=True),
