@@ -283,6 +283,45 @@ def test_worker_asks_per_set_whether_the_grid_must_reach_the_host():
     assert cpu.pool_cameras(cams, host_copy=False) is not None  # a host backend returns it anyway
 
 
+def test_worker_warms_the_device_input_path_after_each_prepare():
+    """warm_device_inputs: after the first prepare and after a calibration change the backend's
+    device-input path runs once, on the array the sets will fill (its dtype and grid shape); a
+    warm-up that fails is a warning, never a failed prepare; off, or a backend without that path
+    (the cpu backend): nothing is asked."""
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    warmed, warnings, fail = [], [], [False]
+
+    class Warmable(CpuBackend):
+        def warm_device_inputs(self, out=None):
+            warmed.append((out.shape, out.dtype, self.smap))
+            if fail[0]:
+                raise RuntimeError("no device")
+
+    cal = LiveCalibration(rig)
+    worker = PoolingWorker(Warmable(), cal, lambda r: None, lambda r, d: None, out_dtype="float16",
+                           warm_device_inputs=True, on_warning=lambda k, t: warnings.append((k, t)))
+    assert worker.prepare() and len(warmed) == 1
+    shape, dtype, smap = warmed[0]
+    assert shape == (*rig.grid_shape, rig.channels) and dtype == np.float16 and smap is worker.backend.smap
+    assert not worker.prepare() and len(warmed) == 1  # nothing changed: no new map, no warm-up
+    cam = rig.cameras[0]
+    k = np.array(cam.K, dtype=float).reshape(-1)
+    k[0] *= 1.05
+    assert cal.update_intrinsics(cam.name, list(k), cam.width, cam.height)
+    fail[0] = True
+    assert worker.prepare() and len(warmed) == 2 and warmed[1][2] is worker.backend.smap
+    assert [k for k, _ in warnings] == ["warm_up_failed"] and "no device" in warnings[0][1]
+    off = PoolingWorker(Warmable(), LiveCalibration(rig), lambda r: None, lambda r, d: None)
+    assert off.prepare() and len(warmed) == 2
+    cpu = PoolingWorker(CpuBackend(), LiveCalibration(rig), lambda r: None, lambda r, d: None,
+                        warm_device_inputs=True)
+    assert cpu.prepare()
+
+
 def test_worker_counts_a_backend_found_nan_as_non_finite():
     """A GPU backend checks values on the device (the node then skips its host scan): its finding
     must land in the same ``non_finite`` counter; the cpu backend's own check stands in here."""

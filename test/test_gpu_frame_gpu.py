@@ -302,3 +302,27 @@ def test_device_output_and_frame_hook_for_zero_copy_consumers():
     be.remove_frame_hook(hook)
     copy.free()
     be.close()
+
+
+def test_device_input_warm_up_publishes_nothing_and_the_next_set_is_right():
+    """GpuBackend.warm_device_inputs (the node runs it after each prepare when hand-off sets are
+    expected): no frame hook, no write to the caller's array, device_output unchanged; the first
+    real set of device tensors afterwards matches the reference and reaches the hook once."""
+    cp = pytest.importorskip("cupy")
+    smap = get_workload("small")
+    be = backend("fp16")
+    be.prepare(smap)
+    seen = []
+    be.add_frame_hook(seen.append)
+    out = np.full(smap.bev_shape, np.nan, np.float16)  # poisoned: the warm-up must not write it
+    before = be.device_output()
+    be.warm_device_inputs(out=out)
+    assert not seen and np.isnan(out).all() and be.device_output() == before
+    d, f = inputs(smap, 11)
+    d16, f16 = d.astype(np.float16), f.astype(np.float16)
+    cameras = [(cp.asarray(dc), cp.asarray(fc)) for dc, fc in split_cameras(d16, f16)]
+    got = be.pool_cameras(cameras, out=out)
+    assert got is out and len(seen) == 1 and seen[0] == be.device_output()
+    assert_matches(out, smap, "fp16", d16.astype(np.float64), f16.astype(np.float64), "after warm-up")
+    be.remove_frame_hook(seen.append)
+    be.close()

@@ -113,7 +113,8 @@ class BevPoolNode(LifecycleNode):
             self.backend, self.calibration, self.outputs.publish, self.report.drop,
             cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
             out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self.outputs.payload,
-            on_prepare_error=self._cpu_instead, host_grid=self.outputs.host_grid_needed)
+            on_prepare_error=self._cpu_instead, host_grid=self.outputs.host_grid_needed,
+            warm_device_inputs=cfg["input.handoff"] != "none", on_warning=self.report.warn)
         self.worker.start()  # prepares the backend: the map, kernels or engines, before any data
         self.outputs.start_handoff(self.backend)
         self.report.start(cfg["diagnostics.period_s"])

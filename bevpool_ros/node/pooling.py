@@ -84,12 +84,17 @@ class ArrayBuffer:
 class PoolingWorker:
     def __init__(self, backend, calibration: LiveCalibration, on_result, on_drop, queue_size: int = 2,
                  on_rebuild=None, out_dtype="float32", out_buffer=None, on_prepare_error=None,
-                 host_grid=None):
+                 host_grid=None, warm_device_inputs: bool = False, on_warning=None):
         """``out_dtype``: the published dtype (or a callable returning it, read per set);
         ``out_buffer.view(shape, dtype)``: the memory the outgoing message is built from;
         ``host_grid()``: False when nobody needs the grid on the host this set (the backend may
-        then leave it on its device: PoolResult.bev None)."""
+        then leave it on its device: PoolResult.bev None). ``warm_device_inputs``: after each
+        prepare, run the backend's device-input path once (hand-off sets expected; backends
+        without that path skip it); a failure goes to ``on_warning(key, text)``, and the first
+        real set meets it again and is dropped with its cause."""
         self.backend = backend
+        self.warm_device_inputs = warm_device_inputs
+        self.on_warning = on_warning or (lambda key, text: None)
         self.host_grid = host_grid or (lambda: True)
         self.out_dtype = out_dtype
         self.out_buffer = out_buffer or ArrayBuffer()
@@ -147,7 +152,18 @@ class PoolingWorker:
         self._prepared_version = version
         self._rig = rig
         self.rebuilds += 1
+        self._warm(rig)
         return True
+
+    def _warm(self, rig) -> None:
+        warm = getattr(self.backend, "warm_device_inputs", None) if self.warm_device_inputs else None
+        if warm is None:
+            return
+        dtype = self.out_dtype() if callable(self.out_dtype) else self.out_dtype
+        try:
+            warm(out=self.out_buffer.view((*rig.grid_shape, rig.channels), dtype))
+        except Exception as e:  # noqa: BLE001 - the first hand-off set reports its own failure
+            self.on_warning("warm_up_failed", f"device-input warm-up failed: {type(e).__name__}: {e}")
 
     # input ------------------------------------------------------------------------------
     def submit(self, camera_set: CameraSet) -> None:

@@ -61,9 +61,12 @@ class DeviceInputRun:
         self._flags = PinnedBuffer((1,), np.uint32)
         self._done = FlagWord(self._flags.ptr)  # the frame copies its flag word here (no event)
 
-    def run(self, cameras, out: np.ndarray | None = None, host_copy: bool = True) -> np.ndarray | None:
+    def run(self, cameras, out: np.ndarray | None = None, host_copy: bool = True,
+            publish: bool = True) -> np.ndarray | None:
         """``host_copy=False``: the grid stays on the device (frame hooks, ``device_output``) and
-        None is returned; the values are still checked (a bad grid raises as it would)."""
+        None is returned; the values are still checked (a bad grid raises as it would).
+        ``publish=False``: a warm-up (GpuBackend.warm_device_inputs): no frame hooks, and
+        ``device_output`` keeps naming the last real grid."""
         if out is not None:
             check_out(self.smap, out)
         if len(cameras) != self.shapes["depth"][0]:
@@ -92,9 +95,10 @@ class DeviceInputRun:
         nbytes = target.nbytes
         output = DeviceOutput(grid.ptr, nbytes, target.dtype, tuple(self.smap.bev_shape), s.handle,
                               self.rt.device)
-        self.frame.last_output = output
-        for hook in self.frame.after_frame:
-            hook(output)
+        if publish:
+            self.frame.last_output = output
+            for hook in self.frame.after_frame:
+                hook(output)
         if host is not None:
             s.d2h(host.ptr, grid, nbytes)
         s.synchronize()
