@@ -322,6 +322,39 @@ def test_worker_warms_the_device_input_path_after_each_prepare():
     assert cpu.prepare()
 
 
+def test_after_set_jobs_run_in_the_pooling_thread_one_per_set_in_order():
+    """PoolingWorker.after_set (announcement templates learnt where they delay no set): nothing
+    runs before a set; then one job after each set, in the order given, in the thread that pooled."""
+    import threading
+    import time
+
+    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.node.pooling import PoolingWorker
+    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.workloads import base_rig
+
+    rig = base_rig()
+    ran, results = [], []
+    worker = PoolingWorker(CpuBackend(), LiveCalibration(rig), results.append, lambda r, d: None)
+    worker.start()
+    try:
+        for name in ("a", "b", "c"):
+            worker.after_set(lambda n=name: ran.append((n, threading.current_thread().name, len(results))))
+        assert not ran
+        _, D_, H_, W_ = rig.depth_shape
+        frames = {cam.name: {"depth": (1, np.ones((D_, H_, W_), np.float32)),
+                             "feat": (1, np.ones((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
+        for i in range(2):
+            worker.submit(CameraSet(frames, tuple(frames), (), 0.0, 0.0, True))
+            deadline = time.monotonic() + 60
+            while len(ran) < i + 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert worker.wait_until_idle(60.0) and len(ran) == i + 1, ran
+    finally:
+        worker.stop()
+    assert ran == [("a", "bevpool-pooling", 1), ("b", "bevpool-pooling", 2)]
+
+
 def test_worker_counts_a_backend_found_nan_as_non_finite():
     """A GPU backend checks values on the device (the node then skips its host scan): its finding
     must land in the same ``non_finite`` counter; the cpu backend's own check stands in here."""

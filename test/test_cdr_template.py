@@ -141,6 +141,49 @@ def test_the_reader_learns_a_template_then_patches():
     assert (reader.learnt, reader.hits) == (2, 6)
 
 
+def test_a_deferring_reader_learns_after_the_set_one_template_per_job():
+    """``defer``: a miss is read by rclpy and the template is learnt by a later job (the node's
+    pooling thread after a set), one per job, queued again while misses wait; misses of one
+    template before its job ran make one template, not one each."""
+    jobs = []
+    reader = TemplateReader(TensorHandoff, defer=jobs.append)
+    front, back = CdrTemplate(tensor_handoff()), CdrTemplate(tensor_handoff(camera="CAM_BACK"))
+    for i in range(3):
+        for producer in (front, back):
+            data = producer.encode((i, 0, i, 10 + i, bytes([i]) * 64, 1.0))
+            assert reader.deserialize(data) == deserialize_message(data, TensorHandoff)
+    assert len(jobs) == 1 and (reader.learnt, reader.misses, reader.hits) == (0, 6, 0)
+    jobs.pop()()
+    assert reader.learnt == 1 and len(jobs) == 1  # one template; the other camera's still waits
+    jobs.pop()()
+    assert reader.learnt == 2 and not jobs  # the rest of the misses matched the two: no third
+    for producer, camera in ((front, "CAM_FRONT"), (back, "CAM_BACK")):
+        data = producer.encode((9, 9, 9, 99, bytes([9]) * 64, 2.0))
+        assert reader.deserialize(data) == deserialize_message(data, TensorHandoff)
+        assert reader.deserialize(data).camera == camera
+    assert reader.hits == 4 and not jobs
+
+
+def test_a_deferring_writer_serialises_through_rclpy_until_its_job_made_the_template():
+    jobs, built = [], []
+    writer = TemplateWriter(BevHandoff, defer=jobs.append)
+
+    def build():
+        built.append(1)
+        return bev_handoff()
+
+    for i in range(4):
+        if i == 2:
+            (job,) = jobs  # one job for the key, however many sets came before it ran
+            job()
+            jobs.clear()
+        data = writer.serialize("ego", build, (i, 7, i % 4, i + 1, bytes([i]) * 64))
+        expect = with_values(bev_handoff(), (i, 7, i % 4, i + 1, bytes([i]) * 64))
+        assert data == serialize_message(expect)
+    # rclpy's path built the message for sets 0 and 1, the job once; sets 2 and 3 patched the template
+    assert len(built) == 3 and not jobs
+
+
 def test_the_reader_refuses_bad_bytes_as_rclpy_does_and_goes_on():
     producer = CdrTemplate(tensor_handoff())
     reader = TemplateReader(TensorHandoff)

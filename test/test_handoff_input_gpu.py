@@ -266,8 +266,9 @@ def test_all_cameras_handed_off_pool_against_the_reference(graph, producer, refe
     got = send_until_grid(graph, producer, cameras(graph))
     assert got is not None, graph.node.output()[-4000:]
     assert_bev_matches(got.bev, reference, got.msg)
-    d = graph.diagnostics_where(lambda d: "mapped" in d.get("input_handoff", ""))
-    assert d and "1 producer ring(s) mapped" in d["input_handoff"], d
+    # a snapshot sent before this set may still be on its way: wait for one that saw the ring
+    d = graph.diagnostics_where(lambda d: "1 producer ring(s) mapped" in d.get("input_handoff", ""), 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
 
 
 def test_announcements_also_arrive_over_the_signal_socket(graph, producer):

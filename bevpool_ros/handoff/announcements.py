@@ -37,14 +37,15 @@ FILTER = "ring_id <> %0"  # DDS content filter (SQL subset): every ring but the 
 
 class AnnouncementLinks:
     def __init__(self, node, msg_type, deliver, *, accepts=lambda msg: True, on_bad=None, log=None,
-                 one_at_a_time: bool = True):
+                 one_at_a_time: bool = True, defer=None):
         """``deliver(msg, way, arrival)`` gets the first copy of each announcement (``way``
         "signal" or "dds", ``arrival`` a perf_counter time), from the signal thread or the
         executor; one call at a time unless ``one_at_a_time`` is False (a caller with locks of its
         own, whose deliveries may take long: the node pools a set inside one). ``accepts(msg)``: a
         datagram this consumer wants (the producer sends every tensor of its ring to each
         consumer; other cameras are not ours). ``on_bad(detail)``: an unreadable datagram, or a
-        delivery that raised (the link's thread goes on)."""
+        delivery that raised (the link's thread goes on). ``defer(job)``: where the ring's
+        templates are learnt (cdr_template.TemplateReader; None: at the first datagram)."""
         self.node, self.msg_type = node, msg_type
         self._deliver, self._accepts = deliver, accepts
         self._on_bad = on_bad or (lambda detail: None)
@@ -66,7 +67,7 @@ class AnnouncementLinks:
         self._lift_scheduled = False
         # datagrams read through the ring's templates: a few fields patched into a copy, not
         # the whole message converted by rclpy (cdr_template.py)
-        self.templates = TemplateReader(msg_type)
+        self.templates = TemplateReader(msg_type, defer)
 
     # --- the two ways in ------------------------------------------------------------------------
     def on_message(self, msg, subscription) -> None:

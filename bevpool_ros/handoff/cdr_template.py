@@ -17,6 +17,12 @@ self-check compares encode/message with rclpy on other values; a type or layout 
 describe raises ``TemplateError`` and the caller keeps rclpy's path. ``TemplateReader`` picks the
 template a datagram matches (every byte outside the varying fields equal) and learns one from
 rclpy's result on a miss.
+
+Making a template costs 2-4 ms (a dozen rclpy round trips): a node starting on a rig meets a dozen
+new ones in its first camera set, and at 100 Hz learning them all there lost sets. With ``defer``
+(``defer(job)`` runs ``job`` later, where it delays no set: the node's pooling thread after a set,
+one job per set) a miss takes rclpy's path and the template is made afterwards, one per job.
+Both classes load the type's rclpy support when made, not on the first message.
 """
 from __future__ import annotations
 
@@ -226,38 +232,91 @@ class CdrTemplate:
         return m
 
 
+def load_type_support(msg_type) -> None:
+    """rclpy loads a type's (de)serialisation support on first use (milliseconds): now."""
+    _deserialize(_serialize(msg_type()), msg_type)
+
+
 class TemplateReader:
     """``deserialize(data)`` of one announcement type: through a learnt template when ``data``
-    matches one, else rclpy (and a template learnt from its result)."""
+    matches one, else rclpy (and a template learnt from its result: now, or through ``defer``)."""
 
     KEPT = 64           # templates (a node reads 2 per camera; a consumer one per producer ring)
     GIVE_UP_AFTER = 64  # templates learnt while fewer datagrams matched one: stop learning
     REFUSED_MAX = 8     # messages no template could be made of: stop learning
+    PENDING_MAX = 64    # misses waiting for a deferred job (older ones are forgotten)
 
-    def __init__(self, msg_type):
+    def __init__(self, msg_type, defer=None):
         self.msg_type = msg_type
         self.fields = varying_of(msg_type)
+        self.defer = defer
         self._templates: OrderedDict[int, list[CdrTemplate]] = OrderedDict()  # by length
         self.hits = self.misses = self.learnt = self.refused = 0
         self.learning = True
         self._lock = threading.Lock()  # a consumer may read several producers' links at once
+        self._pending: OrderedDict[bytes, object] = OrderedDict()  # missed data -> its message
+        self._job_queued = False
+        load_type_support(msg_type)
 
     def deserialize(self, data: bytes):
         with self._lock:
-            for t in self._templates.get(len(data), ()):
-                if t.matches(data):
-                    self.hits += 1
-                    return t.message(data)
+            t = self._matching(data)
+            if t is not None:
+                self.hits += 1
+                return t.message(data)
         msg = _deserialize(data, self.msg_type)  # raises what rclpy raises on bad bytes
+        schedule = False
         with self._lock:
             self.misses += 1
-            if self.learning:
+            if self.learning and self.defer is None:
                 self._learn(msg, data)
+            elif self.learning:
+                self._pending[data] = msg
+                while len(self._pending) > self.PENDING_MAX:
+                    self._pending.popitem(last=False)
+                schedule, self._job_queued = not self._job_queued, True
+        if schedule:
+            self.defer(self._learn_one)
         return msg
 
-    def _learn(self, msg, data: bytes) -> None:
+    def _matching(self, data: bytes) -> CdrTemplate | None:
+        """(lock held)"""
+        for t in self._templates.get(len(data), ()):
+            if t.matches(data):
+                return t
+        return None
+
+    def _learn_one(self) -> None:
+        """The deferred job: one template from the oldest miss no template reads yet; queued
+        again while misses wait."""
+        with self._lock:
+            msg = data = None
+            while self._pending:
+                d, m = self._pending.popitem(last=False)
+                if self._matching(d) is None:
+                    msg, data = m, d
+                    break
+        if data is not None:
+            try:
+                made = CdrTemplate(msg, self.fields, data)  # the milliseconds: not under the lock
+            except TemplateError:
+                made = None
+            with self._lock:
+                if self.learning and self._matching(data) is None:
+                    self._learn(msg, data, made)
+        with self._lock:
+            for d in [d for d in self._pending if self._matching(d) is not None]:
+                del self._pending[d]  # read by what was just learnt
+            again = self._job_queued = bool(self._pending) and self.learning
+        if again:
+            self.defer(self._learn_one)
+
+    def _learn(self, msg, data: bytes, made: CdrTemplate | None | bool = False) -> None:
+        """(lock held) ``made``: the template made outside the lock (None: it could not be)."""
         try:
-            t = CdrTemplate(msg, self.fields, data)
+            t = CdrTemplate(msg, self.fields, data) if made is False else made
+            if t is None:
+                raise TemplateError("no template")
         except TemplateError:
             self.refused += 1  # a type or layout that cannot be patched: rclpy from now on
             self.learning = self.refused < self.REFUSED_MAX
@@ -280,22 +339,42 @@ class TemplateWriter:
 
     KEPT = 64
 
-    def __init__(self, msg_type):
+    def __init__(self, msg_type, defer=None):
         self.fields = varying_of(msg_type)
+        self.defer = defer
         self._templates: OrderedDict = OrderedDict()  # key -> CdrTemplate, or None: rclpy's path
+        self._making: set = set()  # keys whose template a deferred job makes
         self.refused = ""  # why a template could not be made (rclpy serialises those keys)
         self._lock = threading.Lock()  # a producer may publish its cameras from several threads
+        load_type_support(msg_type)
 
     def serialize(self, key, build, values) -> bytes:
+        schedule = False
         with self._lock:
             t = self._templates.get(key, False)
-            if t is False:
-                t = self._templates[key] = self._make(build)
-                while len(self._templates) > self.KEPT:
-                    self._templates.popitem(last=False)
+            if t is False and self.defer is None:
+                t = self._keep(key, self._make(build))
+            elif t is False:
+                t, schedule = None, key not in self._making
+                self._making.add(key)
+        if schedule:
+            self.defer(lambda: self._make_later(key, build))
         if t is None:
             return _serialize(_with_values(build(), self.fields, values))
         return t.encode(values)
+
+    def _keep(self, key, t: CdrTemplate | None) -> CdrTemplate | None:
+        """(lock held)"""
+        self._templates[key] = t
+        while len(self._templates) > self.KEPT:
+            self._templates.popitem(last=False)
+        return t
+
+    def _make_later(self, key, build) -> None:
+        t = self._make(build)  # the milliseconds: not under the lock
+        with self._lock:
+            self._making.discard(key)
+            self._keep(key, t)
 
     def _make(self, build) -> CdrTemplate | None:
         try:

@@ -134,7 +134,8 @@ class HandoffInputs:
             node, TensorHandoff, functools.partial(self.on_announcement, on_payload=on_payload),
             accepts=lambda m: m.camera in node.cameras and m.stream in STREAMS,
             on_bad=lambda detail: node.report.drop("bad_handoff", detail),
-            one_at_a_time=False)  # its own locks; a delivery may pool a set (run_or_submit)
+            one_at_a_time=False,  # its own locks; a delivery may pool a set (run_or_submit)
+            defer=node.after_set)  # templates learnt after a set, not while the first arrives
         for (cam, stream), topic in handoff_topics(node.cfg, node.cameras).items():
             events = node.report.subscription_events(topic)
             sub = node.create_subscription(TensorHandoff, topic, lambda m: None, qos,

@@ -40,7 +40,7 @@ class HandoffOutput:
         self.pub = node.create_publisher(BevHandoff, topic, qos)
         self.backend = backend
         self._written = None  # (producer.Written, DeviceOutput) of the frame being published
-        self._announcements = TemplateWriter(BevHandoff)
+        self._announcements = TemplateWriter(BevHandoff, defer=node.after_set)
         self._geometry = (None, None)  # (rig, grid_geometry(rig)): computed once per calibration
         self._hooked = hasattr(backend, "add_frame_hook")
         if self._hooked:

@@ -248,6 +248,15 @@ class BevPoolNode(LifecycleNode):
             topics[self.resolve_topic_name(topic)] = INPUT_TYPES["camera_info"]
         return topics
 
+    def after_set(self, job) -> None:
+        """``job`` where it delays no set: the pooling thread after one (PoolingWorker.after_set);
+        now when no worker runs (configuring, cleaned up)."""
+        worker = getattr(self, "worker", None)
+        if worker is None:
+            job()
+        else:
+            worker.after_set(job)
+
     def _cpu_instead(self, backend, error: Exception, rig):
         self.backend = configure.cpu_instead(self.cfg, self.get_logger(), backend, error, rig)
         return self.backend

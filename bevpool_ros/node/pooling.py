@@ -29,6 +29,7 @@ from .sync import CameraSet
 
 E4M3_WIRE = np.dtype(np.uint8)
 FLOWING_S = 1.0  # sets count as flowing while one was pooled this recently (between_sets)
+AFTER_SET_KEPT = 256  # after_set jobs waiting for a set
 log = logging.getLogger(__name__)
 
 
@@ -114,6 +115,7 @@ class PoolingWorker:
         self.rebuilds = 0
         self.busy = False
         self._jobs: dict = {}  # between_sets: job -> None, run once after the next set
+        self._after: deque = deque()  # after_set: one run after each set
         self._adopted: dict = {}  # between_sets: job -> [timer, period s, next due], while sets flow
         self._last_set = -1e9  # monotonic time the last set was pooled
 
@@ -234,6 +236,16 @@ class PoolingWorker:
         for j in dict.fromkeys(jobs):
             self._run_job(j)
 
+    def after_set(self, job) -> None:
+        """Run ``job`` in the thread that pools, after a set; one such job per set, in order.
+        For one-off work of a few milliseconds that must not delay a set, such as learning an
+        announcement template (handoff/cdr_template.py): a node's first set meets a dozen. Jobs
+        wait while no set comes (at most AFTER_SET_KEPT; older ones are forgotten)."""
+        with self._cv:
+            self._after.append(job)
+            while len(self._after) > AFTER_SET_KEPT:
+                self._after.popleft()
+
     def forget(self, job) -> None:
         """``job``'s owner is going (its timer destroyed): never run or reset it again."""
         with self._cv:
@@ -299,6 +311,8 @@ class PoolingWorker:
             with self._cv:
                 self._last_set = time.monotonic()
                 jobs = self._due_jobs(self._last_set)
+                if self._after:
+                    jobs.append(self._after.popleft())
             for job in jobs:  # still busy: a set arriving meanwhile is queued, not pooled inline
                 self._run_job(job)
             with self._cv:
