@@ -91,9 +91,9 @@ class GpuBackend(Backend):
     def warm_device_inputs(self, out: np.ndarray | None = None) -> None:
         """Run the device-input path once on the prepared map, every camera missing (zeros), no
         host copy, no frame hooks: its buffers, first kernel launches (CUDA loads kernels on first
-        use) and eager frame happen now instead of in the first hand-off set, which took 28 ms
-        on the H200 host and lost the sets arriving meanwhile at 100 Hz. ``out``: the array the
-        real sets will name (its dtype picks the grid's)."""
+        use) and eager frame happen now, not in the first hand-off set (at 100 Hz the sets that
+        arrive while one takes tens of milliseconds are lost). ``out``: the array the real sets
+        will name (its dtype picks the grid's)."""
         self._require_map()
         cameras = [(None, None)] * self.smap.depth_shape[0]
         self._device_inputs().run(cameras, out, host_copy=False, publish=False)
