@@ -49,6 +49,26 @@ def test_cold_path_times_every_step_warm_and_paced(tmp_path):
     assert fake.calls["cuGraphLaunch"] >= 30  # the steady pool call is a graph replay
 
 
+def test_first_set_bench_learns_every_stream_in_both_modes(tmp_path):
+    """bench/first_set.py: a fresh process per mode; made at once or after the sets, the templates
+    end the same (one per camera stream, every job run), and each set's time is recorded."""
+    import json
+
+    pytest.importorskip("bevpool_msgs.msg")
+    out = tmp_path / "first.json"
+    r = subprocess.run([sys.executable, "bench/first_set.py", "--sets", "14", "--json", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    modes = {m["mode"]: m for m in json.loads(out.read_text())["results"]}
+    assert set(modes) == {"now", "after_set"}
+    for m in modes.values():
+        assert m["streams"] == 12 and m["templates_read"] == 12 and m["jobs_left"] == 0, m
+        assert len(m["set_ms"]) == 14 and min(m["set_ms"]) > 0
+    # made at once nothing waits for a set; deferred, the last sets read every stream by template
+    assert modes["now"]["after_set_ms"] == [] and len(modes["after_set"]["after_set_ms"]) == 13  # 12 read, 1 written
+    assert modes["after_set"]["reads_by_template"] >= 12
+
+
 @pytest.mark.ros
 def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     """bench/latency.py --split over real DDS (cpu backend, three processes): every set's time is cut
