@@ -269,7 +269,7 @@ class TemplateReader:
         with self._lock:
             self.misses += 1
             if self.learning and self.defer is None:
-                self._learn(msg, data)
+                self._learn(self._make(msg, data), data)
             elif self.learning:
                 self._pending[data] = msg
                 while len(self._pending) > self.PENDING_MAX:
@@ -297,13 +297,10 @@ class TemplateReader:
                     msg, data = m, d
                     break
         if data is not None:
-            try:
-                made = CdrTemplate(msg, self.fields, data)  # the milliseconds: not under the lock
-            except TemplateError:
-                made = None
+            made = self._make(msg, data)  # the milliseconds: not under the lock
             with self._lock:
                 if self.learning and self._matching(data) is None:
-                    self._learn(msg, data, made)
+                    self._learn(made, data)
         with self._lock:
             for d in [d for d in self._pending if self._matching(d) is not None]:
                 del self._pending[d]  # read by what was just learnt
@@ -311,13 +308,15 @@ class TemplateReader:
         if again:
             self.defer(self._learn_one)
 
-    def _learn(self, msg, data: bytes, made: CdrTemplate | None | bool = False) -> None:
-        """(lock held) ``made``: the template made outside the lock (None: it could not be)."""
+    def _make(self, msg, data: bytes) -> CdrTemplate | None:
         try:
-            t = CdrTemplate(msg, self.fields, data) if made is False else made
-            if t is None:
-                raise TemplateError("no template")
+            return CdrTemplate(msg, self.fields, data)
         except TemplateError:
+            return None
+
+    def _learn(self, t: CdrTemplate | None, data: bytes) -> None:
+        """(lock held) Keep ``t``, the template of ``data`` (None: none could be made)."""
+        if t is None:
             self.refused += 1  # a type or layout that cannot be patched: rclpy from now on
             self.learning = self.refused < self.REFUSED_MAX
             return

@@ -115,7 +115,7 @@ class PoolingWorker:
         self.rebuilds = 0
         self.busy = False
         self._jobs: dict = {}  # between_sets: job -> None, run once after the next set
-        self._after: deque = deque()  # after_set: one run after each set
+        self._after: deque = deque(maxlen=AFTER_SET_KEPT)  # after_set: one run after each set
         self._adopted: dict = {}  # between_sets: job -> [timer, period s, next due], while sets flow
         self._last_set = -1e9  # monotonic time the last set was pooled
 
@@ -243,8 +243,6 @@ class PoolingWorker:
         wait while no set comes (at most AFTER_SET_KEPT; older ones are forgotten)."""
         with self._cv:
             self._after.append(job)
-            while len(self._after) > AFTER_SET_KEPT:
-                self._after.popleft()
 
     def forget(self, job) -> None:
         """``job``'s owner is going (its timer destroyed): never run or reset it again."""
