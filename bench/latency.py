@@ -416,22 +416,24 @@ def run_pipeline(args) -> dict:
 def split_sets(run: dict, measured) -> dict:
     """--split: each set's time cut at the processes' boundaries (one CLOCK_MONOTONIC), in ms:
     burst (publisher: first message handed to DDS -> last), to_node (last handed over -> the node's
-    callback of the set's last input began), node (-> BEV published), to_consumer (-> received and
-    decoded by the subscriber); plus the node's per-message take (deserialisation) and callback."""
+    callback of the set's last input began), node (-> the BEV's publish() called), to_consumer (the
+    publish call, the hop, received and decoded by the subscriber); plus the node's per-message take
+    (deserialisation) and callback. The cut is where publish() starts, not where it returns: a
+    SYNCHRONOUS publish may deliver before it returns to a thread that lost its core."""
     tl = run["timeline"]
     if not tl:
         return {}
     sent, first = run["sent"], run["first"]
     received = dict(run["sub"]["received"])
     parts: dict[str, list] = {k: [] for k in ("burst", "to_node", "node", "to_consumer")}
-    for stamp, _first_arrival, last_arrival, _started, _t_pub, done in tl["published"]:
+    for stamp, _first_arrival, last_arrival, _started, t_pub, _done in tl["published"]:
         if stamp not in measured or stamp not in received or stamp not in first:
             continue
         t_sent, t_first = sent[stamp] / 1e9, first[stamp] / 1e9
         parts["burst"].append((t_sent - t_first) * 1e3)
         parts["to_node"].append((last_arrival - t_sent) * 1e3)
-        parts["node"].append((done - last_arrival) * 1e3)
-        parts["to_consumer"].append((received[stamp] / 1e9 - done) * 1e3)
+        parts["node"].append((t_pub - last_arrival) * 1e3)
+        parts["to_consumer"].append((received[stamp] / 1e9 - t_pub) * 1e3)
     out = {k: percentiles(v) for k, v in parts.items()}
     tensors = [(b - a) * 1e3 for a, b, name in tl["takes"] if name.endswith(("/depth", "/feat"))]
     out["take_per_message"] = percentiles(tensors)  # the node's default topics (bench runs them)
