@@ -34,6 +34,12 @@ around the call see the graph's own duration, node-to-node gaps included).
 
 Per step: median and p99 in microseconds, warm (``--calls`` back to back after a warm-up) and
 paced (one call per 1/rate s, the thread in time.sleep between them), and the ratio.
+
+``--awake spin,nap`` adds paced rows where the thread keeps its core awake for ``--lead-ms``
+before each call, as a thread expecting the next set could: ``spin`` polls the clock, ``nap``
+sleeps 50 us at a time (a short sleep lets the core idle only in a shallow state, whose caches
+survive; a deep one, chosen for a long sleep, may lose them). Whether the cold cost is the
+caches and clocks of a core that slept deeply, or is paid anyway, shows in these rows.
 """
 from __future__ import annotations
 
@@ -191,11 +197,18 @@ def warm(f, calls: int) -> list[float]:
     return out
 
 
-def paced(f, calls: int, rate: float) -> list[float]:
+def paced(f, calls: int, rate: float, awake: str = "none", lead_s: float = 0.0) -> list[float]:
+    """One call per 1/rate s. ``awake``: how the thread spends the last ``lead_s`` before each
+    call (none: asleep throughout; spin: polling the clock; nap: 50 us sleeps)."""
     out, period = [], 1.0 / rate
     f()
+    due = time.perf_counter()
     for _ in range(calls):
-        time.sleep(period)
+        due += period
+        time.sleep(max(0.0, due - (lead_s if awake != "none" else 0.0) - time.perf_counter()))
+        while awake != "none" and time.perf_counter() < due:
+            if awake == "nap":
+                time.sleep(50e-6)
         t0 = time.perf_counter()
         f()
         out.append(time.perf_counter() - t0)
@@ -213,17 +226,31 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--pool", action="store_true", help="also time BevPooler.pool (needs a GPU)")
+    ap.add_argument("--awake", default="", help="comma-separated: spin, nap (paced rows with the "
+                    "core kept awake for --lead-ms before each call)")
+    ap.add_argument("--lead-ms", type=float, default=1.0)
+    ap.add_argument("--steps", default="", help="comma-separated step names (default: all)")
     args = ap.parse_args(argv)
+    awake = [a for a in args.awake.split(",") if a]
+    if any(a not in ("spin", "nap") for a in awake):
+        ap.error(f"--awake: spin or nap, not {args.awake}")
     rows, todo, device, close = [], steps(), None, (lambda: None)
     if args.pool:
         more, device, close = pool_steps()
         todo.update(more)
+    if args.steps:
+        todo = {k: todo[k] for k in args.steps.split(",") if k in todo}
     for name, f in todo.items():
         w, p = stats(warm(f, args.calls * 10)), stats(paced(f, args.calls, args.rate))
         rows.append({"step": name, "warm": w, f"paced_{args.rate:g}hz": p,
                      "ratio_p50": round(p["p50_us"] / max(w["p50_us"], 1e-3), 1)})
-        print(f"{name:28s} warm {w['p50_us']:7.1f} / {w['p99_us']:7.1f} us   "
-              f"{args.rate:g} Hz {p['p50_us']:7.1f} / {p['p99_us']:7.1f} us   x{rows[-1]['ratio_p50']}")
+        line = (f"{name:28s} warm {w['p50_us']:7.1f} / {w['p99_us']:7.1f} us   "
+                f"{args.rate:g} Hz {p['p50_us']:7.1f} / {p['p99_us']:7.1f} us   x{rows[-1]['ratio_p50']}")
+        for a in awake:
+            k = stats(paced(f, args.calls, args.rate, a, args.lead_ms * 1e-3))
+            rows[-1][f"paced_{args.rate:g}hz_{a}_{args.lead_ms:g}ms"] = k
+            line += f"   {a} {k['p50_us']:7.1f} / {k['p99_us']:7.1f}"
+        print(line)
     device_us = device(args.calls) if device is not None else None
     close()
     if device_us is not None:
