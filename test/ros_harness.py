@@ -74,8 +74,7 @@ def no_gpu_env() -> dict:
     return dict(os.environ, CUDA_VISIBLE_DEVICES="")
 
 
-_DOMAINS = 101  # ids 1..101 keep Fast DDS's port numbers below Linux's ephemeral port range
-_domain_lock = None  # the flock held on this process's current domain
+_domain = None  # the domain this process's harness holds now
 
 
 def isolate_ros_env() -> int:
@@ -83,26 +82,17 @@ def isolate_ros_env() -> int:
 
     Fresh on every call: a graph that outlives its tests (a module fixture) or endpoints a stopped
     process left behind until their lease ran out must not be seen by the next graph (they were:
-    grids of another node, stale service servers, extra publishers of a type). A domain is taken
-    with an flock, so two suites running at once on one machine never share one either."""
-    global _domain_lock
-    import fcntl
+    grids of another node, stale service servers, extra publishers of a type). Claimed with an
+    flock (bevpool_ros/demo/domain.py), so two suites running at once on one machine, or a bag
+    evaluation a test starts, never share one either."""
+    global _domain
+    from bevpool_ros.demo.domain import DOMAINS, claim_domain, release_domain
 
-    start = int(os.environ.get("BEVPOOL_TEST_DOMAIN") or (os.getpid() * 7919 + time.time_ns() // 1000) % _DOMAINS)
-    for step in range(1, _DOMAINS + 1):
-        domain = 1 + (start + step - 1) % _DOMAINS  # the next id after the last one used
-        lock = open(f"/tmp/bevpool_ros_test_domain_{domain}.lock", "w")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another suite holds it
-            lock.close()
-            continue
-        if _domain_lock is not None:
-            _domain_lock.close()  # gives the previous domain back
-        _domain_lock = lock
-        break
-    else:
-        raise RuntimeError(f"no free ROS domain among 1..{_DOMAINS} (other test runs hold them all)")
+    last = int(os.environ.get("BEVPOOL_TEST_DOMAIN") or 0)
+    domain = claim_domain(last % DOMAINS + 1 if last else None)  # the next id after the last one used
+    if _domain is not None:
+        release_domain(_domain)  # gives the previous domain back
+    _domain = domain
     os.environ["BEVPOOL_TEST_DOMAIN"] = str(domain)
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"

@@ -219,6 +219,45 @@ def test_a_node_that_does_not_start_is_one_line_and_leaves_nothing(bag, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.ros
+def test_an_evaluation_never_scores_another_graphs_grids(bag, tmp_path):
+    """A bevpool_node of another graph (a live robot's: it claims no domain) on the domain the
+    evaluation tries first: its grids must never pass for the evaluated node's. A node that did
+    not start is reported as such (this once scored 6 grids of a parallel test's node), and a
+    node that did start is refused a shared domain."""
+    import os
+    import time
+
+    from bevpool_ros.bag.evaluate import evaluate_bag
+    from bevpool_ros.bag.replay import EvalSetupError
+    from bevpool_ros.demo.domain import claim_domain, release_domain
+    from bevpool_ros.demo.session import NodeProcess
+    from bevpool_ros.paths import default_rig_path
+
+    rig = str(default_rig_path())
+    domain, before = claim_domain(), os.environ.get("ROS_DOMAIN_ID")
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    try:
+        stranger = NodeProcess({"rig_file": rig, "backend": "cpu"})
+    finally:
+        os.environ.pop("ROS_DOMAIN_ID") if before is None else os.environ.__setitem__("ROS_DOMAIN_ID", before)
+    try:
+        deadline = time.monotonic() + 120
+        while "ready:" not in stranger.output() and stranger.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "ready:" in stranger.output(), stranger.output()[-2000:]
+        release_domain(domain)  # unclaimed from now on, as a graph that knows nothing of claims
+        with pytest.raises(EvalSetupError, match="bevpool_node exited with code 2"):
+            evaluate_bag(bag[0], tmp_path / "a", rig, {"backend": "cpu", "sync.min_cameras": 9}, domain=domain)
+        with pytest.raises(EvalSetupError, match=f"another graph shares DDS domain {domain}"):
+            evaluate_bag(bag[0], tmp_path / "b", rig, {"backend": "cpu"}, domain=domain)
+        assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+        assert os.environ.get("ROS_DOMAIN_ID") == before  # the caller's environment as it was
+    finally:
+        release_domain(domain)
+        stranger.stop()
+
+
 def test_a_bag_without_the_nodes_topics_is_refused_before_it_starts(bag, tmp_path):
     r = _bag_cli("eval", bag[0], "--out", tmp_path / "out",
                  "-p", "input.feat_topic:=robot/{camera}/feat")

@@ -3,7 +3,9 @@ output.
 
 1. the bag is checked against the node's parameters (its topics, depth modes) before anything
    starts;
-2. the node runs in its own process with the given parameters (isolated DDS domain);
+2. the node runs in its own process with the given parameters, on a DDS domain claimed to this
+   evaluation (demo/domain.py: never the caller's ROS_DOMAIN_ID, where a live graph may run), and
+   no other node may publish its output or take the bag's topics there (replay.py);
 3. the bag's messages are published raw (CDR as recorded), at the recorded pace x ``rate`` or paced
    (one set at a time, each after the previous grid came back): ``replay``;
 4. every BevFeature the node publishes is written to the output bag with its arrival time;
@@ -19,6 +21,7 @@ A run passes when every grid matches and no more complete sets were lost than al
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field, fields
@@ -70,6 +73,7 @@ class EvalReport:
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
     atol: float | None = None              # None: the tolerance of each grid's precision
+    domain: int = 0                        # the DDS domain the replay ran on
 
     def to_dict(self) -> dict:
         pct = (lambda q: float(np.percentile(self.e2e_ms, q))) if self.e2e_ms else (lambda q: None)
@@ -228,9 +232,11 @@ def node_view(bag, rig: Rig, node_params: dict | None, params_file: str | None):
 def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_params: dict | None = None,
                  params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                  drain_s: float = 2.0, paced: bool = False, allow_lost: AllowLost = AllowLost(),
-                 set_timeout_s: float = 10.0, show_progress: bool = False) -> EvalReport:
-    """Evaluate one bag; ``paced``: one set at a time (``rate`` unused). On any failure the output
-    bag is removed again (a rerun finds ``out_bag`` free)."""
+                 set_timeout_s: float = 10.0, show_progress: bool = False,
+                 domain: int | None = None) -> EvalReport:
+    """Evaluate one bag; ``paced``: one set at a time (``rate`` unused); ``domain``: the DDS domain
+    to try first (the one claimed is ``report.domain``). On any failure the output bag is removed
+    again (a rerun finds ``out_bag`` free)."""
     from ..rig_yaml import load_rig
 
     bag, out_bag = Path(bag), Path(out_bag)
@@ -241,9 +247,9 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file)
             for k in ("distribution", "sigma_m")}
     try:
-        sets, result, report.node_rc = _replay(
+        sets, result, report.node_rc, report.domain = _replay(
             bag, out_bag, rig_path, node_params, params_file, view, None if paced else rate,
-            dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress))
+            dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress, domain=domain))
         converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
         score(bag, out_bag, rig, report, converter, show_progress)
     except BaseException:
@@ -258,17 +264,19 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
 
 
 def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, options: dict):
-    """Start the node, play the bag into it (``rate`` None: paced), record its grids in
-    ``out_bag``; (the bag's sets, ReplayResult, the node's exit code)."""
+    """Start the node on a domain of its own, play the bag into it (``rate`` None: paced), record
+    its grids in ``out_bag``; (the bag's sets, ReplayResult, the node's exit code, the domain)."""
+    from ..demo.domain import claim_domain, release_domain
     from ..demo.session import PipelineSession
     from .play import BagPlayer
     from .replay import Replay
     from .sets import find_sets
 
-    session = PipelineSession(rig_path=rig_path, node_params=node_params, params_file=params_file,
-                              publisher=False)
-    player = None
+    domain, caller_domain = claim_domain(options["domain"]), os.environ.get("ROS_DOMAIN_ID")
+    session = player = None
     try:
+        session = PipelineSession(rig_path=rig_path, node_params=node_params, params_file=params_file,
+                                  publisher=False, domain=domain)
         player = BagPlayer(bag, context=session.context)
         session.executor.add_node(player)
         sets = find_sets(player.entries, view.cameras, view.slop_s)
@@ -280,8 +288,13 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
         if player is not None:
             session.executor.remove_node(player)
             player.destroy_node()
-        node_rc, _ = session.close()
-    return sets, result, node_rc
+        node_rc = session.close()[0] if session is not None else None
+        release_domain(domain)
+        if caller_domain is None:  # the caller's environment as it was
+            os.environ.pop("ROS_DOMAIN_ID", None)
+        else:
+            os.environ["ROS_DOMAIN_ID"] = caller_domain
+    return sets, result, node_rc, domain
 
 
 def grid_keys(out_bag: Path) -> list:

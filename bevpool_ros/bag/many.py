@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..demo import domain as domain_ids
 from ..progress import progress_bar
 from .io import BagError
 from .ray_cluster import check_fits, start_ray, where_am_i
@@ -23,8 +24,9 @@ from .ray_cluster import check_fits, start_ray, where_am_i
 # the driver's settings that shape an evaluation; a cluster's workers inherit their raylet's
 # environment, not the driver's, so these travel with each task
 PASSED_ENV_PREFIXES = ("BEVPOOL_", "RMW_", "FASTDDS_", "FASTRTPS_")
-# the ROS 2 domain ids whose Fast DDS ports stay below Linux's ephemeral range (see ros_harness)
-DOMAINS = range(1, 102)
+# the ROS 2 domain ids whose Fast DDS ports stay below Linux's ephemeral range (a first choice
+# per task: on its machine the task claims it, or the next free one)
+DOMAINS = range(1, domain_ids.DOMAINS + 1)
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,10 @@ def find_bags(paths) -> list[Path]:
 
 def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, params_file: str | None,
                  rate: float, atol: float | None, domain: int, options: dict | None = None) -> dict:
-    """One bag on DDS domain ``domain`` -> the report dict + what the HTML report plots;
-    ``options``: evaluate_bag's keyword options (paced, allow_lost, set_timeout_s)."""
+    """One bag on DDS domain ``domain`` (or the next free one on its machine: demo/domain.py) -> the
+    report dict + what the HTML report plots; ``options``: evaluate_bag's keyword options (paced,
+    allow_lost, set_timeout_s)."""
     _default_sigint()
-    os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     from ..node.main import use_large_data_profile
     from .evaluate import evaluate_bag
@@ -65,12 +67,12 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
     t0 = time.monotonic()
     try:
         report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol,
-                              **(options or {}))
+                              **(options or {}), domain=domain)
     except Exception as e:  # one broken bag is a failed row in the report, not a failed run
         return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "failures": [str(e)],
                 "domain": domain}
     out = report.to_dict()
-    out.update(bag=bag, out_bag=out_bag, ok=report.ok, domain=domain, wall_s=time.monotonic() - t0,
+    out.update(bag=bag, out_bag=out_bag, ok=report.ok, domain=report.domain, wall_s=time.monotonic() - t0,
                frame_errors=report.frame_errors, frame_error_ratios=report.frame_error_ratios,
                e2e_ms_all=report.e2e_ms,
                drops=drops_by_reason(report.diagnostics), bev_energy=last_bev_energy(out_bag))

@@ -67,15 +67,47 @@ class Replay:
     def connect(self) -> dict:
         """Wait until the node subscribes the bag's topics and publishes to us; its diagnostics."""
         s = self.session
-        matched = lambda: (self.player.subscribers_ready()  # noqa: E731
+        # our node alive: another graph's node on the domain would match these just as well
+        matched = lambda: (s.node.alive() and self.player.subscribers_ready()  # noqa: E731
                            and s.con.bev_sub.get_publisher_count() > 0)
         if not s.spin_until(matched, CONNECT_TIMEOUT_S):
             raise EvalSetupError(self._node_failed("did not subscribe to the bag's topics"))
-        # the node's own view: its diagnostics stop saying "idle: no subscriber" once it sees ours
-        if not s.spin_until(lambda: (d := s.con.latest_diagnostics()) is not None
+        # the node's own view (its diagnostics name its process: not another graph's node): they
+        # stop saying "idle: no subscriber" once it sees ours
+        if not s.spin_until(lambda: (d := self._ours()) is not None
                             and not d.get("message", "").startswith("idle:"), CONNECT_TIMEOUT_S):
             raise EvalSetupError(self._node_failed("published no diagnostics seeing us"))
-        return s.con.latest_diagnostics()
+        self.check_alone("before the replay")
+        return self._ours()
+
+    def _ours(self) -> dict | None:
+        """The latest /diagnostics of our node (its pid), as a dict; None before the first."""
+        from ..demo.consumer import diagnostics_dict
+
+        pid = str(self.session.node.proc.pid)
+        for arr in reversed(self.session.con.diagnostics):
+            if arr.status and "bev pooling" in arr.status[0].name:
+                d = diagnostics_dict(arr)
+                if d.get("pid") == pid:
+                    return d
+        return None
+
+    def check_alone(self, when: str) -> None:
+        """EvalSetupError if another node on this DDS domain publishes grids or takes the bag's
+        topics: its grids would be scored as our node's, or the bag pooled twice."""
+        con, topic = self.session.con, self.session.con.bev_sub.topic_name
+        grids = con.get_publishers_info_by_topic(topic)
+        ours = {(e.node_namespace, e.node_name) for e in grids}
+        strangers = [f"{len(grids)} publishers of {topic}"] if len(grids) > 1 else []
+        for bag_topic in self.player.pubs:
+            takers = self.player.get_subscriptions_info_by_topic(bag_topic)
+            if len(takers) > 1 or {(e.node_namespace, e.node_name) for e in takers} - ours:
+                names = sorted(f"{e.node_namespace.rstrip('/')}/{e.node_name}" for e in takers)
+                strangers.append(f"{len(takers)} subscribers of {bag_topic} ({', '.join(names)})")
+        if strangers:
+            raise EvalSetupError(
+                f"another graph shares DDS domain {self.session.domain} {when}: {'; '.join(strangers[:3])}; "
+                "the evaluation needs a domain to itself (stop the other graph or free the domain)")
 
     def _node_failed(self, what: str) -> str:
         node = self.session.node
@@ -114,6 +146,7 @@ class Replay:
                 # what follows the last set
                 self.player.publish_through(len(self.player.messages) - 1, sent)
             self.session.spin_until(lambda: all(s.key in self.keys for s in complete), drain_s)
+        self.check_alone("during the replay")
         result.diagnostics_end = self._fresh_diagnostics(len(self.keys))
         cameras = {cam for s in complete for cam, _ in s.key}
         result.messages_sent = self._resent_messages + sum(

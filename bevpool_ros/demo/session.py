@@ -8,7 +8,6 @@ been published to the moment the consumer receives its BEV message. The node's o
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -22,12 +21,13 @@ from .waiting import poll_until
 
 
 def isolate(domain: int | None = None) -> int:
-    """A private DDS domain on localhost (unless ROS_DOMAIN_ID is already chosen) + the DDS profile."""
+    """Localhost-only discovery, the node's DDS profile, and a domain: ``domain``, else
+    ROS_DOMAIN_ID where the caller chose one, else one claimed to this process (domain.py)."""
     from ..node.main import use_large_data_profile
+    from .domain import claim_domain
 
     if domain is None:
-        # 0..101: ports below the ephemeral range
-        domain = int(os.environ.get("ROS_DOMAIN_ID") or random.randint(1, 101))
+        domain = int(os.environ.get("ROS_DOMAIN_ID") or claim_domain())
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     use_large_data_profile()
@@ -133,7 +133,7 @@ class RunResult:
 class PipelineSession:
     def __init__(self, rig_path: str | None = None, node_params: dict | None = None,
                  params_file: str | None = None, subscribe_image: bool = False, publisher: bool = True,
-                 publisher_kwargs: dict | None = None):
+                 publisher_kwargs: dict | None = None, domain: int | None = None):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -142,7 +142,7 @@ class PipelineSession:
         from .consumer import BevConsumer
         from .synthetic_publisher import SyntheticRigPublisher
 
-        self.domain = isolate()
+        self.domain = isolate(domain)
         rig_path = rig_path or str(default_rig_path())
         self.rig = load_rig(rig_path)
         self.node = NodeProcess({"rig_file": rig_path, **(node_params or {})}, params_file)

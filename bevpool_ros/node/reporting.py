@@ -2,6 +2,7 @@
 snapshot and the /diagnostics message built from it (level rules: ``diagnostics.health``)."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -150,6 +151,7 @@ class Report:
             "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
             "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
             "executor": node.executor_kind, "heap": heap.state,
+            "pid": os.getpid(),  # which process this is: two graphs may share a domain by mistake
         }
         for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
             if key in d:

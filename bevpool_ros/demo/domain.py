@@ -1,0 +1,51 @@
+"""A DDS domain to itself for one graph: a test's, a demo's, a bag evaluation's.
+
+Topics are matched by name within a domain, so two graphs on one domain feed each other: a bag
+evaluation's camera messages pooled by another bevpool_node, whose grids the evaluation then
+scores as its own. Ids 1..101 keep Fast DDS's port numbers below Linux's ephemeral range; each
+is claimed with an flock on a file in the temp folder, so processes on one machine that claim
+their domain here (test suites running at once, evaluations, demos) never share one. A process
+holds its claims until it releases them or exits (the lock goes with the process); a child
+(the node) inherits the id through ROS_DOMAIN_ID, not the lock.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+import time
+
+DOMAINS = 101  # ids 1..DOMAINS
+_held: dict[int, object] = {}  # domain -> its open lock file
+
+
+def lock_path(domain: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"bevpool_ros_domain_{domain}.lock")
+
+
+def claim_domain(start: int | None = None) -> int:
+    """A domain id no other process on this machine has claimed, and this one does not hold:
+    ``start`` if free, else the next free one after it (default start: a per-process pick).
+    RuntimeError when every id is held."""
+    if start is None:
+        start = 1 + (os.getpid() * 7919 + time.time_ns() // 1000) % DOMAINS
+    for step in range(DOMAINS):
+        domain = 1 + (start - 1 + step) % DOMAINS
+        if domain in _held:
+            continue
+        lock = open(lock_path(domain), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another process holds it
+            lock.close()
+            continue
+        _held[domain] = lock
+        return domain
+    raise RuntimeError(f"no free ROS domain among 1..{DOMAINS} (other runs on this machine hold them all)")
+
+
+def release_domain(domain: int) -> None:
+    """Give a claimed domain back (nothing if this process does not hold it)."""
+    lock = _held.pop(domain, None)
+    if lock is not None:
+        lock.close()
