@@ -451,11 +451,24 @@ def pool_and_wait(worker, results: list, rig) -> None:
     assert len(results) == n + 1 and worker.wait_until_idle(30)
 
 
+class StubTimer:
+    """What ``between_sets`` uses of an rclpy timer: its period, cancel and reset (recorded)."""
+
+    def __init__(self, period_s):
+        self.timer_period_ns, self.calls = int(period_s * 1e9), []
+
+    def cancel(self):
+        self.calls.append("cancel")
+
+    def reset(self):
+        self.calls.append("reset")
+
+
 def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
     """``between_sets`` (the /diagnostics and graph-check timers): with no set pooled lately the
     job runs in the caller's thread; while sets flow it waits for the end of the next set and runs
     in the thread that pooled it, before the worker is idle again, never during a set; a job
-    queued twice runs once; one that raises leaves the worker working."""
+    handed over twice is one job; one that raises leaves the worker working."""
     import threading
 
     from bevpool_ros.node.calibration import LiveCalibration
@@ -480,15 +493,16 @@ def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
         raise RuntimeError("diagnostics publisher gone")
 
     results = []
+    timer = StubTimer(60.0)  # due at the first set after it is adopted, then not for a minute
     worker = PoolingWorker(Recording(), LiveCalibration(rig), results.append, lambda r, d: None)
     worker.start()
     try:
-        worker.between_sets(job)  # nothing pooled yet: right here
-        assert log == [(threading.current_thread().name, False)]
+        worker.between_sets(job, timer)  # nothing pooled yet: right here
+        assert log == [(threading.current_thread().name, False)] and timer.calls == []
         pool_and_wait(worker, results, rig)
-        worker.between_sets(job)  # sets flow: deferred to the end of the next one
-        worker.between_sets(job)
-        worker.between_sets(broken)
+        worker.between_sets(job, timer)  # sets flow: deferred to the end of the next one
+        worker.between_sets(job, timer)
+        worker.between_sets(broken, StubTimer(60.0))
         assert len(log) == 1
         pool_and_wait(worker, results, rig)
         assert log[1:] == [("bevpool-pooling", False)]  # once, after the set, in its thread
@@ -511,17 +525,6 @@ def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(
     from bevpool_ros.workloads import base_rig
 
     monkeypatch.setattr(pooling, "FLOWING_S", 0.3)
-
-    class Timer:
-        def __init__(self, period_s):
-            self.timer_period_ns, self.calls = int(period_s * 1e9), []
-
-        def cancel(self):
-            self.calls.append("cancel")
-
-        def reset(self):
-            self.calls.append("reset")
-
     rig = base_rig()
     ran = {"often": [], "rare": [], "gone": []}
     results = []
@@ -532,7 +535,7 @@ def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(
         return lambda: ran[name].append(threading.current_thread().name)
 
     often, rare, gone = job("often"), job("rare"), job("gone")
-    t_often, t_rare, t_gone = Timer(0.0), Timer(60.0), Timer(0.0)
+    t_often, t_rare, t_gone = StubTimer(0.0), StubTimer(60.0), StubTimer(0.0)
     try:
         pool_and_wait(worker, results, rig)
         worker.between_sets(often, t_often)

@@ -181,6 +181,17 @@ def test_a_linked_ring_is_delivered_by_its_datagrams_and_dds_drops_its_ros_copie
     assert rig.spin_until(lambda: (m.sequence, "dds") in rig.delivered)
 
 
+def test_a_ros_copy_tells_whether_its_datagram_came_first(rig):
+    """``signalled``: the node lets only those ROS copies wait for its set (copies to drop); a
+    first copy is delivered at once (node/handoff_input.py)."""
+    early = rig.announce(ways=("dds",))  # before the link: its only copy is the ROS one
+    assert rig.spin_until(lambda: (early, "dds") in rig.delivered)
+    assert not rig.links.signalled(rig.message(sequence=early))
+    sent = link(rig)
+    assert rig.links.signalled(rig.message(sequence=sent[-1]))
+    assert not rig.links.signalled(rig.message(sequence=sent[-1] + 1000))  # not announced yet
+
+
 def test_a_lost_datagram_lifts_the_filter_until_the_link_has_been_clean_a_while(rig):
     link(rig)
     seq = rig.announce(skip=2)  # two datagrams the producer never queued for us

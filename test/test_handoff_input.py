@@ -106,6 +106,30 @@ def test_the_ring_holds_three_sets_of_the_largest_tensor(rig):
     assert slot == max(d * h * w, h * w * rig.channels) * 2 and size == 6 * n
 
 
+def test_only_a_ros_copy_to_drop_waits_for_the_pooling_thread():
+    """A ROS copy whose datagram came first waits (bounded) while a set is pooled, the executor
+    asleep; a first copy goes to the synchroniser at once: held back, the next set's datagrams
+    completed their set first and this one's was superseded (a set lost at 100 Hz on the H200,
+    as the node linked its first ring)."""
+    from types import SimpleNamespace
+
+    from bevpool_ros.node.handoff_input import DDS_COPY_WAIT_S, HandoffInputs
+
+    waits, handed = [], []
+    signalled = set()
+    links = SimpleNamespace(signalled=lambda m: m.sequence in signalled,
+                            on_message=lambda m, sub: handed.append(m.sequence))
+    worker = SimpleNamespace(wait_until_idle=lambda t: waits.append(t) or True)
+    inputs = SimpleNamespace(node=SimpleNamespace(worker=worker), links=links, reader=object())
+    for seq in (1, 2, 3):
+        msg = SimpleNamespace(camera="CAM_FRONT", stream="depth", sequence=seq)
+        if seq == 2:
+            signalled.add(2)
+        HandoffInputs.on_ros_copy(inputs, msg, subscription=None, camera="CAM_FRONT", stream="depth")
+    assert handed == [1, 2, 3]             # every copy reaches the links (which drop duplicates)
+    assert waits == [DDS_COPY_WAIT_S]      # only the copy of announcement 2 waited
+
+
 def test_the_announcement_is_small_and_bounded():
     from bevpool_msgs.msg import TensorHandoff
     from rclpy.serialization import serialize_message

@@ -89,6 +89,11 @@ class AnnouncementLinks:
         if first != "signal":  # the same way twice is no copy: checked (and counted) again
             self._hand_over(msg, "dds", arrival)
 
+    def signalled(self, msg) -> bool:
+        """``msg``'s announcement already came over a signal socket: this ROS copy is one to drop."""
+        with self._lock:
+            return self._seen.get((msg.socket_path, int(msg.ring_id), int(msg.sequence))) == "signal"
+
     def _on_datagram(self, socket_path: str, data: bytes) -> None:
         """A signal-socket copy (that link's thread, which an exception must not end: the link
         would close while its ring's ROS copies may still be filtered)."""

@@ -38,9 +38,10 @@ from .configure import STREAMS
 MODES = ("none", "auto", "only")  # not on/off: YAML reads those as booleans
 DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
           "float8_e4m3": np.dtype(np.uint8)}
-# A ROS copy DDS did not filter out (no link yet, or a lossy one) waits this long at most for the
-# pooling thread to finish its set: taken meanwhile, it would hold the GIL that thread needs
-# between its driver calls (see handoff/announcements.py).
+# A ROS copy DDS did not filter out (a lossy link, a middleware without filters) of an announcement
+# its datagram already delivered waits this long at most for the pooling thread to finish its set:
+# the executor sleeping meanwhile takes no further copies, each of which would hold the GIL that
+# thread needs between its driver calls (see handoff/announcements.py).
 DDS_COPY_WAIT_S = 0.02
 
 
@@ -157,7 +158,10 @@ class HandoffInputs:
         node, links = self.node, self.links
         if links is None:
             return
-        if self.reader is not None and node.worker is not None:  # rings mapped here
+        # Only a copy to drop waits: a first copy (no link, or sent before its ring's link was
+        # up) is delivered at once. Held back, it let the next set's datagrams complete their set
+        # first and its own be superseded: a set lost at 100 Hz as the node linked its first ring.
+        if node.worker is not None and links.signalled(msg):
             node.worker.wait_until_idle(DDS_COPY_WAIT_S)  # the executor sleeps, GIL released
         if msg.camera != camera or msg.stream != stream:  # judged before any copy is matched
             node.report.drop("bad_handoff", f"{camera}/{stream} (hand-off): announces "

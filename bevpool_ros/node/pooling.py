@@ -114,7 +114,6 @@ class PoolingWorker:
         self._prepared_version = None
         self.rebuilds = 0
         self.busy = False
-        self._jobs: dict = {}  # between_sets: job -> None, run once after the next set
         self._after: deque = deque(maxlen=AFTER_SET_KEPT)  # after_set: one run after each set
         self._adopted: dict = {}  # between_sets: job -> [timer, period s, next due], while sets flow
         self._last_set = -1e9  # monotonic time the last set was pooled
@@ -210,7 +209,7 @@ class PoolingWorker:
             return self._cv.wait_for(lambda: not self.busy, timeout_s)
 
     # housekeeping -----------------------------------------------------------------------
-    def between_sets(self, job, timer=None) -> None:
+    def between_sets(self, job, timer) -> None:
         """Run ``job`` (periodic housekeeping: /diagnostics, the graph check, the synchroniser's
         time-outs) where it cannot delay a set: while sets flow, in the thread that pools, right
         after a set, when the next one is a camera period away; else now, in the caller's thread.
@@ -223,18 +222,13 @@ class PoolingWorker:
         So ``timer`` (the rclpy timer whose callback this is), while sets flow, is cancelled: the
         executor no longer wakes for it, and this thread runs ``job`` at the timer's period after
         sets. When sets stop flowing (none for FLOWING_S) the timer is reset: the executor runs
-        it again. A job without a timer runs once, after the next set."""
+        it again. (One-off work after a set: ``after_set``.)"""
         with self._cv:
             if self._running and time.monotonic() - self._last_set < FLOWING_S:
-                if timer is None:
-                    self._jobs[job] = None
-                else:
-                    timer.cancel()
-                    self._adopted[job] = [timer, timer.timer_period_ns * 1e-9, 0.0]
+                timer.cancel()
+                self._adopted[job] = [timer, timer.timer_period_ns * 1e-9, 0.0]
                 return
-            jobs, self._jobs = [*self._jobs, job], {}
-        for j in dict.fromkeys(jobs):
-            self._run_job(j)
+        self._run_job(job)
 
     def after_set(self, job) -> None:
         """Run ``job`` in the thread that pools, after a set; one such job per set, in order.
@@ -247,12 +241,11 @@ class PoolingWorker:
     def forget(self, job) -> None:
         """``job``'s owner is going (its timer destroyed): never run or reset it again."""
         with self._cv:
-            self._jobs.pop(job, None)
             self._adopted.pop(job, None)
 
     def _due_jobs(self, now: float) -> list:
-        """(lock held) One-off jobs and adopted periodic jobs that are due, after a set."""
-        jobs, self._jobs = list(self._jobs), {}
+        """(lock held) The adopted periodic jobs that are due, after a set."""
+        jobs = []
         for job, entry in self._adopted.items():
             if now >= entry[2]:
                 jobs.append(job)
