@@ -47,3 +47,22 @@ def test_lock_files_live_in_the_temp_folder(tmp_path, monkeypatch):
         assert (tmp_path / f"bevpool_ros_domain_{d}.lock").exists()
     finally:
         release_domain(d)
+
+
+def test_a_lock_file_left_by_another_user_still_serves(tmp_path, monkeypatch):
+    """A file created by someone else (read-only for us) is locked through a read-only descriptor;
+    one we may not even read is taken for theirs, never an error."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    d = claim_domain()
+    release_domain(d)
+    os.chmod(lock_path(d), 0o444)  # as another user's 0644 file looks to us
+    assert claim_domain(d) == d
+    release_domain(d)
+    if os.geteuid() != 0:  # root reads anything: the unreadable case needs a normal user
+        os.chmod(lock_path(d), 0o000)
+        other = claim_domain(d)
+        release_domain(other)
+        assert other != d

@@ -16,7 +16,7 @@ import tempfile
 import time
 
 DOMAINS = 101  # ids 1..DOMAINS
-_held: dict[int, object] = {}  # domain -> its open lock file
+_held: dict[int, int] = {}  # domain -> the descriptor of its locked file
 
 
 def lock_path(domain: int) -> str:
@@ -33,19 +33,22 @@ def claim_domain(start: int | None = None) -> int:
         domain = 1 + (start - 1 + step) % DOMAINS
         if domain in _held:
             continue
-        lock = open(lock_path(domain), "w")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another process holds it
-            lock.close()
+        try:  # read-only: an flock needs no write access, so another user's lock file serves too
+            fd = os.open(lock_path(domain), os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:  # another user's file we may not read: theirs
             continue
-        _held[domain] = lock
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another process holds it
+            os.close(fd)
+            continue
+        _held[domain] = fd
         return domain
     raise RuntimeError(f"no free ROS domain among 1..{DOMAINS} (other runs on this machine hold them all)")
 
 
 def release_domain(domain: int) -> None:
     """Give a claimed domain back (nothing if this process does not hold it)."""
-    lock = _held.pop(domain, None)
-    if lock is not None:
-        lock.close()
+    fd = _held.pop(domain, None)
+    if fd is not None:
+        os.close(fd)
