@@ -5,7 +5,7 @@ output.
    starts;
 2. the node runs in its own process with the given parameters, on a DDS domain claimed to this
    evaluation (demo/domain.py: never the caller's ROS_DOMAIN_ID, where a live graph may run), and
-   no other node may publish its output or take the bag's topics there (replay.py);
+   no other node may publish grids there (replay.py);
 3. the bag's messages are published raw (CDR as recorded), at the recorded pace x ``rate`` or paced
    (one set at a time, each after the previous grid came back): ``replay``;
 4. every BevFeature the node publishes is written to the output bag with its arrival time;

@@ -93,21 +93,16 @@ class Replay:
         return None
 
     def check_alone(self, when: str) -> None:
-        """EvalSetupError if another node on this DDS domain publishes grids or takes the bag's
-        topics: its grids would be scored as our node's, or the bag pooled twice."""
-        con, topic = self.session.con, self.session.con.bev_sub.topic_name
-        grids = con.get_publishers_info_by_topic(topic)
-        ours = {(e.node_namespace, e.node_name) for e in grids}
-        strangers = [f"{len(grids)} publishers of {topic}"] if len(grids) > 1 else []
-        for bag_topic in self.player.pubs:
-            takers = self.player.get_subscriptions_info_by_topic(bag_topic)
-            if len(takers) > 1 or {(e.node_namespace, e.node_name) for e in takers} - ours:
-                names = sorted(f"{e.node_namespace.rstrip('/')}/{e.node_name}" for e in takers)
-                strangers.append(f"{len(takers)} subscribers of {bag_topic} ({', '.join(names)})")
-        if strangers:
+        """EvalSetupError if a node besides ours publishes grids on this DDS domain: its grids (of
+        the bag, which it would pool too) would be scored as our node's."""
+        topic = self.session.con.bev_sub.topic_name
+        grids = self.session.con.get_publishers_info_by_topic(topic)
+        if len(grids) > 1:
+            names = ", ".join(sorted(f"{e.node_namespace.rstrip('/')}/{e.node_name}" for e in grids))
             raise EvalSetupError(
-                f"another graph shares DDS domain {self.session.domain} {when}: {'; '.join(strangers[:3])}; "
-                "the evaluation needs a domain to itself (stop the other graph or free the domain)")
+                f"another graph shares DDS domain {self.session.domain} {when}: {len(grids)} publishers of "
+                f"{topic} ({names}); the evaluation needs a domain to itself (stop the other graph or free "
+                "the domain)")
 
     def _node_failed(self, what: str) -> str:
         node = self.session.node
