@@ -156,7 +156,7 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
     (out_dir / "bags").mkdir(parents=True, exist_ok=True)
     rig_path = str(Path(rig_path).resolve())
     params_file = str(Path(params_file).resolve()) if params_file else None
-    base = (os.getpid() * 7919 + time.time_ns() // 1000) % len(DOMAINS)
+    base = domain_ids.first_choice() - 1  # consecutive first choices, one per task
     refs = {}
     for i, bag in enumerate(bags):
         domain = DOMAINS[(base + i) % len(DOMAINS)]

@@ -23,12 +23,18 @@ def lock_path(domain: int) -> str:
     return os.path.join(tempfile.gettempdir(), f"bevpool_ros_domain_{domain}.lock")
 
 
+def first_choice() -> int:
+    """A domain id to try first that differs from process to process and from moment to moment
+    (processes starting together rarely contend for one lock)."""
+    return 1 + (os.getpid() * 7919 + time.time_ns() // 1000) % DOMAINS
+
+
 def claim_domain(start: int | None = None) -> int:
     """A domain id no other process on this machine has claimed, and this one does not hold:
     ``start`` if free, else the next free one after it (default start: a per-process pick).
     RuntimeError when every id is held."""
     if start is None:
-        start = 1 + (os.getpid() * 7919 + time.time_ns() // 1000) % DOMAINS
+        start = first_choice()
     for step in range(DOMAINS):
         domain = 1 + (start - 1 + step) % DOMAINS
         if domain in _held:
