@@ -10,14 +10,15 @@ from types import SimpleNamespace
 import pytest
 
 from bevpool_ros.node import graph_watch
-from bevpool_ros.node.graph_watch import NAME_WAIT_S, OUTSIDE, WrongTypeWatch
+from bevpool_ros.node.graph_watch import NAME_WAIT_S, OUTSIDE, PublisherWatch
 
 TOPIC, WANT = "/cameras/CAM_FRONT/feat", "bevpool_msgs/msg/CameraTensor"
 
 
 def info(name="_NODE_NAME_UNKNOWN_", ns="_NODE_NAMESPACE_UNKNOWN_", gid=b"\x01" * 16,
-         topic_type="bevpool_msgs/msg/Tensor"):
-    return SimpleNamespace(node_name=name, node_namespace=ns, endpoint_gid=gid, topic_type=topic_type)
+         topic_type="bevpool_msgs/msg/Tensor", qos=None):
+    return SimpleNamespace(node_name=name, node_namespace=ns, endpoint_gid=gid, topic_type=topic_type,
+                           qos_profile=qos)
 
 
 class Graph:
@@ -26,7 +27,7 @@ class Graph:
     def __init__(self):
         self.infos: list = []
         self.logged: list[str] = []
-        self.report = SimpleNamespace(counts=Counter(), wrong_types={})
+        self.report = SimpleNamespace(counts=Counter(), publisher_problems={})
         self.report.count = lambda k: self.report.counts.update([k])
 
     def get_publishers_info_by_topic(self, topic):
@@ -51,23 +52,24 @@ def clock(monkeypatch):
 
 def test_a_name_that_arrives_late_is_waited_for_and_logged_once(clock):
     g = Graph()
-    w = WrongTypeWatch(g, {TOPIC: WANT})
+    w = PublisherWatch(g, {TOPIC: (WANT, None)})
     g.infos = [info()]
     w.check()
     assert g.logged == [] and g.report.counts["wrong_type_publishers"] == 0
-    assert g.report.wrong_types == {f"{TOPIC} <- {OUTSIDE}": f"bevpool_msgs/msg/Tensor (expected {WANT})"}
+    assert g.report.publisher_problems == {
+        f"wrong_type {TOPIC} <- {OUTSIDE}": f"bevpool_msgs/msg/Tensor (expected {WANT})"}
     clock[0] += 1.0
     g.infos = [info(name="legacy_producer", ns="/")]
     w.check()
     w.check()
     assert len(g.logged) == 1 and "/legacy_producer publishes 'bevpool_msgs/msg/Tensor'" in g.logged[0]
     assert g.report.counts["wrong_type_publishers"] == 1
-    assert list(g.report.wrong_types) == [f"{TOPIC} <- /legacy_producer"]
+    assert list(g.report.publisher_problems) == [f"wrong_type {TOPIC} <- /legacy_producer"]
 
 
 def test_a_writer_that_never_gets_a_name_is_logged_after_the_wait(clock):
     g = Graph()
-    w = WrongTypeWatch(g, {TOPIC: WANT})
+    w = PublisherWatch(g, {TOPIC: (WANT, None)})
     g.infos = [info()]
     w.check()
     clock[0] += NAME_WAIT_S - 0.1
@@ -82,10 +84,10 @@ def test_a_writer_that_never_gets_a_name_is_logged_after_the_wait(clock):
 
 def test_a_nameless_writer_gone_before_the_wait_is_forgotten(clock):
     g = Graph()
-    w = WrongTypeWatch(g, {TOPIC: WANT})
+    w = PublisherWatch(g, {TOPIC: (WANT, None)})
     g.infos = [info(), info(name="ok", ns="/", gid=b"\x02" * 16, topic_type=WANT)]
     w.check()
     g.infos = []
     clock[0] += NAME_WAIT_S + 1
     w.check()
-    assert g.logged == [] and g.report.wrong_types == {} and w._nameless == {}
+    assert g.logged == [] and g.report.publisher_problems == {} and w._nameless == {}

@@ -55,7 +55,7 @@ def test_a_publisher_of_the_wrong_type_is_reported_once(graph):
         assert d is not None, graph.node.output()[-3000:]
         assert d[key] == "bevpool_msgs/msg/Tensor (expected bevpool_msgs/msg/CameraTensor)"
         assert graph.counter(d, "wrong_type_publishers") == 1 and d["level"] == 1
-        assert "publisher(s) of the wrong type on input topics" in d["message"]
+        assert "publisher(s) DDS never delivers on input topics" in d["message"]
         graph.diagnostics_where(lambda d: False, 2.5)  # a few more checks of the graph
         lines = [ln for ln in graph.node.output().splitlines() if "wrong type on input topic" in ln]
         assert len(lines) == 1, lines  # once per publisher
@@ -70,7 +70,8 @@ def test_a_publisher_of_the_wrong_type_is_reported_once(graph):
 
 
 def test_a_publisher_with_incompatible_qos_is_counted_and_logged(graph):
-    """The middleware does tell about this one: a best-effort writer on a reliable input topic."""
+    """A best-effort writer on a reliable input topic, found in the graph (no QoS event under
+    rmw_fastrtps: graph_watch.py): logged once, counted once, listed while it exists."""
     from bevpool_msgs.msg import CameraTensor
 
     from bevpool_ros.node.qos import make_qos
@@ -82,10 +83,15 @@ def test_a_publisher_with_incompatible_qos_is_counted_and_logged(graph):
         d = graph.diagnostics_where(lambda d: graph.counter(d, "dds_incompatible_qos") > before,
                                     DISCOVERY_TIMEOUT)
         assert d is not None, graph.node.output()[-3000:]
-        assert ("a publisher on cameras/CAM_BACK/depth offers QoS incompatible with this node's "
-                "(RELIABILITY)") in graph.node.output()
+        assert graph.counter(d, "dds_incompatible_qos") == before + 1 and d["level"] == 1
+        key = "incompatible_qos /cameras/CAM_BACK/depth <- /bevpool_synthetic"
+        assert d.get(key) == "Best effort publisher and reliable subscription", d
+        graph.diagnostics_where(lambda d: False, 2.5)  # a few more checks of the graph
+        lines = [ln for ln in graph.node.output().splitlines() if "incompatible QoS on input topic" in ln]
+        assert len(lines) == 1 and "'/cameras/CAM_BACK/depth': /bevpool_synthetic offers" in lines[0], lines
     finally:
         graph.pub.destroy_publisher(pub)
+    assert graph.diagnostics_where(lambda d: key not in d, DISCOVERY_TIMEOUT) is not None
 
 
 def test_malformed_cdr_is_dropped_by_the_middleware_and_harms_nothing(graph):
@@ -224,12 +230,12 @@ def test_a_camera_tensor_publisher_on_an_image_mode_depth_topic_is_reported():
     producer.create_publisher(CameraTensor, "cameras/CAM_BACK/depth", 5)
     ex = SingleThreadedExecutor(context=ctx)
     ex.add_node(node)
-    key = "/cameras/CAM_BACK/depth <- /tensor_depth_producer"
+    key = "wrong_type /cameras/CAM_BACK/depth <- /tensor_depth_producer"
     try:
-        assert spin_until(ex, lambda: key in node.report.wrong_types, DISCOVERY_TIMEOUT)
-        assert node.report.wrong_types[key] == ("bevpool_msgs/msg/CameraTensor "
-                                                "(expected sensor_msgs/msg/Image)")
-        assert node.snapshot()["wrong_type " + key] == node.report.wrong_types[key]
+        assert spin_until(ex, lambda: key in node.report.publisher_problems, DISCOVERY_TIMEOUT)
+        assert node.report.publisher_problems[key] == ("bevpool_msgs/msg/CameraTensor "
+                                                       "(expected sensor_msgs/msg/Image)")
+        assert node.snapshot()[key] == node.report.publisher_problems[key]
         assert node.counts["wrong_type_publishers"] == 1
     finally:
         ex.shutdown()

@@ -1,9 +1,15 @@
-"""Publishers of the wrong type on the node's input topics, found in the ROS graph.
+"""Publishers on the node's input topics that DDS never delivers, found in the ROS graph.
 
-DDS never matches a writer whose type differs from the reader's, so such a producer (one still
-on ``bevpool_msgs/Tensor``, a CameraTensor publisher on an image-mode depth topic) is silent:
-its camera just goes missing. The graph still lists it; each one is logged once, counted
-(``wrong_type_publishers``) and reported in /diagnostics while it exists.
+Two kinds are silent on the wire, so their camera just goes missing:
+- a publisher of the wrong type (one still on ``bevpool_msgs/Tensor``, a CameraTensor publisher
+  on an image-mode depth topic): DDS never matches a writer whose type differs from the reader's;
+- a publisher whose QoS is incompatible with the node's subscription (best effort on a reliable
+  input). The middleware's ``incompatible_qos`` event says so too, but under rmw_fastrtps the node
+  takes no QoS events at all: taking one locks the event, then the reader, while a Fast DDS
+  receive thread locks them in the other order, a deadlock under bursts
+  (reporting.subscription_events).
+The graph lists both; each publisher is logged once, counted (``wrong_type_publishers``,
+``dds_incompatible_qos``) and reported in /diagnostics while it exists.
 """
 from __future__ import annotations
 
@@ -26,32 +32,59 @@ def publisher_name(info) -> str:
     return (ns.rstrip("/") + "/" + name) if ns else name
 
 
-class WrongTypeWatch:
-    def __init__(self, node, expected: dict[str, str]):
-        """``expected``: fully qualified input topic -> its type ('pkg/msg/Type')."""
+def incompatible_qos(offered, requested) -> str | None:
+    """Why a publisher offering ``offered`` never reaches a subscription requesting
+    ``requested`` (None when it does, or when the graph cannot tell)."""
+    from rclpy.qos import QoSCompatibility, qos_check_compatible
+
+    try:
+        compatibility, reason = qos_check_compatible(offered, requested)
+    except Exception:  # an RMW that reports no QoS in its graph: nothing to conclude
+        return None
+    if compatibility != QoSCompatibility.ERROR:
+        return None
+    reason = (reason or "").removeprefix("ERROR:").strip().rstrip(";").strip()
+    return reason or "incompatible QoS"
+
+
+class PublisherWatch:
+    def __init__(self, node, expected: dict[str, tuple]):
+        """``expected``: fully qualified input topic -> (its type 'pkg/msg/Type', the node's
+        subscription QoS or None where no publisher can be incompatible)."""
         self.node = node
         self.expected = expected
-        self.seen: set[tuple] = set()   # (topic, gid) of every wrong publisher already logged
-        self._nameless: dict[tuple, float] = {}  # (topic, gid) -> first seen without a node name
+        self.seen: set[tuple] = set()   # (kind, topic, gid) of every publisher already logged
+        self._nameless: dict[tuple, float] = {}  # (kind, topic, gid) -> first seen without a name
         self._timer = HousekeepingTimer(node, PERIOD_S, self.check)
 
     def close(self) -> None:
         self._timer.destroy()
-        self.node.report.wrong_types.clear()
+        self.node.report.publisher_problems.clear()
 
     def check(self) -> None:
         node, found, live = self.node, {}, set()
-        for topic, want in self.expected.items():
+        for topic, (want, qos) in self.expected.items():
             try:
                 infos = node.get_publishers_info_by_topic(topic)
             except Exception:  # the graph is advisory: a failed query is retried next period
                 continue
             for info in infos:
-                if info.topic_type == want:
-                    continue
+                if info.topic_type != want:
+                    kind, what = "wrong_type", f"{info.topic_type} (expected {want})"
+                    line = (f"wrong type on input topic {shown(topic)}: {{who}} publishes "
+                            f"{shown(info.topic_type)}, this node subscribes {want}; DDS never "
+                            "delivers its messages")
+                else:
+                    why = incompatible_qos(info.qos_profile, qos) if qos is not None else None
+                    if why is None:
+                        continue
+                    kind, what = "incompatible_qos", clip(why, 200)
+                    line = (f"incompatible QoS on input topic {shown(topic)}: {{who}} offers QoS "
+                            f"this node's subscription cannot take ({what}); its messages never "
+                            "arrive")
                 who = publisher_name(info)
-                found[f"{topic} <- {who}"] = f"{info.topic_type} (expected {want})"
-                key = (topic, bytes(info.endpoint_gid))
+                found[f"{kind} {topic} <- {who}"] = what
+                key = (kind, topic, bytes(info.endpoint_gid))
                 live.add(key)
                 if key not in self.seen:
                     first = self._nameless.setdefault(key, time.monotonic())
@@ -59,12 +92,10 @@ class WrongTypeWatch:
                         continue  # its name may still come: log once, with it
                     self.seen.add(key)
                     self._nameless.pop(key, None)
-                    node.report.count("wrong_type_publishers")
-                    node.get_logger().warning(clip(
-                        f"wrong type on input topic {shown(topic)}: {who} publishes "
-                        f"{shown(info.topic_type)}, this node subscribes {want}; DDS never "
-                        "delivers its messages", 400))
+                    node.report.count("wrong_type_publishers" if kind == "wrong_type"
+                                      else "dds_incompatible_qos")
+                    node.get_logger().warning(clip(line.format(who=who), 400))
         for key in set(self._nameless) - live:  # gone before its name came
             del self._nameless[key]
-        node.report.wrong_types.clear()  # only those that still exist
-        node.report.wrong_types.update(found)
+        node.report.publisher_problems.clear()  # only those that still exist
+        node.report.publisher_problems.update(found)

@@ -20,7 +20,7 @@ from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from ..logtext import clip, shown
 from . import configure, dds_guard
 from .configure import StartupError
-from .graph_watch import WrongTypeWatch
+from .graph_watch import PublisherWatch
 from .handoff_input import handoff_topics
 from .inputs import Inputs
 from .parameters import (
@@ -124,7 +124,7 @@ class BevPoolNode(LifecycleNode):
         self.active = True
         try:
             self.inputs.subscribe()
-            self.watch = WrongTypeWatch(self, self._input_types())
+            self.watch = PublisherWatch(self, self._input_types())
             self.watch.check()
         except Exception as e:  # rclpy would turn it into a silent ERROR: say it, stay inactive
             self._failure = f"activate failed: {type(e).__name__}: {e}"
@@ -232,20 +232,25 @@ class BevPoolNode(LifecycleNode):
         relative = configure.camera_tensor_topics(cfg, cameras, depth_images)
         return [self.resolve_topic_name(t) for t in relative]
 
-    def _input_types(self) -> dict[str, str]:
+    def _input_types(self) -> dict[str, tuple]:
+        """Every input topic -> (its type, the subscription's QoS; None for CameraInfo, whose
+        sensor-data QoS every publisher matches)."""
+        from .qos import make_qos
+
         topics = {}
+        qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])
         handoff_only = (self.cfg["input.handoff"] == "only"
                         and not self.inputs.uses_message_filters)
         for (cam, stream), t in configure.tensor_topics(self.cfg, self.cameras).items():
             image = stream == "depth" and cam in self.inputs.depth_images
             if not image and handoff_only:
                 continue  # not subscribed: the hand-off topics carry these streams
-            topics[self.resolve_topic_name(t)] = INPUT_TYPES["image" if image else stream]
+            topics[self.resolve_topic_name(t)] = (INPUT_TYPES["image" if image else stream], qos)
         for t in handoff_topics(self.cfg, self.cameras).values():
-            topics[self.resolve_topic_name(t)] = INPUT_TYPES["handoff"]
+            topics[self.resolve_topic_name(t)] = (INPUT_TYPES["handoff"], qos)
         for cam in self.cameras:
             topic = self.cfg["input.camera_info_topic"].format(camera=cam)
-            topics[self.resolve_topic_name(topic)] = INPUT_TYPES["camera_info"]
+            topics[self.resolve_topic_name(topic)] = (INPUT_TYPES["camera_info"], None)
         return topics
 
     def after_set(self, job) -> None:

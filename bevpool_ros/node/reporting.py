@@ -28,7 +28,8 @@ class Report:
         self._lock = threading.Lock()
         self.warn = ThrottledLog(node.get_logger().warning)
         self.last_drop_detail: dict[str, str] = {}  # reason -> latest detail (named by ERROR)
-        self.wrong_types: dict[str, str] = {}       # "topic <- publisher" -> what it publishes
+        # "wrong_type|incompatible_qos topic <- publisher" -> what it offers (graph_watch.py)
+        self.publisher_problems: dict[str, str] = {}
         self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the level
         self.windows(1000)
         self.diag_pub = None
@@ -62,30 +63,28 @@ class Report:
         self.warn(f"sync_{reason}", f"dropped (sync_{reason}): {detail}")
 
     def subscription_events(self, topic: str):
-        """What the middleware tells about an input topic (docs/ros_interface.md, "What the
-        middleware reports"): samples lost, publishers offering incompatible QoS, and publishers
-        of an incompatible type. rmw_fastrtps never raises the last (the graph watch finds them),
-        so under it that handler is not made: each handler is one more entity the default
-        executor visits on every wake-up (node/executor.py)."""
+        """The middleware's events on an input topic (docs/ros_interface.md, "What the middleware
+        reports"). Under rmw_fastrtps none: taking an event locks the rmw event, then the DDS
+        reader, while a Fast DDS receive thread delivering a lost sample of a fragmented burst
+        locks the reader, then the event (rmw_fastrtps_shared_cpp 9.3.3; ros2/rmw_fastrtps#890).
+        That inversion hung the node for good under a flood of camera sets (test_node_liveness.py).
+        So there lost samples show as the cameras missing from a set (``sync_*``,
+        ``missing_<camera>``) and incompatible publishers are found in the graph (graph_watch.py).
+        Under another middleware: samples lost and publishers of an incompatible type, counted."""
         try:
             from rclpy.event_handler import SubscriptionEventCallbacks
         except ImportError:
             return None
         from .dds_guard import uses_fast_dds
+        from .qos import quiet_events
 
-        def incompatible_qos(info):
-            from rclpy.qos import qos_policy_name_from_kind
-
-            self.count("dds_incompatible_qos", max(1, int(info.total_count_change)))
-            policy = qos_policy_name_from_kind(info.last_policy_kind)
-            self.warn(f"incompatible_qos {topic}", f"a publisher on {topic} offers QoS "
-                      f"incompatible with this node's ({policy}): its messages never arrive")
-        type_event = None if uses_fast_dds() else \
-            (lambda info: self.count("dds_incompatible_type", max(1, int(info.total_count_change))))
+        if uses_fast_dds():
+            return quiet_events()
         return SubscriptionEventCallbacks(
             message_lost=lambda info: self.count("dds_message_lost",
                                                  max(1, int(info.total_count_change))),
-            incompatible_qos=incompatible_qos, incompatible_type=type_event,
+            incompatible_type=lambda info: self.count("dds_incompatible_type",
+                                                      max(1, int(info.total_count_change))),
             use_default_callbacks=False)
 
     def published(self, r, t_msg: float, t_pub: float, done: float, handoff_s: float = 0.0) -> None:
@@ -168,8 +167,7 @@ class Report:
             values[f"missing_{cam}"] = v
         for cam, why in node.calibration.invalid.items():
             values[f"invalid_calibration_{cam}"] = why
-        for where, what in sorted(self.wrong_types.items()):
-            values[f"wrong_type {where}"] = what
+        values.update(sorted(self.publisher_problems.items()))
         return values
 
     def publish_diagnostics(self) -> None:
@@ -187,9 +185,9 @@ class Report:
             level, text = "ERROR", f"no usable calibration for {sorted(node.calibration.invalid)}"
         elif not node.active:
             level, text = "OK", "inactive: configured, not subscribed to its inputs"
-        elif self.wrong_types and level != "ERROR":
-            level, text = "WARN", "publisher(s) of the wrong type on input topics: " + clip(
-                "; ".join(f"{k}: {v}" for k, v in sorted(self.wrong_types.items())), 300)
+        elif self.publisher_problems and level != "ERROR":
+            level, text = "WARN", "publisher(s) DDS never delivers on input topics: " + clip(
+                "; ".join(f"{k}: {v}" for k, v in sorted(self.publisher_problems.items())), 300)
         elif level == "OK" and node.backend_requested not in ("best", node.backend.name):
             level = "WARN"
             text = f"running {node.backend.name}, {node.backend_requested} unavailable"
