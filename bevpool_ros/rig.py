@@ -82,6 +82,27 @@ def checked_transform(where: str, t: InputTransform) -> InputTransform:
                           _positive_int(f"{where}.image_height", t.image_height))
 
 
+MAX_PINHOLE_FOV_DEG = 170.0  # wider is no pinhole camera (a fisheye needs another model)
+
+
+def intrinsics_problem(K, width: int, height: int) -> str | None:
+    """Why K cannot belong to a ``width`` x ``height`` pinhole image (None when it can): the
+    principal point must lie in the middle half of the image (real lenses sit within a few per
+    cent of the centre; K of a 1600x900 camera sent with 640x480, or with an absurd size such as
+    2^31-1, does not), and each field of view must be below MAX_PINHOLE_FOV_DEG."""
+    fx, fy, cx, cy = K[0][0], K[1][1], K[0][2], K[1][2]
+    for axis, c, size in (("cx", cx, width), ("cy", cy, height)):
+        if not size / 4 <= c <= 3 * size / 4:
+            return (f"principal point {axis}={c:g} is not in the middle half of a {width}x{height} image "
+                    f"([{size / 4:g}, {3 * size / 4:g}]): K and the image size do not belong together")
+    for axis, f, size in (("horizontal", fx, width), ("vertical", fy, height)):
+        fov = np.degrees(2 * np.arctan(size / (2 * f)))
+        if fov >= MAX_PINHOLE_FOV_DEG:
+            return (f"{axis} field of view {fov:.1f} deg (f={f:g}, {size} px) is not a pinhole camera's "
+                    f"(< {MAX_PINHOLE_FOV_DEG:g} deg): K and the image size do not belong together")
+    return None
+
+
 @dataclass(frozen=True)
 class Camera:
     """One camera: source image size, intrinsics K (source pixels) and camera->ego pose."""
@@ -112,6 +133,9 @@ class Camera:
             raise RigError(f"{pre}.K: singular or non-positive focal length (fx={K[0, 0]}, fy={K[1, 1]})")
         if not np.allclose(K[2], [0.0, 0.0, 1.0]):
             raise RigError(f"{pre}.K: last row must be [0, 0, 1], got {K[2].tolist()}")
+        why = intrinsics_problem(K, self.width, self.height)
+        if why:
+            raise RigError(f"{pre}: {why}")
         R = np.asarray(self.rotation, dtype=np.float64)
         if R.shape != (3, 3) or not np.all(np.isfinite(R)):
             raise RigError(f"{pre}.rotation: expected a finite 3x3 matrix")

@@ -1,5 +1,6 @@
 """ros2 launch bevpool_ros bevpool.launch.py [config_file:=...] [rig_file:=...] [namespace:=...]
                                            [backend:=...] [precision:=...] [occupancy:=true] [autostart:=false]
+                                           [respawn:=false] [respawn_delay:=2.0]
 
 Starts bevpool_node with a parameter file (default: config/cpu.yaml from the package share);
 ``rig_file``, ``backend`` and ``precision``, when given, override the file; ``occupancy:=true``
@@ -7,6 +8,9 @@ also starts bevpool_occupancy (bev/features -> occupancy/grid) in the same names
 same ``rig_file`` when there is one (it needs none: the BEV message carries the grid).
 ``autostart:=false`` starts bevpool_node as a launch_ros LifecycleNode left unconfigured, for a
 lifecycle manager (Nav2's lifecycle_manager, or ``ros2 lifecycle set``) to configure and activate.
+Both nodes are respawned ``respawn_delay`` seconds after they exit on their own (a crash, or the
+node's watchdog ending a stuck process with code 70: node/liveness.py), as robot stacks do;
+``respawn:=false`` turns that off. A respawned managed node starts unconfigured again.
 Needs launch + launch_ros (every ROS 2 install has them; they are not on PyPI).
 """
 import os
@@ -29,6 +33,8 @@ ARGUMENTS = {
     "precision": ("", "Override: fp32 | fp16 | fp8 | auto (empty: keep the config file's)"),
     "occupancy": ("false", "true: also start bevpool_occupancy (nav_msgs/OccupancyGrid on occupancy/grid)"),
     "autostart": ("true", "false: a managed node left unconfigured for a lifecycle manager"),
+    "respawn": ("true", "true: start a node again when it exits on its own (crash, watchdog); false: leave it"),
+    "respawn_delay": ("2.0", "Seconds between such an exit and the new start"),
 }
 TRUE = ("true", "1", "yes")
 OVERRIDES = ("rig_file", "backend", "precision")  # launch arguments that are also node parameters
@@ -70,14 +76,16 @@ def _node(context, *args, **kwargs):
     if overrides:
         parameters.append(overrides)  # later entries win over the file
     kind = LifecycleNode if managed else Node
+    restart = {"respawn": value["respawn"].lower() in TRUE, "respawn_delay": float(value["respawn_delay"])}
     nodes = [kind(package=PACKAGE, executable="bevpool_node", name="bevpool_node",
-                  namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True)]
+                  namespace=value["namespace"], parameters=parameters, output="screen", emulate_tty=True,
+                  **restart)]
     if value["occupancy"].lower() in TRUE:
         # the same rig when one is named (exact coverage); without one it scores from the message
         occupancy = [{"rig_file": value["rig_file"]}] if value["rig_file"] else []
         nodes.append(Node(package=PACKAGE, executable="bevpool_occupancy", name="bevpool_occupancy",
                           namespace=value["namespace"], parameters=occupancy, output="screen",
-                          emulate_tty=True))
+                          emulate_tty=True, **restart))
     return nodes
 
 

@@ -17,7 +17,8 @@ from bevpool_ros.node import params as P
 LAUNCH = Path(__file__).resolve().parent.parent / "launch" / "bevpool.launch.py"
 
 
-ARGUMENTS = {"config_file", "rig_file", "namespace", "backend", "precision", "occupancy", "autostart"}
+ARGUMENTS = {"config_file", "rig_file", "namespace", "backend", "precision", "occupancy", "autostart", "respawn",
+             "respawn_delay"}
 
 
 def test_compiles_and_declares_every_argument():
@@ -171,3 +172,16 @@ def test_relative_rig_paths_become_absolute(fake_launch, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     made = run(*fake_launch, rig_file="rigs/r.yaml", occupancy="true")
     assert made["parameters"][1]["rig_file"] == str(tmp_path / "rigs" / "r.yaml")
+
+
+def test_nodes_are_respawned_after_a_delay_unless_turned_off(fake_launch):
+    """A node that exits on its own (its watchdog ends a stuck process with code 70) comes back, as
+    launch_ros's Node(respawn=True, respawn_delay=...) restarts it; respawn:=false leaves it."""
+    made = run(*fake_launch, occupancy="true")
+    for exe in ("bevpool_node", "bevpool_occupancy"):
+        node = _by_executable(made, exe)
+        assert node["respawn"] is True and node["respawn_delay"] == 2.0
+    fake_launch[1].clear()
+    made = run(*fake_launch, respawn="false", respawn_delay="5", autostart="false")
+    node = _by_executable(made, "bevpool_node")
+    assert node["respawn"] is False and node["respawn_delay"] == 5.0 and node["kind"] == "LifecycleNode"

@@ -278,21 +278,45 @@ def test_calibration_change_mid_stream_rebuilds_the_map(graph, smap):
         good_frame_still_works(graph, smap)
 
 
-def test_camera_info_inconsistent_with_the_feature_map(graph, smap):
+def _no_focal_length(info):
+    info.k[0] = 0.0
+
+
+def _small_image(info):  # K of the 1600x900 camera, sent with another camera's size
+    info.width, info.height = 640, 480
+
+
+def _absurd_size(size):
+    def change(info):
+        info.width = info.height = size
+    return change
+
+
+@pytest.mark.parametrize("change, why", [
+    (_no_focal_length, "singular or non-positive focal length"),
+    (_small_image, "principal point cx=800 is not in the middle half of a 640x480 image"),
+    (_absurd_size(10**9), "is not in the middle half of a 1000000000x1000000000 image"),
+    (_absurd_size(2**31 - 1), "is not in the middle half of a 2147483647x2147483647 image"),
+], ids=["fx_zero", "k_of_another_size", "1e9_pixels", "2^31-1_pixels"])
+def test_camera_info_that_cannot_be_is_refused_never_turned_into_a_map(graph, smap, change, why):
+    """Refused and counted, the camera's sets dropped (ERROR) until a usable CameraInfo comes; never
+    a new scatter map (an image of another size with consistent intrinsics stays accepted: the
+    rig's resize and crop are scaled to it, test_node_foreign_rigs.py)."""
     n = [c.name for c in graph.rig.cameras].index(CAM)
     before = counters(graph)
     info = camera_info_msg(graph.rig, n, graph.pub.get_clock().now().to_msg(), "x")
-    # fx = 0: no camera (an image of another size is no longer inconsistent: the rig's resize and
-    # crop are scaled to it, test_node_foreign_rigs.py)
-    info.k[0] = 0.0
+    change(info)
     graph.pub.pubs[(CAM, "camera_info")].publish(info)
     d = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_camera_info_rejected")
                                 > graph.counter(before, "dropped_camera_info_rejected"))
     assert d is not None and d["level"] == 2 and f"invalid_calibration_{CAM}" in d  # ERROR
+    assert why in d[f"invalid_calibration_{CAM}"], d[f"invalid_calibration_{CAM}"]
+    assert graph.counter(d, "scatter_map_rebuilds") == graph.counter(before, "scatter_map_rebuilds")
     stamp = graph.pub.publish_frame(0, graph.next_stamp(), camera_info=False)
     assert wait_counter(graph, "dropped_calibration_invalid", before)
     assert stamp not in graph.con.by_stamp()
-    assert "CameraInfo inconsistent with the feature map" in graph.node.output()
+    assert f"{CAM}: CameraInfo rejected, sets of this camera dropped until a usable one arrives" \
+        in graph.node.output()
     good_frame_still_works(graph, smap)  # its CameraInfo restores a consistent calibration
 
 

@@ -123,3 +123,16 @@ def test_bad_yaml_file(tmp_path):
     p.write_text("- just a list\n")
     with pytest.raises(RigError, match="mapping"):
         load_rig(p)
+
+
+def test_intrinsics_that_cannot_belong_to_the_image_size_are_named():
+    from bevpool_ros.rig import intrinsics_problem
+
+    K = [[1266.4, 0.0, 816.3], [0.0, 1266.4, 491.5], [0.0, 0.0, 1.0]]  # a 1600x900 camera
+    assert intrinsics_problem(K, 1600, 900) is None
+    assert intrinsics_problem([[633.2, 0, 408.1], [0, 633.2, 245.7], [0, 0, 1]], 800, 450) is None  # K / 2
+    assert "cx=816.3 is not in the middle half of a 640x480 image" in intrinsics_problem(K, 640, 480)
+    assert "not in the middle half" in intrinsics_problem(K, 2**31 - 1, 2**31 - 1)
+    assert "cy=491.5 is not in the middle half of a 1600x10000 image" in intrinsics_problem(K, 1600, 10000)
+    wide = [[10.0, 0.0, 800.0], [0.0, 10.0, 450.0], [0.0, 0.0, 1.0]]  # f = 10 px: a 178 deg "pinhole"
+    assert "horizontal field of view 178.6 deg" in intrinsics_problem(wide, 1600, 900)

@@ -295,8 +295,8 @@ class Inputs:
             changed = node.calibration.update_intrinsics(camera, msg.k, msg.width, msg.height)
         except RigError as e:
             self._camera_info_seen.pop(camera, None)
-            node.report.drop("camera_info_rejected", f"{camera}: CameraInfo inconsistent with the "
-                             f"feature map: {e}")
+            node.report.drop("camera_info_rejected", f"{camera}: CameraInfo rejected, sets of this "
+                             f"camera dropped until a usable one arrives: {e}")
             return
         self._camera_info_seen[camera] = key
         if changed:

@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     from . import dds_guard
     from .executor import make_executor
     from .node import BevPoolNode, StartupError
+    from .stderr_filter import StderrFilter
 
     keep_freed_memory()  # before the first multi-megabyte message (bevpool_ros/heap.py)
     base_profile = use_large_data_profile()
@@ -106,10 +107,26 @@ def main(argv=None) -> int:
         if not probing:
             executor, node.executor_kind = make_executor(node.get_parameter("executor").value,
                                                          node.get_logger())
-            return spin_until_shutdown(executor, node, stop)
+            middleware_lines = StderrFilter(node.report.count, node.get_parameter("log_throttle_s").value)
+            middleware_lines.install()
+            try:
+                return spin_until_shutdown(executor, node, stop, watchdog_for(node, stop, middleware_lines))
+            finally:
+                middleware_lines.close()
         node.destroy_node()  # unconfigured (autostart false): start again, discoverable
         restart_env = {dds_guard.RESTARTED_ENV: "1"}
     restart_with(restart_env, discovery)
+
+
+def watchdog_for(node, stop, stderr_filter):
+    """The process's watchdog (node/liveness.py), or None with ``watchdog.timeout_s`` 0."""
+    from .liveness import Watchdog
+
+    timeout = float(node.get_parameter("watchdog.timeout_s").value)
+    if timeout <= 0:
+        return None
+    return Watchdog(node, timeout, stop.wake_fd, fault_fd=stderr_filter.original,
+                    before_exit=stderr_filter.flush)
 
 
 def restart_with(env: dict, discovery: str | None) -> None:
@@ -141,13 +158,18 @@ def restart_with(env: dict, discovery: str | None) -> None:
 
 
 class StopSignals:
-    """SIGINT/SIGTERM only set ``requested``; ``spin_until_shutdown`` sees it between two spins."""
+    """SIGINT/SIGTERM only set ``requested``; ``spin_until_shutdown`` sees it between two spins.
+    Their C-level handler also writes to a pipe whose read end is ``wake_fd``: the watchdog reads
+    it, so a stop is honoured even while the spinning thread is stuck (node/liveness.py)."""
 
     def __init__(self):
         import signal
 
+        from .liveness import wake_fd_on_signals
+
         self.requested = False
         self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.wake_fd = wake_fd_on_signals()
 
     def _request(self, *_):
         self.requested = True
@@ -157,6 +179,8 @@ class StopSignals:
 
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self.wake_fd is not None:
+            signal.set_wakeup_fd(-1)
 
 
 # How long a Python thread may hold the GIL while another waits (CPython's default: 5 ms). The
@@ -181,24 +205,34 @@ def init_without_signal_handlers(argv=None) -> StopSignals:
     return stop
 
 
-def spin_until_shutdown(executor, node, stop: StopSignals, poll_s: float = 0.1) -> int:
+def spin_until_shutdown(executor, node, stop: StopSignals, watchdog=None, poll_s: float = 0.1) -> int:
     """Spin ``node`` until a stop is requested (or the context shuts down), then tear down in order:
-    executor, node, context. 0 on a clean stop. Shared by bevpool_node and bevpool_occupancy."""
+    executor, node, context. 0 on a clean stop. Shared by bevpool_node and bevpool_occupancy.
+    ``watchdog`` (node/liveness.py) hears a beat after every spin."""
+    import faulthandler
+
     import rclpy
     from rclpy.executors import ExternalShutdownException
 
+    beat = watchdog.beat if watchdog is not None else (lambda: None)
     try:
         executor.add_node(node)
+        if watchdog is not None:
+            watchdog.start()
         while not stop.requested and rclpy.ok():  # a signal is seen within poll_s
             executor.spin_once(timeout_sec=poll_s)
+            beat()
     except ExternalShutdownException:
         pass
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         executor.remove_node(node)
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown()
         stop.restore()
+        faulthandler.cancel_dump_traceback_later()  # the watchdog's backstop: the teardown is done
     return 0
 
 

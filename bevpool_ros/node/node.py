@@ -23,6 +23,7 @@ from .configure import StartupError
 from .graph_watch import PublisherWatch
 from .handoff_input import handoff_topics
 from .inputs import Inputs
+from .liveness import long_step
 from .parameters import (
     RuntimeParameters,
     current_values,
@@ -88,7 +89,8 @@ class BevPoolNode(LifecycleNode):
     # transitions ------------------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
         try:
-            self._configure()
+            with long_step("configuring"):  # kernels compiled, engines built: not a stall
+                self._configure()
         except Exception as e:  # rclpy would turn it into a silent ERROR: say it, stay unconfigured
             self._failure = str(e) if isinstance(e, StartupError) else f"{type(e).__name__}: {e}"
             if not self._starting:  # at start-up main prints it (one line, exit 2)
@@ -283,7 +285,7 @@ class BevPoolNode(LifecycleNode):
         if "diagnostics.latency_window" in names:
             self.report.resize(cfg["diagnostics.latency_window"])
         if "diagnostics.period_s" in names:
-            self.report.restart_timer(cfg["diagnostics.period_s"])
+            self.report.set_period(cfg["diagnostics.period_s"])
         if "log_throttle_s" in names:
             self.report.warn.period = cfg["log_throttle_s"]
 

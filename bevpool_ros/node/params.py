@@ -61,6 +61,10 @@ PARAMS: tuple[Param, ...] = (
           "wait-set rebuild, 1-2 ms less per DDS set), single_threaded (rclpy's SingleThreadedExecutor), "
           "or auto: events where this rclpy has it, else single_threaded (docs/dds.md).",
           choices=("auto", "events", "single_threaded"), read_only=True),
+    Param("watchdog.timeout_s", "double", 5.0, "When bevpool_node's executor thread or pooling thread makes "
+          "no progress for this long, it logs where, reports ERROR on /diagnostics and exits with code 70 "
+          "for a supervisor to restart it (a calibration change's re-prepare is exempt). 0: no watchdog "
+          "(docs/ros_interface.md, \"What the node promises\").", low=0.0, high=3600.0, read_only=True),
     # calibration and geometry
     Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
           f"config/{DEFAULT_RIG} from the package.", read_only=True),

@@ -25,6 +25,7 @@ from .. import fp8
 from ..backends import InputError, NonFiniteInput, NonFiniteOutput
 from ..scatter_map import scatter_map_for
 from .calibration import LiveCalibration
+from .liveness import INJECTED_STALL, injected_stall, long_step
 from .sync import CameraSet
 
 E4M3_WIRE = np.dtype(np.uint8)
@@ -117,6 +118,7 @@ class PoolingWorker:
         self._after: deque = deque(maxlen=AFTER_SET_KEPT)  # after_set: one run after each set
         self._adopted: dict = {}  # between_sets: job -> [timer, period s, next due], while sets flow
         self._last_set = -1e9  # monotonic time the last set was pooled
+        self._current: tuple | None = None  # (monotonic start, thread ident, stamp) of the set pooled now
 
     # lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -137,19 +139,21 @@ class PoolingWorker:
             self._cv.wait_for(lambda: not self.busy, timeout)
 
     def prepare(self) -> bool:
-        """Adopt the current calibration if it changed; True when a new map was prepared."""
+        """Adopt the current calibration if it changed; True when a new map was prepared. A long
+        step for the watchdog (kernels compiled, an engine built: seconds to minutes)."""
         version = self.calibration.version
         if version == self._prepared_version:
             return False
         rig = self.calibration.rig
-        smap = scatter_map_for(rig)
-        try:
-            self.backend.prepare(smap)
-        except Exception as e:
-            if self.on_prepare_error is None:
-                raise
-            self.backend = self.on_prepare_error(self.backend, e, rig)
-            self.backend.prepare(smap)
+        with long_step("preparing the backend for a new calibration"):
+            smap = scatter_map_for(rig)
+            try:
+                self.backend.prepare(smap)
+            except Exception as e:
+                if self.on_prepare_error is None:
+                    raise
+                self.backend = self.on_prepare_error(self.backend, e, rig)
+                self.backend.prepare(smap)
         self._prepared_version = version
         self._rig = rig
         self.rebuilds += 1
@@ -200,6 +204,22 @@ class PoolingWorker:
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    # what the watchdog reads (node/liveness.py) -----------------------------------------------
+    @property
+    def thread_ident(self) -> int | None:
+        return self._thread.ident if self._thread is not None else None
+
+    def thread_alive(self) -> bool:
+        """False when the thread ended while it should run."""
+        return not self._running or (self._thread is not None and self._thread.is_alive())
+
+    def in_progress(self) -> tuple:
+        """(monotonic start, thread ident, what) of the set being pooled now; (None, None, '')."""
+        current = self._current
+        if current is None:
+            return None, None, ""
+        return current[0], current[1], f"set stamped {current[2]}"
 
     def wait_until_idle(self, timeout_s: float) -> bool:
         """Block the caller while a set is being pooled (and published), at most ``timeout_s``;
@@ -294,11 +314,15 @@ class PoolingWorker:
 
     def _process_guarded(self, camera_set: CameraSet) -> None:
         """(``busy`` set by the caller) ``process``, never raising; then idle again."""
+        self._current = (time.monotonic(), threading.get_ident(), camera_set.stamp_ns)
         try:
             self.process(camera_set)
+            if INJECTED_STALL:
+                injected_stall("pooling")
         except Exception as e:  # never let one bad set kill the thread
             self.on_drop("internal_error", f"{type(e).__name__}: {e}")
         finally:
+            self._current = None
             with self._cv:
                 self._last_set = time.monotonic()
                 jobs = self._due_jobs(self._last_set)

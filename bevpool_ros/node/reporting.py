@@ -10,7 +10,7 @@ from collections import Counter
 from .. import heap
 from ..logtext import clip
 from .diagnostics import RecentCounts, diagnostic_array, health
-from .housekeeping import HousekeepingTimer
+from .housekeeping import PeriodicThread
 from .latency import RollingStats
 from .throttle import ThrottledLog
 
@@ -33,7 +33,8 @@ class Report:
         self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the level
         self.windows(1000)
         self.diag_pub = None
-        self._timer = None
+        self._pub_lock = threading.Lock()  # the status thread publishes; a transition destroys
+        self._thread = None
 
     def windows(self, size: int) -> None:
         self.latency = RollingStats(size)    # last input -> published
@@ -102,22 +103,26 @@ class Report:
     def start(self, period_s: float) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
 
-        if self.diag_pub is None:
-            self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.restart_timer(period_s)
+        with self._pub_lock:
+            if self.diag_pub is None:
+                self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        if self._thread is None:
+            self._thread = PeriodicThread("bevpool-diagnostics", period_s, self.publish_diagnostics)
+        else:
+            self._thread.set_period(period_s)
 
-    def restart_timer(self, period_s: float) -> None:
-        if self._timer is not None:
-            self._timer.destroy()
-        self._timer = HousekeepingTimer(self.node, period_s, self.publish_diagnostics)
+    def set_period(self, period_s: float) -> None:
+        if self._thread is not None:
+            self._thread.set_period(period_s)
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.destroy()
-            self._timer = None
-        if self.diag_pub is not None:
-            self.node.destroy_publisher(self.diag_pub)
-            self.diag_pub = None
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
+        with self._pub_lock:
+            if self.diag_pub is not None:
+                self.node.destroy_publisher(self.diag_pub)
+                self.diag_pub = None
 
     def snapshot(self) -> dict:
         node = self.node
@@ -165,14 +170,16 @@ class Report:
                 values[k if k in NOT_DROPS else f"dropped_{k}"] = v
         for cam, v in sorted(missing.items()):
             values[f"missing_{cam}"] = v
-        for cam, why in node.calibration.invalid.items():
+        for cam, why in list(node.calibration.invalid.items()):  # the executor may change it
             values[f"invalid_calibration_{cam}"] = why
-        values.update(sorted(self.publisher_problems.items()))
+        values.update(sorted(list(self.publisher_problems.items())))
         return values
 
-    def publish_diagnostics(self) -> None:
-        node, pub = self.node, self.diag_pub
-        if pub is None or node.cfg is None:  # stopped (a deferred tick may still come)
+    def publish_diagnostics(self, stuck: str = "") -> None:
+        """The node's status (its own thread, every ``diagnostics.period_s``); ``stuck``: the
+        watchdog's last word before the process exits (ERROR, node/liveness.py)."""
+        node = self.node
+        if self.diag_pub is None or node.cfg is None:  # stopped (a late tick may still come)
             return
         values = self.snapshot()
         totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
@@ -196,6 +203,10 @@ class Report:
             text = f"idle: no subscriber to the BEV ({skipped} sets skipped)"
         elif level == "OK":
             text = f"{values['sets_published']} sets published"
-        pub.publish(diagnostic_array(
-            node.get_clock().now().to_msg(), f"{node.get_name()}: bev pooling",
-            str(values["device"]), level, text, values))
+        if stuck:
+            level, text = "ERROR", stuck
+        msg = diagnostic_array(node.get_clock().now().to_msg(), f"{node.get_name()}: bev pooling",
+                               str(values["device"]), level, text, values)
+        with self._pub_lock:
+            if self.diag_pub is not None:
+                self.diag_pub.publish(msg)

@@ -1,0 +1,222 @@
+"""The process's watchdog: a node that stops making progress exits, so a supervisor restarts it.
+
+A perception node that hangs is worse than one that is late: planners downstream wait on it. The
+watchdog thread watches
+- the executor thread: ``spin_until_shutdown`` beats after every ``spin_once`` (which returns
+  within 0.1 s when idle), so no beat for ``watchdog.timeout_s`` means a callback or the
+  middleware is stuck;
+- the pooling thread (or the hand-off thread pooling a set inline): a set in progress for longer
+  than that (``PoolingWorker.in_progress``; a calibration change's re-prepare is exempt: a
+  TensorRT engine build takes minutes), or the thread gone.
+On a stall it logs one line naming the thread and where it is (its Python stack, innermost last),
+publishes an ERROR status on /diagnostics (from its own thread, waiting at most 0.5 s for it),
+and exits with EXIT_STUCK.
+
+Two cases no Python thread can see, covered by ``faulthandler``'s C-level timer (it needs no
+GIL): a thread stuck while holding the GIL (then no Python runs at all, this thread included),
+and an exit that does not finish. The watchdog re-arms that timer on every tick; if the timer
+ever fires, faulthandler prints every thread's stack to stderr and ends the process with exit
+code 1.
+
+Stop signals: SIGINT/SIGTERM only ask the spin loop to stop (main.StopSignals); a loop stuck in a
+callback never sees that. Their C-level handler also wakes this thread (``signal.set_wakeup_fd``),
+which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK).
+
+Fault injection for supervisors' own tests: ``BEVPOOL_INJECT_STALL=executor|pooling|executor_gil``
+stalls that thread for good: the executor after the node's first published grid, the pooling
+thread after its first set; ``executor_gil`` holds the interpreter lock meanwhile.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+
+EXIT_STUCK = 70        # sysexits' EX_SOFTWARE: an internal error, restart me
+STOP_GRACE_S = 1.8     # a stop signal -> the process is gone (SIGINT/SIGTERM within 2 s)
+BACKSTOP_MARGIN_S = 5.0  # faulthandler's timer: this much after the watchdog would have spoken
+STACK_FRAMES = 4
+INJECT_ENV = "BEVPOOL_INJECT_STALL"
+INJECTED_STALL = os.environ.get(INJECT_ENV, "")
+
+# Steps allowed to take long (a configure, a re-prepare: kernels compiled, an engine built), by
+# thread: the watchdog does not judge that thread meanwhile, and the backstop is off (the step
+# may hold the GIL). The lock orders "no long step -> arm" against "register -> disarm".
+_long_steps: dict[int, str] = {}
+_long_lock = threading.Lock()
+
+
+@contextmanager
+def long_step(what: str):
+    ident = threading.get_ident()
+    with _long_lock:
+        outer = _long_steps.get(ident)
+        _long_steps[ident] = what
+        faulthandler.cancel_dump_traceback_later()
+    try:
+        yield
+    finally:
+        with _long_lock:
+            if outer is None:
+                _long_steps.pop(ident, None)
+            else:
+                _long_steps[ident] = outer
+
+
+def short_stack(frame, frames: int = STACK_FRAMES) -> str:
+    """``file.py:line function`` of the innermost ``frames`` frames, outermost first, on one line."""
+    if frame is None:
+        return "(no Python frame)"
+    entries = traceback.extract_stack(frame)[-frames:]
+    return " > ".join(f"{os.path.basename(e.filename)}:{e.lineno} {e.name}" for e in entries)
+
+
+def stack_of(ident: int | None) -> str:
+    return short_stack(sys._current_frames().get(ident)) if ident is not None else "(thread unknown)"
+
+
+class Watchdog:
+    def __init__(self, node, timeout_s: float, stop_fd: int | None = None, fault_fd: int = 2,
+                 before_exit=None, exit=os._exit):
+        """``node``: its logger, ``report`` (the last status) and ``worker`` (the pooling
+        thread) are watched; ``timeout_s`` > 0; ``stop_fd``: the read end of the signal wake-up
+        pipe (main.StopSignals); ``fault_fd``: where the backstop prints stacks (a descriptor that
+        needs no Python thread: the original stderr, stderr_filter.py); ``before_exit()``: lets
+        the last line out; ``exit``: how the process ends (tests pass their own)."""
+        self.node = node
+        self.fault_fd = fault_fd
+        self.before_exit = before_exit or (lambda: None)
+        self.timeout_s = float(timeout_s)
+        self.stop_fd = stop_fd
+        self._exit = exit
+        self._executor_ident: int | None = None
+        self._executor_beat = time.monotonic()
+        self._stop_asked: float | None = None
+        self._running = True
+        self._tick_s = min(1.0, max(0.05, self.timeout_s / 4))
+        self._thread = threading.Thread(target=self._loop, name="bevpool-watchdog", daemon=True)
+
+    # what the watched threads call ------------------------------------------------------------
+    def start(self) -> None:
+        self._executor_ident = threading.get_ident()  # the thread that spins
+        self._executor_beat = time.monotonic()
+        self._arm_backstop()
+        self._thread.start()
+
+    def beat(self) -> None:
+        """The executor thread came back from a ``spin_once``."""
+        self._executor_beat = time.monotonic()
+        if INJECTED_STALL and self.node.report.counts.get("published"):
+            injected_stall("executor")
+
+    def stop(self) -> None:
+        """The process is ending by itself: no more checks. The backstop stays armed until exit
+        (a teardown that hangs is still ended)."""
+        self._running = False
+
+    # the watchdog thread -----------------------------------------------------------------------
+    def _arm_backstop(self) -> None:
+        with _long_lock:
+            if not _long_steps:
+                faulthandler.dump_traceback_later(self.timeout_s + BACKSTOP_MARGIN_S, exit=True,
+                                                  file=self.fault_fd)
+
+    def _loop(self) -> None:
+        while True:
+            asked = self._stop_asked
+            self._wait(self._tick_s if asked is None else max(0.0, asked + STOP_GRACE_S - time.monotonic()))
+            now = time.monotonic()
+            if self._stop_asked is not None:
+                if now - self._stop_asked >= STOP_GRACE_S:
+                    self._end(f"a stop was asked {now - self._stop_asked:.1f} s ago and the process "
+                              f"has not ended; executor thread at {stack_of(self._executor_ident)}")
+                continue
+            if not self._running:
+                continue  # a clean teardown is under way: only the stop deadline counts
+            self._arm_backstop()
+            stuck = self.stuck(now)
+            if stuck:
+                self._end(stuck, publish=True)
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less when a stop signal arrives (then the grace period starts and
+        the backstop is brought forward to its end)."""
+        if self.stop_fd is None:
+            time.sleep(seconds)
+            return
+        try:
+            ready, _, _ = select.select([self.stop_fd], [], [], seconds)
+            if ready and os.read(self.stop_fd, 64) and self._stop_asked is None:
+                self._stop_asked = time.monotonic()
+                faulthandler.dump_traceback_later(STOP_GRACE_S + 0.15, exit=True, file=self.fault_fd)
+        except (OSError, ValueError):  # the pipe went away: keep the timing, lose the early wake
+            self.stop_fd = None
+
+    def stuck(self, now: float) -> str:
+        """One line describing a stalled thread, or ''."""
+        age = now - self._executor_beat
+        if age > self.timeout_s and self._executor_ident not in _long_steps:
+            return (f"executor thread made no progress for {age:.1f} s: at "
+                    f"{stack_of(self._executor_ident)}")
+        worker = getattr(self.node, "worker", None)
+        if worker is None:
+            return ""
+        if not worker.thread_alive():
+            return "pooling thread has ended; no set can be pooled"
+        since, ident, doing = worker.in_progress()
+        if since is not None and now - since > self.timeout_s and ident not in _long_steps:
+            name = "pooling thread" if ident == worker.thread_ident else "thread pooling a set inline"
+            return f"{name} made no progress for {now - since:.1f} s ({doing}): at {stack_of(ident)}"
+        return ""
+
+    def _end(self, what: str, publish: bool = False) -> None:
+        line = f"watchdog: {what}; exiting with code {EXIT_STUCK} for a restart"
+        try:
+            self.node.get_logger().fatal(line)
+        except Exception:  # the logger itself may be what is stuck
+            print(f"bevpool_node: {line}", file=sys.stderr, flush=True)
+        if publish:
+            last_word = threading.Thread(target=self._publish_error, args=(line,), daemon=True)
+            last_word.start()
+            last_word.join(0.5)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.before_exit()
+        self._exit(EXIT_STUCK)
+
+    def _publish_error(self, line: str) -> None:
+        try:
+            self.node.report.publish_diagnostics(stuck=line)
+        except Exception:  # noqa: BLE001 - the process exits anyway
+            pass
+
+
+def injected_stall(thread: str) -> None:
+    """Stall ``thread`` for good when BEVPOOL_INJECT_STALL names it (see the module's docstring)."""
+    wanted = INJECTED_STALL
+    if wanted == thread:
+        threading.Event().wait()
+    elif wanted == f"{thread}_gil":
+        import ctypes
+
+        ctypes.PyDLL(None).sleep(3600)  # a C call made with the GIL held
+
+
+def wake_fd_on_signals() -> int | None:
+    """A pipe the C-level signal handler writes to (no GIL needed); its read end, or None when
+    this is not the main thread."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        os.close(r)
+        os.close(w)
+        return None
+    return r
