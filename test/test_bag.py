@@ -369,6 +369,9 @@ def test_causes_of_a_free_running_replay_come_from_the_nodes_counters():
         "worker_busy": 3, "sync_superseded": 1, "unexplained": 2}
     assert rate_mode_causes(6, 1, counts, 1, messages_short=5) == {
         "published_partial": 1, "worker_busy": 3, "sync_superseded": 1, "not_received_by_node": 1}
+    # the node counted a grid published that never arrived: named, not unexplained
+    assert rate_mode_causes(6, 0, counts, 1, messages_short=0, in_transit=1) == {
+        "worker_busy": 3, "sync_superseded": 1, "published_not_received": 1, "unexplained": 1}
 
 
 @pytest.mark.ros

@@ -29,6 +29,10 @@ def test_a_flood_of_fragmented_sets_never_hangs_the_node(graph):
     r = run_flood(graph, str(default_rig_path()), publishers=3, seconds=12.0, valid_sets=5)
     assert r.flood_sets > 1000, r  # a flood it was: thousands of sets in fragments
     assert r.ok, (r, graph.node.output()[-3000:])
+    # readers with a fixed payload pool (the opt-in input size guard) lost a stream for good after
+    # a few such floods (node/dds_guard.py): by default the node's readers have none
+    d = graph.diagnostics_where(lambda d: True)
+    assert d["input_size_guard"] == "node only (off unless BEVPOOL_DDS_GUARD=1)", d
 
 
 def test_diagnostics_keep_their_period_during_a_flood(graph):

@@ -61,14 +61,18 @@ def test_a_new_bevpool_process_frees_what_a_killed_one_left():
 
 @pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm")
 def test_a_node_that_starts_and_stops_leaves_no_segment_behind():
-    """bevpool_node re-executes itself once to load its input profile (node/dds_guard.py); the
-    segments of the first image used to outlive the process (2 x 64 MiB per start)."""
+    """With the input size guard (opt-in, BEVPOOL_DDS_GUARD=1) bevpool_node re-executes itself once
+    to load its input profile (node/dds_guard.py); the segments of the first image used to outlive
+    the process (2 x 64 MiB per start)."""
+    import os
+
     from ros_harness import isolate_ros_env
 
     isolate_ros_env()
     before = segments()
     node = subprocess.Popen([sys.executable, "-m", "bevpool_ros.node.main", "--ros-args", "-p", "backend:=cpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, BEVPOOL_DDS_GUARD="1"))
     lines = []
     try:
         for line in node.stdout:

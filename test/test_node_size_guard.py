@@ -1,5 +1,6 @@
 """Oversized input refused by Fast DDS before reassembly (the bounded CameraTensor type + the
-node's PREALLOCATED reader profiles), against a live node over real DDS.
+node's PREALLOCATED reader profiles, opt-in with BEVPOOL_DDS_GUARD=1), against a live node over
+real DDS.
 
 Raw CDR is sent (Publisher.publish(bytes)), as a hostile or foreign publisher would: rclpy itself
 refuses to serialize a CameraTensor over its bounds.
@@ -19,7 +20,13 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def graph():
-    g = RosGraph({"diagnostics.period_s": 0.2, "log_throttle_s": 0.5})  # default QoS and limits
+    import os
+
+    os.environ["BEVPOOL_DDS_GUARD"] = "1"  # opt-in (node/dds_guard.py); the node inherits it
+    try:
+        g = RosGraph({"diagnostics.period_s": 0.2, "log_throttle_s": 0.5})  # default QoS and limits
+    finally:
+        del os.environ["BEVPOOL_DDS_GUARD"]
     yield g
     assert g.close() == 0
 

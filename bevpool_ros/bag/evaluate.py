@@ -316,8 +316,11 @@ def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: A
     report.allowed_lost = allow_lost.of(len(sets.complete))
     if result.mode == "paced":
         causes: dict[str, int] = {}
+        in_transit = result.in_transit
         for s in lost:
             cause = losses.PARTIAL if s in partial else result.causes.get(s.key, losses.UNEXPLAINED)
+            if cause == losses.UNEXPLAINED and in_transit > 0:
+                cause, in_transit = losses.IN_TRANSIT, in_transit - 1
             causes[cause] = causes.get(cause, 0) + 1
         report.lost_by_cause = causes
         return
@@ -328,7 +331,8 @@ def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: A
     accepted = "sync_accepted_messages"
     short = result.messages_sent - (losses.counter(d, accepted) - losses.counter(d0, accepted))
     report.lost_by_cause = losses.rate_mode_causes(
-        len(lost), len(partial), counts, max(0, sets.incomplete - partial_of_incomplete), short)
+        len(lost), len(partial), counts, max(0, sets.incomplete - partial_of_incomplete), short,
+        result.in_transit)
 
 
 def _last_played_per_set(played: dict, out_bag: Path) -> dict[int, float]:

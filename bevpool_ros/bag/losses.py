@@ -22,6 +22,7 @@ SET_LEVEL = tuple(k.removeprefix("dropped_") for k in SET_LOSSES) + ("skipped_no
 SYNC_SET_DROPS = ("sync_superseded", "sync_incomplete_timeout", "sync_evicted")
 PARTIAL = "published_partial"        # the node zero-filled cameras the bag holds
 NOT_RECEIVED = "not_received_by_node"
+IN_TRANSIT = "published_not_received"  # the node published its grid; it never reached the evaluation
 UNEXPLAINED = "unexplained"
 
 
@@ -83,13 +84,13 @@ def growth(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 def rate_mode_causes(lost: int, partial: int, counts: dict[str, int], bag_incomplete: int,
-                     messages_short: int) -> dict[str, int]:
+                     messages_short: int, in_transit: int = 0) -> dict[str, int]:
     """Causes of ``lost`` sets in a free-running replay, from the node's counters over the run.
 
     ``partial``: lost sets whose grid came out zero-filled; ``counts``: set-level counter growth;
     ``bag_incomplete``: incomplete sets of the bag the node dropped (expected, taken out of the
     synchroniser's drops); ``messages_short``: tensor messages played but never accepted by the
-    node.
+    node; ``in_transit``: grids the node counted published that never arrived.
     """
     counts = dict(counts)
     expected = bag_incomplete
@@ -99,6 +100,8 @@ def rate_mode_causes(lost: int, partial: int, counts: dict[str, int], bag_incomp
         expected -= taken
     causes = {PARTIAL: partial} if partial else {}
     causes.update({k: v for k, v in counts.items() if v > 0})
+    if in_transit and lost > sum(causes.values()):
+        causes[IN_TRANSIT] = min(in_transit, lost - sum(causes.values()))
     rest = lost - sum(causes.values())
     if rest > 0:
         causes[NOT_RECEIVED if messages_short > 0 else UNEXPLAINED] = rest

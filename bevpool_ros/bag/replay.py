@@ -27,6 +27,7 @@ FRESH_S = 0.3            # a /diagnostics message this long after a send reflect
 # the node's start-up and discovery: seconds idle, over 30 s on two busy cores (seen with two CPU hogs);
 # a node that dies is seen at once (spin_until stops), so only a slow one waits this long
 CONNECT_TIMEOUT_S = 120.0
+GRIDS_WAIT_S = 10.0      # the end of a replay -> every grid the node published has arrived
 NODE_EXITED = "node_exited"
 
 
@@ -45,6 +46,7 @@ class ReplayResult:
     arrivals: dict = field(default_factory=dict)   # grid stamp -> perf_counter
     causes: dict = field(default_factory=dict)     # paced: set key -> cause, sets not (yet) back
     resent: int = 0                                # sets sent again (the node had none of them)
+    in_transit: int = 0                            # grids the node published that never came
     messages_sent: int = 0                         # tensor messages of its cameras, resent too
     diagnostics_start: dict = field(default_factory=dict)
     diagnostics_end: dict = field(default_factory=dict)
@@ -59,6 +61,7 @@ class Replay:
         self.set_timeout_s = set_timeout_s
         self.show_progress = show_progress
         self.keys: set = set()        # keys of the grids received
+        self.grids_received = 0       # grid messages received (a set's key may come twice)
         self._attributed = 0          # sets found lost through the node's counters (paced)
         self._resent_messages = 0
         self._counts_at_last_loss: dict[str, int] = {}
@@ -120,6 +123,7 @@ class Replay:
 
         def received(r):
             self.keys.add(grid_key(r.msg))
+            self.grids_received += 1
             result.arrivals[r.stamp_ns] = r.received
             on_bev(r)
 
@@ -141,8 +145,12 @@ class Replay:
                 # what follows the last set
                 self.player.publish_through(len(self.player.messages) - 1, sent)
             self.session.spin_until(lambda: all(s.key in self.keys for s in complete), drain_s)
-        self.check_alone("during the replay")
-        result.diagnostics_end = self._fresh_diagnostics(len(self.keys))
+            self.check_alone("during the replay")
+            result.diagnostics_end = self._fresh_diagnostics(result.diagnostics_start)
+            bar.set_postfix_str(f"{len(self.keys)} grids")  # those that came late too: as the report
+        result.in_transit = max(0, losses.counter(result.diagnostics_end, "sets_published")
+                                - losses.counter(result.diagnostics_start, "sets_published")
+                                - self.grids_received)
         cameras = {cam for s in complete for cam, _ in s.key}
         result.messages_sent = self._resent_messages + sum(
             1 for e in self.player.entries if e.index < self.player.sent and e.camera in cameras)
@@ -235,14 +243,19 @@ class Replay:
         newer = [v for st, v in self._stamped() if st >= t_ns]
         return newer[-1] if newer else None
 
-    def _fresh_diagnostics(self, grids: int) -> dict:
-        """A diagnostics message sent after now whose counters cover the whole replay: at least
-        the ``grids`` received (one period later is not always enough on a loaded machine: a run
-        of six test files at once on the H200 host once reported 0 of 11)."""
+    def _fresh_diagnostics(self, start: dict) -> dict:
+        """A diagnostics message sent after now whose counters cover the whole replay, once every
+        grid it counts has arrived: the node's ``sets_published`` grew by N over the replay, so N
+        grids are on their way to us. A late grid (the last one, on a loaded machine) used to be
+        scored lost although the node had published it; one that never comes is lost in transit
+        (``ReplayResult.in_transit``). Waits at most GRIDS_WAIT_S."""
         t = time.time_ns()
+
+        def published(d) -> int:
+            return losses.counter(d, "sets_published") - losses.counter(start, "sets_published")
 
         def covers() -> bool:
             d = self._diagnostics_after(t)
-            return d is not None and losses.counter(d, "sets_published") >= grids
-        self.session.spin_until(covers, 10.0)
+            return d is not None and published(d) <= self.grids_received
+        self.session.spin_until(covers, GRIDS_WAIT_S)
         return self._diagnostics_after(t) or self.session.con.latest_diagnostics() or {}

@@ -12,6 +12,13 @@ known only after its parameters are read. So the first start computes them, writ
 (the shipped transport profile + one reader profile per input topic) and re-executes itself
 with it; :func:`is_guarded` then holds and the node starts for real. The first start runs with
 discovery off, so no peer ever sees it (node/main.py). No ROS import here.
+
+Opt-in (``BEVPOOL_DDS_GUARD=1``): under floods of fragmented samples from several producers that
+come and go, a topic's PREALLOCATED payload pool ran dry for good (a camera stream went silent in
+the 3rd to 5th 20 s flood of three runs; re-creating the subscription did not bring it back, the
+pool is the participant's), while unguarded readers passed every flood. A node that goes silent
+is worse than one whose memory an oversized sample inflates (docs/ros_interface.md, "Input size
+limit"), so the guard is off unless asked for.
 """
 from __future__ import annotations
 
@@ -72,8 +79,8 @@ def guarded_profile(base_xml: str, topics, depth: int) -> str:
 def unavailable_reason(base_profile: str | None) -> str | None:
     """Why the guard cannot be set up in this process (None: it can)."""
     rmw = os.environ.get("RMW_IMPLEMENTATION", "")
-    if os.environ.get("BEVPOOL_DDS_GUARD") == "0":
-        return "BEVPOOL_DDS_GUARD=0"
+    if os.environ.get("BEVPOOL_DDS_GUARD") != "1":
+        return "off unless BEVPOOL_DDS_GUARD=1"
     if not uses_fast_dds():
         return f"RMW_IMPLEMENTATION={rmw} is not Fast DDS"
     if base_profile is None:
