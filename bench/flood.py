@@ -10,8 +10,8 @@ fast as they can for ``--seconds`` (best effort, without the large-data DDS prof
 tensor travels in fragments: bevpool_ros/demo/flood.py); then ``--valid-sets`` sets, each resent
 until its grid comes back (10 s at most). A flood passes when the node is alive and every valid
 set got its grid. Reported per flood: sets sent, grids during the flood, resends, flood end ->
-first grid, the longest gap between the node's /diagnostics (its period is 1 s here), and the
-node's counters at the end. Exit 1 when any flood failed.
+first grid, the longest gap between the node's /diagnostics (its period is 1 s here), the node's
+resident memory after it, and the node's counters at the end. Exit 1 when any flood failed.
 """
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def main() -> int:
             print(f"flood {n + 1:2d}/{args.floods}: {'ok  ' if r.ok else 'FAIL'} {r.flood_sets:6d} sets sent, "
                   f"{r.grids_during:4d} grids during, valid {r.answered}/{r.valid_sets} "
                   f"({r.resends} resends), first grid {r.first_grid_after_s or float('nan'):.2f} s after, "
-                  f"diagnostics max gap {gap if gap is not None else float('nan'):.2f} s {r.failure}",
+                  f"diagnostics max gap {gap if gap is not None else float('nan'):.2f} s, node RSS "
+                  f"{r.node_rss_mib or float('nan'):.0f} MiB {r.failure}",
                   flush=True)
             if not r.node_alive:
                 break

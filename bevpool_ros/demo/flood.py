@@ -32,6 +32,7 @@ class FloodResult:
     first_grid_after_s: float | None = None  # flood over -> first valid set's grid
     diagnostics_max_gap_s: float | None = None  # longest gap between the node's /diagnostics
     diagnostics_during: int = 0          # statuses the node published during the flood
+    node_rss_mib: float | None = None    # the node's resident memory after the valid sets
     node_alive: bool = True
     failure: str = ""                    # why the node did not answer, in one line
 
@@ -115,9 +116,18 @@ def run_flood(session, rig_path: str, publishers: int = 3, seconds: float = 20.0
     finally:
         con.diag_sub.callback = previous
     result.node_alive = session.node.alive()
+    result.node_rss_mib = resident_mib(session.node.proc.pid)
     if not result.node_alive and not result.failure:
         result.failure = f"the node exited (code {session.node.proc.returncode})"
     return result
+
+
+def resident_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+    except (OSError, StopIteration):  # gone, or not Linux
+        return None
 
 
 def produce(rig_path: str, seconds: float, seed: int) -> int:

@@ -73,6 +73,11 @@ def input_size_guard(base_profile: str | None, probing: bool = False):
 
 
 def main(argv=None) -> int:
+    from .usage import node_usage, wants_help
+
+    if wants_help((argv if argv is not None else sys.argv)[1:]):
+        print(node_usage())
+        return 0
     import rclpy
 
     from ..heap import keep_freed_memory

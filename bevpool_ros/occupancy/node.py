@@ -191,6 +191,14 @@ def _descriptor(text: str):
 
 
 def main(argv=None) -> int:
+    from ..node.usage import usage, wants_help
+
+    if wants_help((argv if argv is not None else sys.argv)[1:]):
+        kinds = {bool: "bool", int: "integer", float: "double", str: "string"}
+        print(usage("bevpool_occupancy", "BevFeature (bev/features) -> nav_msgs/OccupancyGrid "
+                    "(occupancy/grid), a downstream consumer of bevpool_node.",
+                    [(k, kinds[type(d)], d, t) for k, (d, t) in PARAMETERS.items()], "docs/occupancy.md"))
+        return 0
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
