@@ -74,13 +74,16 @@ def main() -> int:
         session.spin_until(lambda: session.con.latest_diagnostics() is not None, 5.0)
         diagnostics = session.con.latest_diagnostics() or {}
     finally:
-        rc, log = session.close()
+        asked = time.monotonic()
+        rc, log = session.close()  # SIGINT, then waits for the node's exit
+        stop_s = time.monotonic() - asked
     passed = sum(f["ok"] for f in floods)
     gaps = [f["diagnostics_max_gap_s"] for f in floods if f["diagnostics_max_gap_s"] is not None]
-    summary = {"floods": len(floods), "passed": passed, "node_exit_code": rc,
+    summary = {"floods": len(floods), "passed": passed, "node_exit_code": rc, "node_stop_s": round(stop_s, 2),
                "diagnostics_max_gap_s_median": statistics.median(gaps) if gaps else None,
                "diagnostics_max_gap_s_max": max(gaps) if gaps else None}
-    print(f"{passed} of {args.floods} floods passed; node exit code {rc}; diagnostics max gap median "
+    print(f"{passed} of {args.floods} floods passed; node exit code {rc} ({stop_s:.2f} s after SIGINT); "
+          f"diagnostics max gap median "
           f"{summary['diagnostics_max_gap_s_median']}, max {summary['diagnostics_max_gap_s_max']}")
     if args.json:
         Path(args.json).write_text(json.dumps({

@@ -321,6 +321,10 @@ def test_device_input_warm_up_publishes_nothing_and_the_next_set_is_right():
     d, f = inputs(smap, 11)
     d16, f16 = d.astype(np.float16), f.astype(np.float16)
     cameras = [(cp.asarray(dc), cp.asarray(fc)) for dc, fc in split_cameras(d16, f16)]
+    # pool_cameras reads device tensors as they are (the node's hand-off views are ordered by their
+    # producer's IPC events): the copies CuPy queued on its stream must be done first (without this
+    # the grid read zeros in one run on the H200)
+    cp.cuda.get_current_stream().synchronize()
     got = be.pool_cameras(cameras, out=out)
     assert got is out and len(seen) == 1 and seen[0] == be.device_output()
     assert_matches(out, smap, "fp16", d16.astype(np.float64), f16.astype(np.float64), "after warm-up")

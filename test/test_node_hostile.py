@@ -117,9 +117,10 @@ def test_malformed_cdr_is_dropped_by_the_middleware_and_harms_nothing(graph):
         assert graph.publish_and_wait(2) is not None and graph.node.alive()
         d = graph.diagnostics_where(lambda d: graph.counter(d, "dropped_dds_undecodable") >= undecodable + 30, 10)
         assert d is not None, graph.counter(graph.diagnostics_where(lambda d: True), "dropped_dds_undecodable")
-        # one per sample the type support rejects this way: the 30 with a sequence length beyond the
-        # sample, and those truncated inside the data (the first kind, cut in the header, prints nothing)
-        assert graph.counter(d, "dropped_dds_undecodable") - before_undecodable <= 60
+        # at most one per malformed sample sent (90): the 30 with a sequence length beyond the sample
+        # always print the line; the truncated ones print it too, unless the cut falls where the
+        # type support stops before a sequence (seen: 21 of 60 on one host, 60 of 60 on another)
+        assert graph.counter(d, "dropped_dds_undecodable") - before_undecodable <= 90
         taken = {k for k in d if k.startswith("dropped_") and k != "dropped_dds_undecodable"
                  and graph.counter(d, k) != graph.counter(before, k)}
         assert not taken, taken  # none reached the node: the middleware dropped them

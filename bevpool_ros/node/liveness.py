@@ -77,6 +77,14 @@ def short_stack(frame, frames: int = STACK_FRAMES) -> str:
     return " > ".join(f"{os.path.basename(e.filename)}:{e.lineno} {e.name}" for e in entries)
 
 
+def other_threads(but: int | None) -> str:
+    """Each other Python thread's name and innermost frame, on one line."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return ", ".join(f"{names.get(ident, ident)} at {short_stack(frame, 1)}"
+                     for ident, frame in sys._current_frames().items()
+                     if ident not in (but, threading.get_ident())) or "none"
+
+
 def stack_of(ident: int | None) -> str:
     return short_stack(sys._current_frames().get(ident)) if ident is not None else "(thread unknown)"
 
@@ -135,7 +143,8 @@ class Watchdog:
             if self._stop_asked is not None:
                 if now - self._stop_asked >= STOP_GRACE_S:
                     self._end(f"a stop was asked {now - self._stop_asked:.1f} s ago and the process "
-                              f"has not ended; executor thread at {stack_of(self._executor_ident)}")
+                              f"has not ended; executor thread at {stack_of(self._executor_ident)}; "
+                              f"other threads: {other_threads(self._executor_ident)}")
                 continue
             if not self._running:
                 continue  # a clean teardown is under way: only the stop deadline counts
