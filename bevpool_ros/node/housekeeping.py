@@ -3,9 +3,9 @@
 ``HousekeepingTimer`` (the sync poll, the graph check): run by the executor while the node idles,
 and between two sets by the pooling thread while sets flow, the timer asleep meanwhile
 (PoolingWorker.between_sets says why).
-``PeriodicThread`` (/diagnostics): a thread of its own, so the status keeps its period while the
-executor is busy with a flood of inputs (it went silent for 2.9 s at a 1 s period when it was an
-executor timer) and still reports while another thread is stuck (node/liveness.py).
+``PeriodicThread``: a thread of its own, for what must keep its period while the executor is busy
+with a flood of inputs: /diagnostics when the timer is late (reporting.Report.start; the status
+went silent for 2.9 s at a 1 s period with the timer alone).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from collections import Counter
 from .. import heap
 from ..logtext import clip
 from .diagnostics import RecentCounts, diagnostic_array, health
-from .housekeeping import PeriodicThread
+from .housekeeping import HousekeepingTimer, PeriodicThread
 from .latency import RollingStats
 from .throttle import ThrottledLog
 
@@ -33,8 +33,10 @@ class Report:
         self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the level
         self.windows(1000)
         self.diag_pub = None
-        self._pub_lock = threading.Lock()  # the status thread publishes; a transition destroys
-        self._thread = None
+        self._pub_lock = threading.Lock()  # three threads may publish; a transition destroys
+        self._publishing = threading.Lock()
+        self._timer = self._late_watch = None
+        self._period_s, self._published_at = 1.0, time.monotonic()
 
     def windows(self, size: int) -> None:
         self.latency = RollingStats(size)    # last input -> published
@@ -101,24 +103,38 @@ class Report:
 
     # /diagnostics ---------------------------------------------------------------------------
     def start(self, period_s: float) -> None:
+        """/diagnostics every ``period_s``: by a housekeeping timer (the executor while the node
+        idles, the pooling thread right after a set while sets flow: no extra wake-up during a
+        set), and by a thread of its own when that is late by half a period (a flood keeps the
+        executor busy and completes no set: the status went silent for 2.9 s at a 1 s period)."""
         from diagnostic_msgs.msg import DiagnosticArray
 
         with self._pub_lock:
             if self.diag_pub is None:
                 self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        if self._thread is None:
-            self._thread = PeriodicThread("bevpool-diagnostics", period_s, self.publish_diagnostics)
-        else:
-            self._thread.set_period(period_s)
+        self.set_period(period_s)
 
     def set_period(self, period_s: float) -> None:
-        if self._thread is not None:
-            self._thread.set_period(period_s)
+        self._period_s = period_s
+        if self._timer is not None:
+            self._timer.destroy()
+        self._timer = HousekeepingTimer(self.node, period_s, self.publish_diagnostics)
+        if self._late_watch is None:
+            self._late_watch = PeriodicThread("bevpool-diagnostics", period_s / 2, self._publish_if_late)
+        else:
+            self._late_watch.set_period(period_s / 2)
+
+    def _publish_if_late(self) -> None:
+        if time.monotonic() - self._published_at > 1.5 * self._period_s:
+            self.publish_diagnostics()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._thread.stop()
-            self._thread = None
+        if self._late_watch is not None:
+            self._late_watch.stop()
+            self._late_watch = None
+        if self._timer is not None:
+            self._timer.destroy()
+            self._timer = None
         with self._pub_lock:
             if self.diag_pub is not None:
                 self.node.destroy_publisher(self.diag_pub)
@@ -178,6 +194,14 @@ class Report:
     def publish_diagnostics(self, stuck: str = "") -> None:
         """The node's status (its own thread, every ``diagnostics.period_s``); ``stuck``: the
         watchdog's last word before the process exits (ERROR, node/liveness.py)."""
+        if not self._publishing.acquire(blocking=False):  # another thread is at it right now
+            return
+        try:
+            self._publish_status(stuck)
+        finally:
+            self._publishing.release()
+
+    def _publish_status(self, stuck: str) -> None:
         node = self.node
         if self.diag_pub is None or node.cfg is None:  # stopped (a late tick may still come)
             return
@@ -210,3 +234,4 @@ class Report:
         with self._pub_lock:
             if self.diag_pub is not None:
                 self.diag_pub.publish(msg)
+                self._published_at = time.monotonic()

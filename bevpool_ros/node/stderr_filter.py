@@ -59,6 +59,8 @@ class StderrFilter:
 
     def flush(self, timeout: float = 0.3) -> None:
         """Wait until what was written so far has been passed on (at most ``timeout``)."""
+        if self._read is None or not select.select([self._read], [], [], 0)[0]:
+            return  # nothing unread in the pipe (a line being passed on is the thread's last step)
         self._idle.clear()
         self._idle.wait(timeout)
 
@@ -82,7 +84,10 @@ class StderrFilter:
     def _loop(self) -> None:
         pending = b""
         while True:
-            ready, _, _ = select.select([self._read], [], [], PARTIAL_FLUSH_S)
+            # asleep until a line comes, unless a partial line or held lines wait for their time:
+            # no wake-up of its own while the node pools sets (each would take the GIL)
+            waiting = pending or any(self._held.values())
+            ready, _, _ = select.select([self._read], [], [], PARTIAL_FLUSH_S if waiting else None)
             if ready:
                 chunk = os.read(self._read, 1 << 16)
                 if not chunk:
@@ -90,6 +95,8 @@ class StderrFilter:
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     self._line(line)
+                if not select.select([self._read], [], [], 0)[0]:
+                    self._idle.set()  # all that was written has been passed on
                 continue
             if pending:  # a partial line and nothing more for a while
                 self._write(pending)
