@@ -39,7 +39,7 @@ import traceback
 from contextlib import contextmanager
 
 EXIT_STUCK = 70        # sysexits' EX_SOFTWARE: an internal error, restart me
-STOP_GRACE_S = 1.8     # a stop signal -> the process is gone (SIGINT/SIGTERM within 2 s)
+STOP_GRACE_S = 1.5     # a stop signal -> forced exit (the process gone within 2 s of SIGINT/SIGTERM)
 BACKSTOP_MARGIN_S = 5.0  # faulthandler's timer: this much after the watchdog would have spoken
 STACK_FRAMES = 4
 INJECT_ENV = "BEVPOOL_INJECT_STALL"

@@ -105,7 +105,7 @@ class Report:
     def start(self, period_s: float) -> None:
         """/diagnostics every ``period_s``: by a housekeeping timer (the executor while the node
         idles, the pooling thread right after a set while sets flow: no extra wake-up during a
-        set), and by a thread of its own when that is late by half a period (a flood keeps the
+        set), and by a thread of its own when that is late by a quarter period (a flood keeps the
         executor busy and completes no set: the status went silent for 2.9 s at a 1 s period)."""
         from diagnostic_msgs.msg import DiagnosticArray
 
@@ -120,12 +120,12 @@ class Report:
             self._timer.destroy()
         self._timer = HousekeepingTimer(self.node, period_s, self.publish_diagnostics)
         if self._late_watch is None:
-            self._late_watch = PeriodicThread("bevpool-diagnostics", period_s / 2, self._publish_if_late)
+            self._late_watch = PeriodicThread("bevpool-diagnostics", period_s / 4, self._publish_if_late)
         else:
-            self._late_watch.set_period(period_s / 2)
+            self._late_watch.set_period(period_s / 4)
 
     def _publish_if_late(self) -> None:
-        if time.monotonic() - self._published_at > 1.5 * self._period_s:
+        if time.monotonic() - self._published_at > 1.25 * self._period_s:
             self.publish_diagnostics()
 
     def stop(self) -> None:
