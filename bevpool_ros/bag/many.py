@@ -64,15 +64,16 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
     from .evaluate import evaluate_bag
 
     use_large_data_profile()
-    t0 = time.monotonic()
+    t0, started_at = time.monotonic(), time.time()  # wall clock: tasks on several machines compare
     try:
         report = evaluate_bag(bag, out_bag, rig_path, node_params, params_file, rate, atol,
                               **(options or {}), domain=domain)
     except Exception as e:  # one broken bag is a failed row in the report, not a failed run
         return {"bag": bag, "ok": False, "error": f"{type(e).__name__}: {e}", "failures": [str(e)],
-                "domain": domain}
+                "domain": domain, "started_at": started_at, "ended_at": time.time()}
     out = report.to_dict()
     out.update(bag=bag, out_bag=out_bag, ok=report.ok, domain=report.domain, wall_s=time.monotonic() - t0,
+               started_at=started_at, ended_at=time.time(),
                frame_errors=report.frame_errors, frame_error_ratios=report.frame_error_ratios,
                e2e_ms_all=report.e2e_ms,
                drops=drops_by_reason(report.diagnostics), bev_energy=last_bev_energy(out_bag))

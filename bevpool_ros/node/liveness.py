@@ -163,7 +163,7 @@ class Watchdog:
             ready, _, _ = select.select([self.stop_fd], [], [], seconds)
             if ready and os.read(self.stop_fd, 64) and self._stop_asked is None:
                 self._stop_asked = time.monotonic()
-                faulthandler.dump_traceback_later(STOP_GRACE_S + 0.15, exit=True, file=self.fault_fd)
+                faulthandler.dump_traceback_later(STOP_GRACE_S + 0.45, exit=True, file=self.fault_fd)
         except (OSError, ValueError):  # the pipe went away: keep the timing, lose the early wake
             self.stop_fd = None
 
