@@ -249,6 +249,7 @@ def test_an_evaluation_never_scores_another_graphs_grids(bag, tmp_path):
         release_domain(domain)  # unclaimed from now on, as a graph that knows nothing of claims
         with pytest.raises(EvalSetupError, match="bevpool_node exited with code 2"):
             evaluate_bag(bag[0], tmp_path / "a", rig, {"backend": "cpu", "sync.min_cameras": 9}, domain=domain)
+        assert stranger.alive(), stranger.output()[-3000:]
         with pytest.raises(EvalSetupError, match=f"another graph shares DDS domain {domain}"):
             evaluate_bag(bag[0], tmp_path / "b", rig, {"backend": "cpu"}, domain=domain)
         assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -28,6 +28,7 @@ FRESH_S = 0.3            # a /diagnostics message this long after a send reflect
 # a node that dies is seen at once (spin_until stops), so only a slow one waits this long
 CONNECT_TIMEOUT_S = 120.0
 GRIDS_WAIT_S = 10.0      # the end of a replay -> every grid the node published has arrived
+DISCOVERY_SETTLE_S = 5.0  # our node ready -> one more of its statuses (the others' have come by then)
 NODE_EXITED = "node_exited"
 
 
@@ -80,8 +81,23 @@ class Replay:
         if not s.spin_until(lambda: (d := self._ours()) is not None
                             and not d.get("message", "").startswith("idle:"), CONNECT_TIMEOUT_S):
             raise EvalSetupError(self._node_failed("published no diagnostics seeing us"))
+        # one more status of ours, a period later: by then every other node on the domain has sent
+        # its own once (our graph may not list another graph's publisher yet: a node that starts fast
+        # is ready before discovery with the rest of the domain settles)
+        seen = self._ours_stamped()
+        s.spin_until(lambda: self._ours_stamped() > seen or bool(self._others()), DISCOVERY_SETTLE_S)
         self.check_alone("before the replay")
         return self._ours()
+
+    def _ours_stamped(self) -> int:
+        """The stamp (ns) of our node's latest /diagnostics, 0 before the first."""
+        pid = str(self.session.node.proc.pid)
+        return max((st for st, v in self._stamped() if v.get("pid") == pid), default=0)
+
+    def _others(self) -> set[str]:
+        """Process ids of bevpool nodes on this domain other than ours, from their /diagnostics."""
+        pid = str(self.session.node.proc.pid)
+        return {v["pid"] for _, v in self._stamped() if v.get("pid") not in (None, pid)}
 
     def _ours(self) -> dict | None:
         """The latest /diagnostics of our node (its pid), as a dict; None before the first."""
@@ -100,6 +116,12 @@ class Replay:
         the bag, which it would pool too) would be scored as our node's."""
         topic = self.session.con.bev_sub.topic_name
         grids = self.session.con.get_publishers_info_by_topic(topic)
+        others = self._others()
+        if others:
+            raise EvalSetupError(
+                f"another graph shares DDS domain {self.session.domain} {when}: bevpool node(s) of process "
+                f"{', '.join(sorted(others))} report on /diagnostics beside ours; the evaluation needs a domain "
+                "to itself (stop the other graph or free the domain)")
         if len(grids) > 1:
             names = ", ".join(sorted(f"{e.node_namespace.rstrip('/')}/{e.node_name}" for e in grids))
             raise EvalSetupError(
