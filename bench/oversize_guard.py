@@ -21,13 +21,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bevpool_ros.demo.session import resident_mib  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "test"))
 MiB = 1 << 20
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
 def run(guard: bool, seconds: float, big_mib: int, rate: float) -> dict:
@@ -45,13 +43,13 @@ def run(guard: bool, seconds: float, big_mib: int, rate: float) -> dict:
             session.pub.publish_frame(i)
             session.spin_until(lambda: False, 1 / rate)
         session.spin_until(lambda: False, 1.0)
-        before, received_before = rss_mib(pid), session.con.count
+        before, received_before = resident_mib(pid), session.con.count
         peak = [before]
         stop = threading.Event()
 
         def sample():
             while not stop.wait(0.01):
-                peak[0] = max(peak[0], rss_mib(pid))
+                peak[0] = max(peak[0], resident_mib(pid))
         threading.Thread(target=sample, daemon=True).start()
         raw = camera_tensor_cdr(1, "x", "feat", "HWC", (big_mib * MiB,), 1, bytes(big_mib * MiB))
         big_pub = session.pub.pubs[(session.rig.cameras[3].name, "feat")]
@@ -65,7 +63,7 @@ def run(guard: bool, seconds: float, big_mib: int, rate: float) -> dict:
             session.spin_until(lambda: False, 1 / rate)
         session.spin_until(lambda: False, 2.0)
         stop.set()
-        after = rss_mib(pid)
+        after = resident_mib(pid)
         session.con.diagnostics.clear()
         session.spin_until(lambda: session.con.latest_diagnostics() is not None, 5.0)
         diag = session.con.latest_diagnostics() or {}

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from ros_harness import RosGraph, assert_bev_matches  # noqa: E402
 
+from bevpool_ros.demo.session import resident_mib  # noqa: E402
 from bevpool_ros.demo.synthetic_publisher import camera_info_msg  # noqa: E402
 from bevpool_ros.io.tensor_codec import make_camera_tensor  # noqa: E402
 from bevpool_ros.reference import pool_reference  # noqa: E402
@@ -320,17 +321,12 @@ def test_camera_info_that_cannot_be_is_refused_never_turned_into_a_map(graph, sm
     good_frame_still_works(graph, smap)  # its CameraInfo restores a consistent calibration
 
 
-def node_rss_kib(graph) -> int:
-    with open(f"/proc/{graph.node.proc.pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
-
-
 def test_flood_on_every_input(graph, smap):
     """Hundreds of tensors and CameraInfos on every topic as fast as Python publishes them."""
     from rclpy.parameter_client import AsyncParameterClient
 
     good_frame_still_works(graph, smap)
-    rss_before = node_rss_kib(graph)
+    rss_before = resident_mib(graph.node.proc.pid)
     before = counters(graph)
     client = AsyncParameterClient(graph.con, "bevpool_node")
     assert client.wait_for_services(timeout_sec=20.0)
@@ -349,6 +345,6 @@ def test_flood_on_every_input(graph, smap):
                 if k.startswith(("dropped_", "sync_incomplete", "sync_evicted", "sync_superseded", "sync_late")))
     assert drops > 0
     assert int(after["pending_sets"]) <= 4 and int(after["worker_queue"]) <= 2
-    grew_mib = (node_rss_kib(graph) - rss_before) / 1024
+    grew_mib = resident_mib(graph.node.proc.pid) - rss_before
     assert grew_mib < 400, f"node memory grew by {grew_mib:.0f} MiB during the flood"
     good_frame_still_works(graph, smap)

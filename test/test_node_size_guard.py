@@ -13,6 +13,8 @@ import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; mis
 import pytest
 from ros_harness import RosGraph, camera_tensor_cdr  # noqa: E402
 
+from bevpool_ros.demo.session import resident_mib
+
 pytestmark = pytest.mark.ros
 CAM = "CAM_BACK"
 MiB = 1 << 20
@@ -44,22 +46,17 @@ def hostile(graph):
     graph.pub.destroy_publisher(pub)
 
 
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-
-
 class PeakRss:
     """The node's peak resident memory, sampled in a thread while a test runs."""
 
     def __init__(self, pid: int):
-        self.pid, self.peak, self._stop = pid, rss_mib(pid), threading.Event()
+        self.pid, self.peak, self._stop = pid, resident_mib(pid), threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self):
         while not self._stop.wait(0.01):
-            self.peak = max(self.peak, rss_mib(self.pid))
+            self.peak = max(self.peak, resident_mib(self.pid))
 
     def stop(self) -> float:
         self._stop.set()
@@ -76,7 +73,7 @@ def test_input_topics_are_size_bounded_by_fast_dds(graph):
 def test_repeated_200_mb_tensors_are_refused_before_allocation(graph, hostile):
     for i in range(3):  # settle: the node's buffers for valid traffic are in use before the baseline
         assert graph.publish_and_wait(i) is not None
-    baseline = rss_mib(graph.node.proc.pid)
+    baseline = resident_mib(graph.node.proc.pid)
     raw = camera_tensor_cdr(graph.next_stamp(), "x", "feat", "HWC", (200 * MiB,), 1, bytes(200 * MiB))
     peak = PeakRss(graph.node.proc.pid)
     published = 0

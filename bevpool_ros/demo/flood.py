@@ -17,6 +17,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+from .session import resident_mib
+
 PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 
 
@@ -79,9 +81,8 @@ def run_flood(session, rig_path: str, publishers: int = 3, seconds: float = 20.0
     try:
         before = con.count
         procs = start_producers(rig_path, publishers, seconds)
-        deadline = time.monotonic() + seconds + 60.0  # discovery + teardown on a loaded machine
-        session.spin_until(lambda: all(p.poll() is not None for p in procs) or time.monotonic() > deadline,
-                           seconds + 60.0)
+        # + discovery and teardown on a loaded machine
+        session.spin_until(lambda: all(p.poll() is not None for p in procs), seconds + 60.0)
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -120,14 +121,6 @@ def run_flood(session, rig_path: str, publishers: int = 3, seconds: float = 20.0
     if not result.node_alive and not result.failure:
         result.failure = f"the node exited (code {session.node.proc.returncode})"
     return result
-
-
-def resident_mib(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-    except (OSError, StopIteration):  # gone, or not Linux
-        return None
 
 
 def produce(rig_path: str, seconds: float, seed: int) -> int:

@@ -78,6 +78,15 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
     return 0
 
 
+def resident_mib(pid: int) -> float | None:
+    """A process's resident memory (VmRSS), MiB; None when it is gone (or not on Linux)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+    except (OSError, StopIteration):
+        return None
+
+
 class NodeProcess:
     """bevpool_node (or another node's ``module``) in a child process: output kept in a log file
     (readable while it runs), stopped with SIGINT (then killed if it does not exit)."""
