@@ -119,8 +119,8 @@ def pool_steps() -> tuple[dict, object, object]:
     from inprocess_latency import _Framework, inputs
 
     from bevpool_ros.backends.errors import BackendUnavailable
+    from bevpool_ros.inprocess import BevPooler
     from bevpool_ros.paths import default_rig_path
-    from bevpool_ros.pipeline import BevPooler
     from bevpool_ros.rig_yaml import load_rig
 
     rig = load_rig(default_rig_path())

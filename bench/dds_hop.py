@@ -119,7 +119,7 @@ def shm_segments() -> dict:
 def role_sub(args) -> int:
     import rclpy
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     rclpy.init(args=[sys.argv[0]])
     node = rclpy.create_node("dds_hop_sub")
@@ -152,7 +152,7 @@ def role_pub(args) -> int:
     import rclpy
     from rclpy.serialization import serialize_message
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     rclpy.init(args=[sys.argv[0]])
     node = rclpy.create_node("dds_hop_pub")

@@ -42,12 +42,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bevpool_ros.backends import create_backend  # noqa: E402
+from bevpool_ros.cameras.calibration import LiveCalibration  # noqa: E402
+from bevpool_ros.cameras.sync import CameraSet  # noqa: E402
 from bevpool_ros.io.depth_image import metres_at_grid  # noqa: E402
 from bevpool_ros.io.tensor_codec import ReusableBuffer  # noqa: E402
 from bevpool_ros.metric_depth import DepthBins, DepthSpec, MetricDepth, millimetre_image, most_likely_depth  # noqa: E402
-from bevpool_ros.node.calibration import LiveCalibration  # noqa: E402
 from bevpool_ros.node.pooling import PoolingWorker  # noqa: E402
-from bevpool_ros.node.sync import CameraSet  # noqa: E402
 from bevpool_ros.synthetic import SyntheticScene  # noqa: E402
 from bevpool_ros.workloads import base_rig  # noqa: E402
 

@@ -46,7 +46,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "test")]
 
 from fake_cuda import ArrayInterface, device_inputs, fake_gpu, torch_stand_in  # noqa: E402
 
-from bevpool_ros.pipeline import BevPooler  # noqa: E402
+from bevpool_ros.inprocess import BevPooler  # noqa: E402
 from bevpool_ros.workloads import get_workload  # noqa: E402
 
 STREAM_A, STREAM_B = 0xA000, 0xB000

@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 from bevpool_ros.backends.cuda.driver import DeviceBuffer, EventTimer, Stream
+from bevpool_ros.inprocess import BevPooler
 from bevpool_ros.kernels.fp8 import pow2_scale, quantize
-from bevpool_ros.pipeline import BevPooler
 from bevpool_ros.synthetic import SyntheticScene
 
 TENSORS = ("auto", "torch", "cupy", "driver")

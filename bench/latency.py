@@ -66,7 +66,7 @@ def _spin_until(node, predicate, timeout: float) -> bool:
 
 def switch_interval(args) -> None:
     """The producer's and the consumer's GIL switch interval (--switch-interval-ms; the node sets
-    its own, node.main.GIL_SWITCH_INTERVAL_S): each has a ROS executor and a hand-off thread."""
+    its own, ros.process.GIL_SWITCH_INTERVAL_S): each has a ROS executor and a hand-off thread."""
     if args.switch_interval_ms > 0:
         sys.setswitchinterval(args.switch_interval_ms / 1e3)
 
@@ -168,8 +168,8 @@ def role_subscriber(args) -> int:
 
     from bevpool_ros.io.bev_message import stamp_to_ns
     from bevpool_ros.io.tensor_codec import decode_any
-    from bevpool_ros.node.diagnostics import status_values
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.diagnostics import status_values
+    from bevpool_ros.ros.qos import make_qos
 
     switch_interval(args)
     if args.consumer_heap:  # what docs/dds.md advises a BevFeature consumer (bevpool_ros/heap.py)

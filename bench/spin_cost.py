@@ -2,7 +2,7 @@
 """What one wake-up of the node's executor costs when nothing is ready: bevpool_node (cpu backend,
 the shipped nuScenes rig, its subscriptions, services and QoS-event handlers) in this process,
 ``spin_once(timeout_sec=0)`` timed back to back and paced at 30 Hz, for rclpy's
-SingleThreadedExecutor and, where rclpy has it, the EventsExecutor (node/executor.py).
+SingleThreadedExecutor and, where rclpy has it, the EventsExecutor (ros/executor.py).
 
     python bench/spin_cost.py [--calls 300] [--out FILE.json]
 """
@@ -39,8 +39,8 @@ def main(argv=None) -> int:
     import rclpy
 
     from bevpool_ros.demo.session import isolate, ros_param_args
-    from bevpool_ros.node.executor import make_executor
     from bevpool_ros.node.node import BevPoolNode
+    from bevpool_ros.ros.executor import make_executor
 
     isolate()
     rclpy.init(args=["spin_cost", "--ros-args", *ros_param_args({"backend": "cpu"})])

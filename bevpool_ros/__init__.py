@@ -3,7 +3,7 @@
 
 def __getattr__(name):  # imported on first use: ``import bevpool_ros.x`` stays light
     if name == "BevPooler":
-        from .pipeline import BevPooler
+        from .inprocess import BevPooler
 
         return BevPooler
     raise AttributeError(name)

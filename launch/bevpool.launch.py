@@ -9,7 +9,7 @@ same ``rig_file`` when there is one (it needs none: the BEV message carries the 
 ``autostart:=false`` starts bevpool_node as a launch_ros LifecycleNode left unconfigured, for a
 lifecycle manager (Nav2's lifecycle_manager, or ``ros2 lifecycle set``) to configure and activate.
 Both nodes are respawned ``respawn_delay`` seconds after they exit on their own (a crash, or the
-node's watchdog ending a stuck process with code 70: node/liveness.py), as robot stacks do;
+node's watchdog ending a stuck process with code 70: ros/liveness.py), as robot stacks do;
 ``respawn:=false`` turns that off. A respawned managed node starts unconfigured again.
 Needs launch + launch_ros (every ROS 2 install has them; they are not on PyPI).
 """

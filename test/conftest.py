@@ -1,5 +1,5 @@
 """Shared fixtures; GPU tests skip cleanly where no CUDA device is present. After each test file
-the Fast DDS segments of processes it killed are freed (64 MiB of RAM each, see node/dds_shm.py)
+the Fast DDS segments of processes it killed are freed (64 MiB of RAM each, see ros/dds_shm.py)
 and named in the summary: a suite that leaks them runs a small machine out of memory."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bevpool_ros.node.dds_shm import remove_dead_segments
 from bevpool_ros.paths import default_rig_path
+from bevpool_ros.ros.dds_shm import remove_dead_segments
 
 REPO = Path(__file__).resolve().parent.parent
 NUSCENES_RIG = default_rig_path()

@@ -53,8 +53,8 @@ def main() -> int:
     from rclpy.parameter import Parameter
 
     from bevpool_ros.node.node import BevPoolNode
-    from bevpool_ros.node.params import BY_NAME
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.params.table import BY_NAME
+    from bevpool_ros.ros.qos import make_qos
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)

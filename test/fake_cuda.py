@@ -29,7 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bevpool_ros.backends.cuda import driver
-from bevpool_ros.pipeline import pooler as pooler_module
+from bevpool_ros.inprocess import pooler as pooler_module
 
 DEVICE_BASE = 0x7F00_0000_0000  # fake device addresses: 1 MiB apart, so every one is aligned
 

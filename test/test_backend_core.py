@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from bevpool_ros.backends import CpuBackend, InputError, NonFiniteOutput
-from bevpool_ros.backends.gpu.choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
+from bevpool_ros.backends.gpu.choices import ChoiceStore, PrecisionChoice, choice_key
 from bevpool_ros.backends.gpu.frame import choose_host_memory, pow2_exponent
 from bevpool_ros.backends.staging import CameraStaging, frame_dtype, split_cameras
+from bevpool_ros.kernels.planning import LaunchChoice
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.workloads import get_workload
 
@@ -213,10 +214,10 @@ def test_cpu_non_finite_is_refused_with_check_and_caught_without():
 
 # --- the worker: the grid lands in the message payload ------------------------------------------------
 def test_worker_pools_into_the_message_payload_memory():
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.io.tensor_codec import ReusableBuffer, fill_msg
-    from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     Tensor = pytest.importorskip("bevpool_msgs.msg").Tensor
@@ -251,9 +252,9 @@ def test_worker_asks_per_set_whether_the_grid_must_reach_the_host():
     """``host_grid()`` False (hand-off consumers only): the backend is told ``host_copy=False``
     and may leave the grid on its device (PoolResult.bev None); the cpu backend returns it
     anyway. True again on the next set: the grid comes back."""
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     rig = base_rig()
@@ -288,7 +289,7 @@ def test_worker_warms_the_device_input_path_after_each_prepare():
     device-input path runs once, on the array the sets will fill (its dtype and grid shape); a
     warm-up that fails is a warning, never a failed prepare; off, or a backend without that path
     (the cpu backend): nothing is asked."""
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.workloads import base_rig
 
@@ -328,9 +329,9 @@ def test_after_set_jobs_run_in_the_pooling_thread_one_per_set_in_order():
     import threading
     import time
 
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     rig = base_rig()
@@ -358,9 +359,9 @@ def test_after_set_jobs_run_in_the_pooling_thread_one_per_set_in_order():
 def test_worker_counts_a_backend_found_nan_as_non_finite():
     """A GPU backend checks values on the device (the node then skips its host scan): its finding
     must land in the same ``non_finite`` counter; the cpu backend's own check stands in here."""
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     rig = base_rig()
@@ -381,9 +382,9 @@ def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
     takes it only once that set is done: the backend never runs two sets at once."""
     import threading
 
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     rig = base_rig()
@@ -438,7 +439,7 @@ def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
 def pool_and_wait(worker, results: list, rig) -> None:
     """Submit one all-zero set of ``rig`` to a started worker; return once it is pooled and the
     worker is idle again (what it runs between sets included)."""
-    from bevpool_ros.node.sync import CameraSet
+    from bevpool_ros.cameras.sync import CameraSet
 
     _, D_, H_, W_ = rig.depth_shape
     frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
@@ -471,7 +472,7 @@ def test_housekeeping_runs_between_sets_while_they_flow_and_at_once_otherwise():
     handed over twice is one job; one that raises leaves the worker working."""
     import threading
 
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.workloads import base_rig
 
@@ -519,8 +520,8 @@ def test_a_timer_sleeps_while_sets_flow_and_the_pooling_thread_keeps_its_period(
     job is neither run nor reset."""
     import threading
 
+    from bevpool_ros.cameras.calibration import LiveCalibration
     from bevpool_ros.node import pooling
-    from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
     from bevpool_ros.workloads import base_rig
 
@@ -565,9 +566,9 @@ def test_callbacks_can_wait_for_the_worker_to_finish_its_set():
     wait's bound."""
     import threading
 
-    from bevpool_ros.node.calibration import LiveCalibration
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
     from bevpool_ros.workloads import base_rig
 
     rig = base_rig()

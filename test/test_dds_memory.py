@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bevpool_ros.node.dds_guard import TENSOR_BOUND_BYTES
+from bevpool_ros.ros.dds_guard import TENSOR_BOUND_BYTES
 
 pytestmark = pytest.mark.ros
 PROBE = Path(__file__).resolve().parent / "dds_memory_probe.py"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bevpool_ros.node.dds_shm import SHM_DIR, dead_segments, remove_dead_segments
 from bevpool_ros.paths import config_dir
+from bevpool_ros.ros.dds_shm import SHM_DIR, dead_segments, remove_dead_segments
 
 pytestmark = pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm")
 

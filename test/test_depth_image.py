@@ -244,7 +244,7 @@ class DepthImageGraph:
         from sensor_msgs.msg import CameraInfo, Image
 
         from bevpool_ros.demo.consumer import BevConsumer
-        from bevpool_ros.node.qos import make_qos
+        from bevpool_ros.ros.qos import make_qos
         from bevpool_ros.synthetic import SyntheticScene
 
         self.rig, self.scene = rig, SyntheticScene(rig)

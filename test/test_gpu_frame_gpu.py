@@ -220,10 +220,10 @@ def pool_through_worker(be, rig, out_dtype: str, cameras_of, check, sets: int = 
     judges each grid; no set may be dropped. Closes ``be``."""
     import time
 
+    from bevpool_ros.cameras.calibration import LiveCalibration
+    from bevpool_ros.cameras.sync import CameraSet
     from bevpool_ros.io.tensor_codec import ReusableBuffer
-    from bevpool_ros.node.calibration import LiveCalibration
     from bevpool_ros.node.pooling import PoolingWorker
-    from bevpool_ros.node.sync import CameraSet
 
     cal = LiveCalibration(rig)
     done, drops = [], []

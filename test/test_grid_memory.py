@@ -1,4 +1,4 @@
-"""The pooler's own grid memory, recycled (bevpool_ros/pipeline/grid_memory.py), without a GPU:
+"""The pooler's own grid memory, recycled (bevpool_ros/inprocess/grid_memory.py), without a GPU:
 BevPooler and the real driver wrappers over test/fake_cuda.py's driver, every call's arguments
 logged. A buffer is never lent while a grid holds it; it comes back with an event recorded on
 the grid's stream, is reused as it is on that stream and after a device-side wait on another;
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fake_cuda import device_inputs, fake_gpu
 
-from bevpool_ros.pipeline import BevPooler, grid_memory
-from bevpool_ros.pipeline.streams import PER_THREAD
+from bevpool_ros.backends.cuda.streams import PER_THREAD
+from bevpool_ros.inprocess import BevPooler, grid_memory
 from bevpool_ros.workloads import get_workload
 
 A, B = 0xA000, 0xB000

@@ -28,8 +28,8 @@ class Rig:
         from bevpool_ros.handoff import announcements
         from bevpool_ros.handoff.announcements import AnnouncementLinks
         from bevpool_ros.handoff.signal import SignalServer, signal_path
-        from bevpool_ros.node.executor import make_executor
-        from bevpool_ros.node.qos import make_qos
+        from bevpool_ros.ros.executor import make_executor
+        from bevpool_ros.ros.qos import make_qos
 
         monkeypatch.setattr(announcements, "REFILTER_AFTER_S", 0.5)
         isolate_ros_env()

@@ -20,7 +20,7 @@ from bevpool_ros.handoff.camera_publisher import boot_id, ring_for_rig
 from bevpool_ros.io.bev_message import ns_to_time
 from bevpool_ros.io.tensor_codec import DTYPE_CODES, TensorError
 from bevpool_ros.node.handoff_input import check_announcement, handoff_topics
-from bevpool_ros.node.params import defaults
+from bevpool_ros.params.table import defaults
 from bevpool_ros.paths import default_rig_path
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.rig_yaml import load_rig
@@ -155,7 +155,7 @@ def graph():
 def announcer(graph):
     from bevpool_msgs.msg import TensorHandoff
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     qos = make_qos("reliable", 5)
     return {(cam.name, stream): graph.pub.create_publisher(
@@ -320,7 +320,7 @@ def test_a_producer_whose_ring_nobody_opens_falls_back_with_one_warning(tmp_path
     from ros_harness import isolate_ros_env
 
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     isolate_ros_env()
     ctx = rclpy.Context()

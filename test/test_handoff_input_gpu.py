@@ -349,7 +349,7 @@ def test_hand_off_consumers_alone_get_no_bev_feature_built(graph, rig_path, refe
     from ros_harness import assert_bev_matches
 
     from bevpool_ros.handoff.reader import HandoffReader
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     producer = Producer(rig_path)  # its own: the restart test above stopped the module's
     con, qos = graph.con, make_qos("reliable", 10)

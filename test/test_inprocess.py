@@ -1,4 +1,4 @@
-"""BevPooler (bevpool_ros/pipeline) where every machine can run it: host arrays on the cpu
+"""BevPooler (bevpool_ros/inprocess) where every machine can run it: host arrays on the cpu
 backend against the FP64 reference, every argument check, and the tensor/stream readers on
 protocol objects built here (no GPU, no framework needed). The device path: test_inprocess_gpu.py.
 """
@@ -16,11 +16,10 @@ import rig_variants as rv
 from fake_cuda import torch_stand_in
 
 from bevpool_ros import BevPooler
+from bevpool_ros.backends.cuda import dlpack, streams, tensors
 from bevpool_ros.backends.errors import InputError, NonFiniteInput
 from bevpool_ros.fp8 import decode
-from bevpool_ros.handoff import dlpack
 from bevpool_ros.kernels.fp8 import quantize
-from bevpool_ros.pipeline import streams, tensors
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 from bevpool_ros.tolerance import error_ratio

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bevpool_ros.node import params as P
+from bevpool_ros.params import table as P
 
 LAUNCH = Path(__file__).resolve().parent.parent / "launch" / "bevpool.launch.py"
 

@@ -172,8 +172,8 @@ def test_camera_tensor_bound_is_the_guards_and_the_parameters():
 
     from conftest import REPO
 
-    from bevpool_ros.node import params as P
-    from bevpool_ros.node.dds_guard import TENSOR_BOUND_BYTES
+    from bevpool_ros.params import table as P
+    from bevpool_ros.ros.dds_guard import TENSOR_BOUND_BYTES
 
     text = (REPO / "msg" / "CameraTensor.msg").read_text()
     assert int(re.search(r"^uint8\[<=(\d+)\] data$", text, re.M).group(1)) == TENSOR_BOUND_BYTES
@@ -182,7 +182,7 @@ def test_camera_tensor_bound_is_the_guards_and_the_parameters():
 
 
 def test_camera_tensor_refuses_data_beyond_its_bound():
-    from bevpool_ros.node.dds_guard import TENSOR_BOUND_BYTES
+    from bevpool_ros.ros.dds_guard import TENSOR_BOUND_BYTES
 
     m = msgs.CameraTensor()
     m.data = bytes(TENSOR_BOUND_BYTES + 1)
@@ -203,8 +203,8 @@ def test_hand_built_cdr_reads_back_like_rclpy_serialization():
 def test_guarded_profile_adds_one_preallocated_reader_per_topic():
     import xml.etree.ElementTree as ET
 
-    from bevpool_ros.node.dds_guard import guarded_profile
     from bevpool_ros.paths import config_dir
+    from bevpool_ros.ros.dds_guard import guarded_profile
 
     base = (config_dir() / "dds" / "fastdds_large_data.xml").read_text()
     topics = ["/rig_a/cameras/CAM_FRONT/depth", "/rig_a/cameras/CAM_FRONT/feat"]

@@ -192,7 +192,7 @@ def test_no_subscriber_no_pooling(graph, smap):
     a new subscriber gets grids again."""
     from bevpool_msgs.msg import BevFeature
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     con = graph.con
     con.destroy_subscription(con.bev_sub)

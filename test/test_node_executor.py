@@ -1,4 +1,4 @@
-"""What each executor wake-up of bevpool_node has to visit (node/executor.py, docs/dds.md "The
+"""What each executor wake-up of bevpool_node has to visit (ros/executor.py, docs/dds.md "The
 executor"): the executor choice, and QoS-event handlers only where an event can carry news."""
 import pytest
 from ros_harness import isolate_ros_env
@@ -9,7 +9,7 @@ pytestmark = pytest.mark.ros
 def test_make_executor_gives_what_was_asked_or_says_why_not():
     import rclpy
 
-    from bevpool_ros.node.executor import make_executor
+    from bevpool_ros.ros.executor import make_executor
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
@@ -52,8 +52,8 @@ def test_the_node_makes_no_qos_event_handler_that_cannot_fire():
     from rclpy.event_handler import QoSSubscriptionEventType
     from rclpy.parameter import Parameter
 
-    from bevpool_ros.node.dds_guard import uses_fast_dds
     from bevpool_ros.node.node import BevPoolNode
+    from bevpool_ros.ros.dds_guard import uses_fast_dds
 
     ctx = rclpy.Context()
     rclpy.init(context=ctx)

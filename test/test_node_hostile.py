@@ -74,7 +74,7 @@ def test_a_publisher_with_incompatible_qos_is_counted_and_logged(graph):
     rmw_fastrtps: graph_watch.py): logged once, counted once, listed while it exists."""
     from bevpool_msgs.msg import CameraTensor
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     before = graph.counter(graph.diagnostics_where(lambda d: True), "dds_incompatible_qos")
     qos = make_qos("best_effort", 1)

@@ -30,7 +30,7 @@ def test_a_flood_of_fragmented_sets_never_hangs_the_node(graph):
     assert r.flood_sets > 1000, r  # a flood it was: thousands of sets in fragments
     assert r.ok, (r, graph.node.output()[-3000:])
     # readers with a fixed payload pool (the opt-in input size guard) lost a stream for good after
-    # a few such floods (node/dds_guard.py): by default the node's readers have none
+    # a few such floods (ros/dds_guard.py): by default the node's readers have none
     d = graph.diagnostics_where(lambda d: True)
     assert d["input_size_guard"] == "node only (off unless BEVPOOL_DDS_GUARD=1)", d
 
@@ -43,7 +43,7 @@ def test_diagnostics_keep_their_period_during_a_flood(graph):
     assert r.diagnostics_max_gap_s < 3 * DIAGNOSTICS_PERIOD_S, r
 
 
-# --- the watchdog (node/liveness.py): an injected stall in each thread ends the process ---------
+# --- the watchdog (ros/liveness.py): an injected stall in each thread ends the process ---------
 WATCHDOG_S = 1.0
 
 

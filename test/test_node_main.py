@@ -12,7 +12,7 @@ import time
 import pytest
 from test_dds_shm import SHM_DIR, segments, start_participant
 
-from bevpool_ros.node.main import GIL_SWITCH_INTERVAL_S
+from bevpool_ros.ros.process import GIL_SWITCH_INTERVAL_S
 
 
 def run_python(code: str, env=None) -> subprocess.CompletedProcess:
@@ -24,7 +24,7 @@ def test_ros_processes_start_with_the_short_gil_switch_interval():
     assert GIL_SWITCH_INTERVAL_S < sys.getswitchinterval()  # shorter than CPython's default
     r = run_python("""
         import sys, rclpy
-        from bevpool_ros.node.main import init_without_signal_handlers
+        from bevpool_ros.ros.process import init_without_signal_handlers
         before = sys.getswitchinterval()
         stop = init_without_signal_handlers([sys.argv[0]])
         print(before, sys.getswitchinterval(), rclpy.ok())
@@ -50,7 +50,7 @@ def test_a_new_bevpool_process_frees_what_a_killed_one_left():
     env = {k: v for k, v in os.environ.items() if k not in ("FASTDDS_DEFAULT_PROFILES_FILE",
                                                             "FASTRTPS_DEFAULT_PROFILES_FILE")}
     r = run_python("""
-        from bevpool_ros.node.main import use_large_data_profile
+        from bevpool_ros.ros.process import use_large_data_profile
         print(use_large_data_profile())
     """, env)
     assert r.returncode == 0, r.stderr
@@ -62,7 +62,7 @@ def test_a_new_bevpool_process_frees_what_a_killed_one_left():
 @pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm")
 def test_a_node_that_starts_and_stops_leaves_no_segment_behind():
     """With the input size guard (opt-in, BEVPOOL_DDS_GUARD=1) bevpool_node re-executes itself once
-    to load its input profile (node/dds_guard.py); the segments of the first image used to outlive
+    to load its input profile (ros/dds_guard.py); the segments of the first image used to outlive
     the process (2 x 64 MiB per start)."""
     import os
 

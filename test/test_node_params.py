@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bevpool_ros.node import params as P
+from bevpool_ros.params import table as P
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = ["cpu.yaml", "desktop_rtx.yaml", "drive_thor.yaml"]

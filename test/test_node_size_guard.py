@@ -24,7 +24,7 @@ MiB = 1 << 20
 def graph():
     import os
 
-    os.environ["BEVPOOL_DDS_GUARD"] = "1"  # opt-in (node/dds_guard.py); the node inherits it
+    os.environ["BEVPOOL_DDS_GUARD"] = "1"  # opt-in (ros/dds_guard.py); the node inherits it
     try:
         g = RosGraph({"diagnostics.period_s": 0.2, "log_throttle_s": 0.5})  # default QoS and limits
     finally:
@@ -38,7 +38,7 @@ def hostile(graph):
     """A best-effort, depth-1 writer on CAM's feature topic (keeps at most one big sample here)."""
     from bevpool_msgs.msg import CameraTensor
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     pub = graph.pub.create_publisher(CameraTensor, f"cameras/{CAM}/feat", make_qos("best_effort", 1))
     assert graph.spin_until(lambda: pub.get_subscription_count() > 0, 20)

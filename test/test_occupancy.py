@@ -108,7 +108,7 @@ def occupancy_graph(nuscenes_rig):
     from nav_msgs.msg import OccupancyGrid
     from rclpy.executors import SingleThreadedExecutor
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     node = NodeProcess({"diagnostics_period_s": 0.2, "rig_file": str(NUSCENES_RIG)},
                        module="bevpool_ros.occupancy.node")
@@ -201,7 +201,7 @@ BAD_GRIDS = [
 @pytest.mark.ros
 @pytest.mark.parametrize("reason, edit", BAD_GRIDS)
 def test_bad_grids_are_dropped_counted_and_the_node_goes_on(occupancy_graph, reason, edit):
-    from bevpool_ros.node.diagnostics import status_values
+    from bevpool_ros.ros.diagnostics import status_values
 
     g, rig = occupancy_graph, occupancy_graph.rig
     sec = 100 + 2 * [e for _, e in BAD_GRIDS].index(edit)
@@ -230,8 +230,8 @@ def test_bad_grids_are_dropped_counted_and_the_node_goes_on(occupancy_graph, rea
 def test_a_grid_that_is_not_the_rigs_is_scored_with_its_own_coverage(occupancy_graph):
     """The rig is an optional extra: a BEV of another grid (or cameras the rig lacks) is published,
     unknown cells from its own zero columns, counted as rig_mismatch, never dropped."""
-    from bevpool_ros.node.diagnostics import status_values
     from bevpool_ros.occupancy.grid import written_columns
+    from bevpool_ros.ros.diagnostics import status_values
 
     g, rig = occupancy_graph, occupancy_graph.rig
     for sec, edit in ((60, {"origin__x": -40.0}), (62, {"cameras": ["CAM_FRONT", "CAM_ROOF"]})):

@@ -16,7 +16,7 @@ def test_chain_from_bevpool_node_to_the_grid(nuscenes_rig):
 
     from bevpool_ros.demo.session import NodeProcess
     from bevpool_ros.io.bev_message import stamp_to_ns
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     g = RosGraph({"backend": "cpu", "output.bev_dtype": "float16"})
     from conftest import NUSCENES_RIG
@@ -56,8 +56,8 @@ def test_a_custom_rig_needs_no_rig_in_the_occupancy_node(tmp_path):
 
     from bevpool_ros.demo.session import NodeProcess, PipelineSession
     from bevpool_ros.io.bev_message import stamp_to_ns
-    from bevpool_ros.node.qos import make_qos
     from bevpool_ros.occupancy.grid import written_columns
+    from bevpool_ros.ros.qos import make_qos
 
     path = V.write_rig("quad_c64_d40_z2", tmp_path)
     rig = V.rig("quad_c64_d40_z2")

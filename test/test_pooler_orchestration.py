@@ -16,9 +16,9 @@ from test_device_frame import Recorder
 from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.backends.gpu import device_frame as df
 from bevpool_ros.backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
-from bevpool_ros.pipeline import grid as grid_module
-from bevpool_ros.pipeline import grid_memory
-from bevpool_ros.pipeline import pooler as pooler_module
+from bevpool_ros.inprocess import grid as grid_module
+from bevpool_ros.inprocess import grid_memory
+from bevpool_ros.inprocess import pooler as pooler_module
 from bevpool_ros.workloads import get_workload
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)

@@ -9,9 +9,9 @@ import pytest
 from bevpool_ros import fp8
 from bevpool_ros.backends.cpu import CpuBackend
 from bevpool_ros.backends.staging import ALL_WIRE
-from bevpool_ros.node.calibration import LiveCalibration
+from bevpool_ros.cameras.calibration import LiveCalibration
+from bevpool_ros.cameras.sync import CameraSet
 from bevpool_ros.node.pooling import PoolingWorker
-from bevpool_ros.node.sync import CameraSet
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.scatter_map import build_scatter_map
 from bevpool_ros.synthetic import SyntheticScene

@@ -12,8 +12,8 @@ import yaml
 from conftest import NUSCENES_RIG
 
 from bevpool_ros.backends import CpuBackend
+from bevpool_ros.cameras.calibration import LiveCalibration
 from bevpool_ros.input_transform import InputTransform
-from bevpool_ros.node.calibration import LiveCalibration
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.rig import RigError
 from bevpool_ros.rig_yaml import rig_from_dict

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bevpool_ros.node.sync import CONFIRM_SETS, STREAMS, CameraSetSynchronizer
+from bevpool_ros.cameras.sync import CONFIRM_SETS, STREAMS, CameraSetSynchronizer
 
 CAMS = ("A", "B", "C")
 MS = 1_000_000

@@ -50,7 +50,7 @@ def test_publishes_the_rig_and_stops_cleanly_on_ctrl_c():
     from bevpool_msgs.msg import CameraTensor
     from rclpy.executors import SingleThreadedExecutor
 
-    from bevpool_ros.node.qos import make_qos
+    from bevpool_ros.ros.qos import make_qos
 
     proc = _start("--rate", "20")
     ctx = rclpy.Context()

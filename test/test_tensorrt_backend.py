@@ -18,10 +18,10 @@ import bevpool_ros.backends.gpu.base as GB  # GpuBackend: the runtime and the fr
 import bevpool_ros.backends.tensorrt.backend as B
 import bevpool_ros.backends.tensorrt.runner as R
 from bevpool_ros.backends import BackendUnavailable, create_backend
-from bevpool_ros.backends.gpu.choices import ChoiceStore, LaunchChoice
+from bevpool_ros.backends.gpu.choices import ChoiceStore
 from bevpool_ros.backends.tensorrt import TensorRTBackend
 from bevpool_ros.backends.tensorrt.trt_import import TensorRTMissing
-from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE
+from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
 from bevpool_ros.reference import pool_reference
 from bevpool_ros.regime import MiB
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..metric_depth import MetricDepth
 from ..scatter_map import ScatterMap
-from .device_payloads import download
+from .cuda.device_payloads import download
 from .errors import BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out  # noqa: F401  (re-exported: the backends' public errors)
 from .staging import CameraStaging
 

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cameras.calibration import LiveCalibration
 from ..io.bev_message import stamp_to_ns
 from ..io.depth_image import DepthImageConverter
 from ..io.tensor_codec import decode_any
-from ..node.calibration import LiveCalibration
 from ..progress import progress_bar
 from ..reference import pool_reference
 from ..rig import Rig
@@ -119,7 +119,7 @@ def node_parameter(name: str, node_params: dict | None, params_file: str | None)
     ros__parameters, nested keys joined by dots), else the declared default."""
     import yaml
 
-    from ..node.params import BY_NAME
+    from ..params.table import BY_NAME
 
     if node_params and name in node_params:
         return node_params[name]

@@ -60,7 +60,7 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
     allow_lost, set_timeout_s)."""
     _default_sigint()
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    from ..node.main import use_large_data_profile
+    from ..ros.process import use_large_data_profile
     from .evaluate import evaluate_bag
 
     use_large_data_profile()

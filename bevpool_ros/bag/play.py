@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rclpy.node import Node
 
-from ..node.qos import make_qos
+from ..ros.qos import make_qos
 from .io import camera_stream, message_class, read_bag
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..node.calibration import LiveCalibration
+from ..cameras.calibration import LiveCalibration
 from ..rig import Rig, RigError
 from .io import BagError
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cameras.sync import CameraSetSynchronizer
 from ..io.bev_message import stamp_to_ns
-from ..node.sync import CameraSetSynchronizer
 from .io import camera_stream
 
 INCOMPLETE_FATES = ("incomplete_timeout", "superseded", "evicted", "discarded_on_reset")

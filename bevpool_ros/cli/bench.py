@@ -121,7 +121,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
         k_min = threads = None
         try:
             if variant == "v3" and args.autotune:
-                from ..kernels.autotune import tune_v3
+                from ..backends.cuda.autotune import tune_v3
 
                 choice, table = tune_v3(md, precision, seed=args.seed + 7, exclude=tuple(args.exclude_kernels))
                 k_min, threads = choice.k_min, choice.threads

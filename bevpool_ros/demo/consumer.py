@@ -14,8 +14,8 @@ from rclpy.node import Node
 
 from ..io.bev_message import image_to_rgb, stamp_to_ns
 from ..io.tensor_codec import decode_any
-from ..node.diagnostics import status_values
-from ..node.qos import make_qos
+from ..ros.diagnostics import status_values
+from ..ros.qos import make_qos
 from .waiting import poll_until
 
 

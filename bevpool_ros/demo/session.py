@@ -23,7 +23,7 @@ from .waiting import poll_until
 def isolate(domain: int | None = None) -> int:
     """Localhost-only discovery, the node's DDS profile, and a domain: ``domain``, else
     ROS_DOMAIN_ID where the caller chose one, else one claimed to this process (domain.py)."""
-    from ..node.main import use_large_data_profile
+    from ..ros.process import use_large_data_profile
     from .domain import claim_domain
 
     if domain is None:
@@ -54,7 +54,7 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
-    from ..node.main import init_without_signal_handlers, use_large_data_profile
+    from ..ros.process import init_without_signal_handlers, use_large_data_profile
 
     use_large_data_profile()  # same Fast DDS profile as the node (multi-MB bursts)
     stop = init_without_signal_handlers(ros_args)

@@ -14,8 +14,8 @@ from rclpy.node import Node
 
 from ..io.bev_message import ns_to_time
 from ..io.tensor_codec import make_camera_tensor
-from ..node.qos import make_qos
 from ..rig import Rig
+from ..ros.qos import make_qos
 from .waiting import poll_until
 
 

@@ -31,7 +31,7 @@ class BevHandoffSubscriber:
         handed over unwaited; call ``view.wait(stream)`` to order your stream after it)."""
         from bevpool_msgs.msg import BevHandoff
 
-        from ..node.qos import make_qos
+        from ..ros.qos import make_qos
         from .reader import HandoffReader
 
         self.node, self.on_grid, self.wait = node, on_grid, wait

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..backends.cuda import streams
 from ..backends.cuda.driver import Device, Event, bind
+from ..backends.cuda.tensors import device_tensor
 from ..backends.errors import InputError
 from ..io.tensor_codec import DTYPE_CODES
-from ..pipeline import streams
-from ..pipeline.tensors import device_tensor
 from .producer import HandoffRing
 from .vmm import HandoffUnsupported
 

@@ -84,7 +84,7 @@ def announcement(handoff, camera: str, stream: str, layout: str, stamp_ns: int, 
 def host_tensor(tensor, scale: float) -> tuple[np.ndarray, str | None]:
     """(host array, CameraTensor dtype) of a tensor the hand-off could not take: E4M3 codes
     with a scale other than 1 are decoded (CameraTensor carries no scale)."""
-    from ..backends.device_payloads import download
+    from ..backends.cuda.device_payloads import download
 
     arr = download(tensor, "tensor")
     if arr.dtype != E4M3:
@@ -105,7 +105,7 @@ class CameraHandoffPublisher:
         ``slot_bytes`` and ``ring_size``. ``producer``: a CameraTensorProducer to use (tests)."""
         from bevpool_msgs.msg import CameraTensor, TensorHandoff
 
-        from ..node.qos import make_qos
+        from ..ros.qos import make_qos
 
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
@@ -136,7 +136,7 @@ class CameraHandoffPublisher:
 
     def _make_producer(self, rig, slot_bytes, ring_size, device):
         from ..backends.errors import BackendUnavailable
-        from ..node.configure import captured_log
+        from ..logtext import captured_log
         from .camera_producer import CameraTensorProducer
 
         if slot_bytes is None or ring_size is None:

@@ -6,9 +6,9 @@ description chooses by precision and memory regime.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
-from ..backends.gpu.choices import LaunchChoice
 from ..scatter_map import ScatterMap
 from . import table as L
 from .schedule import DEFAULT_K_MIN, V3Schedule, build_v3_schedule
@@ -20,6 +20,16 @@ FP8_KERNEL_OUT_SCALE = 2.0 ** -8
 
 def default_schedule(smap: ScatterMap, block: int, warp: int, k_min: int, depth_pairs: bool = False) -> V3Schedule:
     return build_v3_schedule(smap, k_min=k_min, block=block, warp=warp, depth_pairs=depth_pairs)
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """The V3 launch measured fastest for one map and precision on one GPU."""
+
+    kernel: str
+    k_min: int
+    threads: int
+    median_us: float = 0.0
 
 
 def plan_for(smap: ScatterMap, precision: str, regime: str, *, choice: LaunchChoice | None = None,

@@ -1,25 +1,18 @@
-"""ROS 2 glue for bevpool_ros (docs/ros_interface.md is the contract).
+"""bevpool_node, the ROS 2 node (docs/ros_interface.md is the contract); one job per module.
 
 No ROS import, testable alone:
-  sync                camera-set synchroniser (slop, timeout, missing-camera policy, confirmed
-                      clock resets, counters)
-  params              every parameter: type, default, range, description, validation
-  calibration         rig YAML + CameraInfo + TF/parameter extrinsics, versioned
   configure           what the configure transition builds: rig, depth-image converters, backend
   pooling             the pooling thread: set -> per-camera tensors -> backend.pool_cameras
-  latency, throttle, diagnostics   rolling percentiles, throttled logs, DiagnosticArray + its level
-  dds_guard           the Fast DDS profile that refuses oversized input samples before reassembly
-  liveness            the watchdog: a stuck executor or pooling thread ends the process (code 70)
-  stderr_filter       the middleware's per-sample stderr lines, throttled and counted
-  housekeeping        periodic jobs: executor timers adopted between sets, the /diagnostics thread
+  latency             rolling percentiles of the node's stages
 With rclpy and the generated messages:
-  node, main          bevpool_node, a managed lifecycle node (``bevpool_node`` console script)
-  parameters          declaration and the run-time parameter rules
+  node, main          the managed lifecycle node and its entry point (``bevpool_node``)
+  parameters          declaration from the parameter table (bevpool_ros.params) and the run-time rules
   inputs              subscriptions, input checks, CameraInfo/TF, hand-over to the pooling thread
-  publishing          BevFeature, image and GPU hand-off out (dtype from the pooled grid)
+  handoff_input       camera tensors in through the same-host GPU hand-off
+  publishing, handoff_output   BevFeature, image and GPU hand-off out (dtype from the pooled grid)
   reporting           counters, throttled drop logs, /diagnostics
   graph_watch         publishers DDS never delivers on the input topics (wrong type, incompatible QoS)
-  qos                 QoS profiles
-The codecs (CameraTensor, Image, BevFeature) are bevpool_ros.io.
-The demo / benchmark / test counterparts (publisher, consumer, session) live in bevpool_ros.demo.
+Below it: camera sets and live calibration (bevpool_ros.cameras), generic ROS helpers
+(bevpool_ros.ros), the codecs (bevpool_ros.io). Nothing outside this folder and the command-line
+entry points imports it; the demo / benchmark / test counterparts live in bevpool_ros.demo.
 """

@@ -3,42 +3,21 @@ rig and its live calibration, the depth-image converters, the input topics and t
 (created with the fallback rules). Every refusal is a one-line :class:`StartupError`."""
 from __future__ import annotations
 
-import contextlib
-import logging
 from pathlib import Path
 
 from ..backends import BackendUnavailable, create_backend
+from ..cameras.calibration import LiveCalibration
+from ..logtext import captured_log
+from ..params import table as P
 from ..paths import default_rig_path
 from ..rig import RigError
 from ..rig_yaml import load_rig
-from . import params as P
-from .calibration import LiveCalibration
 
 STREAMS = ("depth", "feat")
 
 
 class StartupError(RuntimeError):
     """Invalid configuration: the transition fails with it (bevpool_node prints it, exit 2)."""
-
-
-@contextlib.contextmanager
-def captured_log(name: str):
-    """Collect the messages of a Python logger instead of printing them (no double warning)."""
-    records: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logger = logging.getLogger(name)
-    handler, propagate = Collect(logging.INFO), logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = propagate
 
 
 def load_calibration(cfg: dict) -> LiveCalibration:

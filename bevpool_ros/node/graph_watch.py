@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from ..logtext import clip, shown
-from .housekeeping import HousekeepingTimer
+from ..ros.housekeeping import HousekeepingTimer
 
 PERIOD_S = 1.0  # a graph query is a local cache read: cheap at this rate
 # A writer's ROS node name arrives with ROS's discovery info, which may lag the DDS discovery of

@@ -10,15 +10,15 @@ import time
 import numpy as np
 
 from .. import fp8
+from ..cameras.sync import CameraSet, CameraSetSynchronizer
 from ..io.bev_message import stamp_to_ns
 from ..io.tensor_codec import TensorError, inspect_header, to_float
 from ..logtext import clip, shown
 from ..rig import RigError
+from ..ros.housekeeping import HousekeepingTimer
+from ..ros.qos import camera_info_qos, make_qos, quiet_events
 from .configure import STREAMS, StartupError, tensor_topics
 from .handoff_input import HandoffInputs
-from .housekeeping import HousekeepingTimer
-from .qos import camera_info_qos, make_qos, quiet_events
-from .sync import CameraSet, CameraSetSynchronizer
 
 DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
 DEPTH_MAX = 1.01                      # a distribution lies in [0, 1]; 1 % for float16/fp8 rounding

@@ -4,42 +4,9 @@ from __future__ import annotations
 import os
 import sys
 
-PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
+from ..ros.process import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
+
 DISCOVERY_ENV = "ROS_AUTOMATIC_DISCOVERY_RANGE"
-
-
-def use_large_data_profile() -> str | None:
-    """Point Fast DDS at config/dds/fastdds_large_data.xml unless another profile is configured;
-    returns the shipped profile's path when it is the one in use (set here or by a parent
-    process), None otherwise.
-
-    Must run before rclpy.init. Opt out with BEVPOOL_DDS_PROFILE=0; another RMW ignores it.
-    Also frees the segments of killed processes first: each holds 64 MiB of RAM under this profile.
-    """
-    from ..paths import config_dir
-
-    path = str(config_dir() / "dds" / "fastdds_large_data.xml")
-    if os.environ.get("BEVPOOL_DDS_PROFILE", "1") == "0" or not os.path.isfile(path):
-        return None
-    configured = [os.environ[v] for v in PROFILE_VARS if os.environ.get(v)]
-    if configured and configured != [path]:
-        return None
-    if not configured:
-        if os.path.exists("DEFAULT_FASTDDS_PROFILES.xml") or os.path.exists("DEFAULT_FASTRTPS_PROFILES.xml"):
-            return None
-        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = path
-    free_dead_segments()
-    return path
-
-
-def free_dead_segments() -> None:
-    """Remove the Fast DDS segments of dead processes (``dds_shm``), saying so on stderr."""
-    from .dds_shm import remove_dead_segments
-
-    count, freed = remove_dead_segments()
-    if count:
-        print(f"bevpool: removed {count} shared-memory segment(s) of killed Fast DDS processes "
-              f"({freed / 2**20:.0f} MiB of RAM)", file=sys.stderr)
 
 
 class RestartWithProfile(Exception):
@@ -55,7 +22,7 @@ def input_size_guard(base_profile: str | None, probing: bool = False):
     RestartWithProfile when a re-start can make it so, else the reason it cannot. ``probing``
     (a start that only reads its parameters, see main): always RestartWithProfile."""
     from ..private_cache import cache_root
-    from . import dds_guard
+    from ..ros import dds_guard
 
     def check(topics, depth) -> str:
         if dds_guard.is_guarded(topics, depth):
@@ -72,8 +39,17 @@ def input_size_guard(base_profile: str | None, probing: bool = False):
     return check
 
 
+def node_usage() -> str:
+    from ..params.table import PARAMS
+    from ..ros.usage import usage
+
+    return usage("bevpool_node", "Synchronised camera depth + feature topics -> BEV grid (BEVPoolV3) on "
+                 "bev/features; a managed node that configures and activates itself (autostart).",
+                 [(p.name, p.type, p.default, p.description) for p in PARAMS], "docs/parameters.md")
+
+
 def main(argv=None) -> int:
-    from .usage import node_usage, wants_help
+    from ..ros.usage import wants_help
 
     if wants_help((argv if argv is not None else sys.argv)[1:]):
         print(node_usage())
@@ -81,10 +57,10 @@ def main(argv=None) -> int:
     import rclpy
 
     from ..heap import keep_freed_memory
-    from . import dds_guard
-    from .executor import make_executor
+    from ..ros import dds_guard
+    from ..ros.executor import make_executor
+    from ..ros.stderr_filter import StderrFilter
     from .node import BevPoolNode, StartupError
-    from .stderr_filter import StderrFilter
 
     keep_freed_memory()  # before the first multi-megabyte message (bevpool_ros/heap.py)
     base_profile = use_large_data_profile()
@@ -124,8 +100,8 @@ def main(argv=None) -> int:
 
 
 def watchdog_for(node, stop, stderr_filter):
-    """The process's watchdog (node/liveness.py), or None with ``watchdog.timeout_s`` 0."""
-    from .liveness import Watchdog
+    """The process's watchdog (ros/liveness.py), or None with ``watchdog.timeout_s`` 0."""
+    from ..ros.liveness import Watchdog
 
     timeout = float(node.get_parameter("watchdog.timeout_s").value)
     if timeout <= 0:
@@ -143,7 +119,7 @@ def restart_with(env: dict, discovery: str | None) -> None:
 
     import rclpy
 
-    from .dds_shm import release_own_segments
+    from ..ros.dds_shm import release_own_segments
 
     rclpy.try_shutdown()
     gc.collect()  # the half-built node and its handles: the context is destroyed once unused
@@ -162,83 +138,8 @@ def restart_with(env: dict, discovery: str | None) -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new_env)
 
 
-class StopSignals:
-    """SIGINT/SIGTERM only set ``requested``; ``spin_until_shutdown`` sees it between two spins.
-    Their C-level handler also writes to a pipe whose read end is ``wake_fd``: the watchdog reads
-    it, so a stop is honoured even while the spinning thread is stuck (node/liveness.py)."""
-
-    def __init__(self):
-        import signal
-
-        from .liveness import wake_fd_on_signals
-
-        self.requested = False
-        self._previous = {sig: signal.signal(sig, self._request) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self.wake_fd = wake_fd_on_signals()
-
-    def _request(self, *_):
-        self.requested = True
-
-    def restore(self) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        if self.wake_fd is not None:
-            signal.set_wakeup_fd(-1)
-
-
-# How long a Python thread may hold the GIL while another waits (CPython's default: 5 ms). The
-# node's threads hand each set over: the executor (or the hand-off signal thread) completes it,
-# the pooling thread pools it. At 5 ms a set could wait that long for a busy executor to yield;
-# at 0.5 ms it waits at most that (issue 15: queue wait p50 2.0 / p99 5.2 ms on the H200 host).
-GIL_SWITCH_INTERVAL_S = 0.0005
-
-
-def init_without_signal_handlers(argv=None) -> StopSignals:
-    """rclpy.init with the short GIL switch interval above, and without rclpy's SIGINT/SIGTERM
-    handlers, which shut the context down from under the running node: tearing the node down on
-    that dead context crashed the process (a segfault in Fast DDS threads in about 1 of 40 Ctrl-C
-    stops). Here a signal only asks for a stop (also during start-up), and the teardown runs in
-    order on a live context."""
-    import rclpy
-    from rclpy.signals import SignalHandlerOptions
-
-    stop = StopSignals()
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
-    return stop
-
-
-def spin_until_shutdown(executor, node, stop: StopSignals, watchdog=None, poll_s: float = 0.1) -> int:
-    """Spin ``node`` until a stop is requested (or the context shuts down), then tear down in order:
-    executor, node, context. 0 on a clean stop. Shared by bevpool_node and bevpool_occupancy.
-    ``watchdog`` (node/liveness.py) hears a beat after every spin."""
-    import faulthandler
-
-    import rclpy
-    from rclpy.executors import ExternalShutdownException
-
-    beat = watchdog.beat if watchdog is not None else (lambda: None)
-    try:
-        executor.add_node(node)
-        if watchdog is not None:
-            watchdog.start()
-        while not stop.requested and rclpy.ok():  # a signal is seen within poll_s
-            executor.spin_once(timeout_sec=poll_s)
-            beat()
-    except ExternalShutdownException:
-        pass
-    finally:
-        if watchdog is not None:
-            watchdog.stop()
-        executor.remove_node(node)
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-        stop.restore()
-        faulthandler.cancel_dump_traceback_later()  # the watchdog's backstop: the teardown is done
-    return 0
+if __name__ == "__main__":
+    sys.exit(main())
 
 
 if __name__ == "__main__":

@@ -18,12 +18,13 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
 from ..logtext import clip, shown
-from . import configure, dds_guard
+from ..ros import dds_guard
+from ..ros.liveness import long_step
+from . import configure
 from .configure import StartupError
 from .graph_watch import PublisherWatch
 from .handoff_input import handoff_topics
 from .inputs import Inputs
-from .liveness import long_step
 from .parameters import (
     RuntimeParameters,
     current_values,
@@ -58,7 +59,7 @@ class BevPoolNode(LifecycleNode):
         self.add_post_set_parameters_callback(self.params.apply)
         self.autostart = bool(self.get_parameter("autostart").value)
         self.input_size_guard = "node only (no guard asked)"
-        self.executor_kind = "the caller's"  # node/main.py names the one it made (node/executor.py)
+        self.executor_kind = "the caller's"  # node/main.py names the one it made (ros/executor.py)
         self._guarded = None  # (topics, depth) the guard was asked about at start
         self._failure = ""
         self._starting = False
@@ -237,7 +238,7 @@ class BevPoolNode(LifecycleNode):
     def _input_types(self) -> dict[str, tuple]:
         """Every input topic -> (its type, the subscription's QoS; None for CameraInfo, whose
         sensor-data QoS every publisher matches)."""
-        from .qos import make_qos
+        from ..ros.qos import make_qos
 
         topics = {}
         qos = make_qos(self.cfg["input.qos_reliability"], self.cfg["input.qos_depth"])

@@ -18,7 +18,7 @@ from rcl_interfaces.msg import (
 )
 
 from ..logtext import shown
-from . import params as P
+from ..params import table as P
 from .configure import StartupError
 
 _PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMETER_INTEGER,

@@ -23,10 +23,10 @@ import numpy as np
 
 from .. import fp8
 from ..backends import InputError, NonFiniteInput, NonFiniteOutput
+from ..cameras.calibration import LiveCalibration
+from ..cameras.sync import CameraSet
+from ..ros.liveness import INJECTED_STALL, injected_stall, long_step
 from ..scatter_map import scatter_map_for
-from .calibration import LiveCalibration
-from .liveness import INJECTED_STALL, injected_stall, long_step
-from .sync import CameraSet
 
 E4M3_WIRE = np.dtype(np.uint8)
 FLOWING_S = 1.0  # sets count as flowing while one was pooled this recently (between_sets)
@@ -205,7 +205,7 @@ class PoolingWorker:
     def queued(self) -> int:
         return len(self._queue)
 
-    # what the watchdog reads (node/liveness.py) -----------------------------------------------
+    # what the watchdog reads (ros/liveness.py) -----------------------------------------------
     @property
     def thread_ident(self) -> int | None:
         return self._thread.ident if self._thread is not None else None

@@ -10,8 +10,8 @@ import time
 
 from ..io.bev_message import bev_feature_msg, bev_rgb, image_msg, ns_to_time
 from ..io.tensor_codec import ReusableBuffer
+from ..ros.qos import make_qos
 from .pooling import PoolResult
-from .qos import make_qos
 
 
 class Outputs:

@@ -9,10 +9,10 @@ from collections import Counter
 
 from .. import heap
 from ..logtext import clip
-from .diagnostics import RecentCounts, diagnostic_array, health
-from .housekeeping import HousekeepingTimer, PeriodicThread
+from ..ros.diagnostics import RecentCounts, diagnostic_array, health
+from ..ros.housekeeping import HousekeepingTimer, PeriodicThread
+from ..ros.throttle import ThrottledLog
 from .latency import RollingStats
-from .throttle import ThrottledLog
 
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
@@ -78,8 +78,8 @@ class Report:
             from rclpy.event_handler import SubscriptionEventCallbacks
         except ImportError:
             return None
-        from .dds_guard import uses_fast_dds
-        from .qos import quiet_events
+        from ..ros.dds_guard import uses_fast_dds
+        from ..ros.qos import quiet_events
 
         if uses_fast_dds():
             return quiet_events()
@@ -193,7 +193,7 @@ class Report:
 
     def publish_diagnostics(self, stuck: str = "") -> None:
         """The node's status (its own thread, every ``diagnostics.period_s``); ``stuck``: the
-        watchdog's last word before the process exits (ERROR, node/liveness.py)."""
+        watchdog's last word before the process exits (ERROR, ros/liveness.py)."""
         if not self._publishing.acquire(blocking=False):  # another thread is at it right now
             return
         try:

@@ -18,9 +18,9 @@ from rclpy.node import Node
 
 from ..io.tensor_codec import TensorError, inspect_header, to_float
 from ..logtext import shown
-from ..node.diagnostics import diagnostic_array
-from ..node.qos import make_qos
-from ..node.throttle import ThrottledLog
+from ..ros.diagnostics import diagnostic_array
+from ..ros.qos import make_qos
+from ..ros.throttle import ThrottledLog
 from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values, written_columns
 
 PARAMETERS = {  # name: (default, description)
@@ -191,7 +191,7 @@ def _descriptor(text: str):
 
 
 def main(argv=None) -> int:
-    from ..node.usage import usage, wants_help
+    from ..ros.usage import usage, wants_help
 
     if wants_help((argv if argv is not None else sys.argv)[1:]):
         kinds = {bool: "bool", int: "integer", float: "double", str: "string"}
@@ -203,7 +203,7 @@ def main(argv=None) -> int:
     from rclpy.executors import SingleThreadedExecutor
 
     from ..heap import keep_freed_memory
-    from ..node.main import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
+    from ..ros.process import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
 
     keep_freed_memory()  # a BevFeature consumer: its 1-5 MB takes reuse mapped pages (heap.py)
     use_large_data_profile()

@@ -17,13 +17,14 @@ from abc import abstractmethod
 
 import numpy as np
 
+from ...kernels.planning import LaunchChoice
 from ...kernels.precision import decide, fp8_within_tolerance
 from ...scatter_map import ScatterMap
 from ..base import Backend, BackendUnavailable
+from ..cuda.device_payloads import any_device
 from ..cuda.runtime import get_runtime
-from ..device_payloads import any_device
 from ..staging import ALL_WIRE, split_cameras
-from .choices import ChoiceStore, LaunchChoice, PrecisionChoice, choice_key
+from .choices import ChoiceStore, PrecisionChoice, choice_key
 from .frame import DeviceOutput, GpuFrame
 
 log = logging.getLogger(__name__)

@@ -15,19 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ... import private_cache
+from ...kernels.planning import LaunchChoice
 from ...scatter_map import ScatterMap
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LaunchChoice:
-    """The V3 launch measured fastest for one map and precision on one GPU."""
-
-    kernel: str
-    k_min: int
-    threads: int
-    median_us: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from ...kernels.planning import FP8_KERNEL_OUT_SCALE
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
 from ...kernels.table import PRECISION_INPUT
 from ..cuda.runtime import MapOnDevice
 from .base import GpuBackend
-from .choices import ChoiceStore, LaunchChoice
+from .choices import ChoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class CudaBackend(GpuBackend):
         return time_graph(self.rt.stream, lambda i, s: self.md.enqueue(self.plan, bindings, s), reps=reps)["median_us"]
 
     def _measure_launch(self, precision: str) -> LaunchChoice:
-        from ...kernels.autotune import tune_v3
+        from ..cuda.autotune import tune_v3
 
         best, _ = tune_v3(self.md, precision)
         return LaunchChoice(best.kernel, best.k_min, best.threads, best.median_us)

@@ -29,8 +29,8 @@ import numpy as np
 
 from ...metric_depth import MetricDepth
 from ..base import InputError, NonFiniteInput, NonFiniteOutput, check_out
+from ..cuda.device_payloads import is_device_payload
 from ..cuda.driver import DeviceBuffer, DeviceView, PinnedBuffer, bind
-from ..device_payloads import is_device_payload
 from ..staging import E4M3_WIRE, FLOAT_WIRE
 from .device_frame import Binding, DeviceFrame
 from .frame import FLAG_INPUT, FLAG_OUTPUT, DeviceOutput, pow2_exponent
@@ -115,7 +115,7 @@ class DeviceInputRun:
     # --- one stream -------------------------------------------------------------------------------
     def _stream_inputs(self, cameras, i: int, stream: str):
         """([("device", DeviceTensor, obj) | ("host", ndarray) | None per camera], dtype, k)."""
-        from ...pipeline.tensors import check_shape, device_tensor
+        from ..cuda.tensors import check_shape, device_tensor
 
         want = self.shapes[stream][1:]
         payloads, device_dtypes, host_dtypes, scales = [], set(), set(), set()

@@ -27,13 +27,13 @@ import logging
 
 import numpy as np
 
-from ...kernels.planning import FP8_KERNEL_OUT_SCALE
+from ...kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
 from ...kernels.table import PRECISION_INPUT, V3_KERNELS
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from ..base import BackendUnavailable
 from ..gpu.base import GpuBackend
-from ..gpu.choices import LaunchChoice, choice_key
+from ..gpu.choices import choice_key
 from .engine_cache import EngineCache
 from .plugin_source import PluginSourceError, select_and_install
 from .targets import Target, TargetError, check_runnable, fp8_supported
@@ -155,7 +155,7 @@ class TensorRTBackend(GpuBackend):
                           smap=shape_class(self.smap), precision=precision, extra=(regime,))
 
     def _measure_launch(self, precision: str) -> LaunchChoice:
-        from ...kernels.autotune import tune_v3
+        from ..cuda.autotune import tune_v3
         from ..cuda.runtime import MapOnDevice
 
         md = MapOnDevice(self.rt, self.smap)

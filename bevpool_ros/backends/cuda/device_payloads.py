@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def is_device_payload(obj) -> bool:
     if obj is None or isinstance(obj, np.ndarray):
         return False
-    from ..pipeline.tensors import is_device
+    from .tensors import is_device
 
     return is_device(obj)
 
@@ -34,8 +34,8 @@ def download(obj, name: str = "camera") -> np.ndarray:
     copy = getattr(obj, "copy_to_host", None)
     if copy is not None:
         return copy()
-    from ..pipeline.tensors import device_tensor
-    from .cuda.driver import api, check
+    from .driver import api, check
+    from .tensors import device_tensor
 
     t = device_tensor(obj, name)
     out = np.empty(t.shape, t.dtype)

@@ -18,7 +18,7 @@ and an exit that does not finish. The watchdog re-arms that timer on every tick;
 ever fires, faulthandler prints every thread's stack to stderr and ends the process with exit
 code 1.
 
-Stop signals: SIGINT/SIGTERM only ask the spin loop to stop (main.StopSignals); a loop stuck in a
+Stop signals: SIGINT/SIGTERM only ask the spin loop to stop (process.StopSignals); a loop stuck in a
 callback never sees that. Their C-level handler also wakes this thread (``signal.set_wakeup_fd``),
 which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK).
 
@@ -94,7 +94,7 @@ class Watchdog:
                  before_exit=None, exit=os._exit):
         """``node``: its logger, ``report`` (the last status) and ``worker`` (the pooling
         thread) are watched; ``timeout_s`` > 0; ``stop_fd``: the read end of the signal wake-up
-        pipe (main.StopSignals); ``fault_fd``: where the backstop prints stacks (a descriptor that
+        pipe (process.StopSignals); ``fault_fd``: where the backstop prints stacks (a descriptor that
         needs no Python thread: the original stderr, stderr_filter.py); ``before_exit()``: lets
         the last line out; ``exit``: how the process ends (tests pass their own)."""
         self.node = node

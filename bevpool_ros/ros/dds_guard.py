@@ -72,7 +72,7 @@ def guarded_profile(base_xml: str, topics, depth: int) -> str:
     """``base_xml`` (a Fast DDS <profiles> document) plus one reader profile per topic."""
     end = base_xml.rindex("</profiles>")
     readers = "".join(reader_profile(t, depth) for t in sorted(topics))
-    return base_xml[:end] + "  <!-- bevpool_node input topics: size-bounded readers (node/dds_guard.py) -->\n" \
+    return base_xml[:end] + "  <!-- bevpool_node input topics: size-bounded readers (ros/dds_guard.py) -->\n" \
         + readers + base_xml[end:]
 
 

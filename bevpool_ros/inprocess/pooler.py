@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
+from ..backends.cuda import streams
 from ..backends.cuda.driver import (
     DeviceBuffer,
     Event,
@@ -41,16 +42,15 @@ from ..backends.cuda.driver import (
     check,
     pointer_device,
 )
+from ..backends.cuda.tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
 from ..backends.errors import BackendUnavailable, InputError
 from ..backends.gpu.device_frame import Binding, DeviceFrame
 from ..backends.gpu.frame import pow2_exponent
 from ..rig import Rig
 from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, scatter_map_for
-from . import streams
 from .grid import CallSlots, DeviceGrid
 from .grid_memory import GridBuffers
-from .tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..logtext import shown
 from ..paths import DEFAULT_RIG
-from .dds_guard import TENSOR_BOUND_BYTES
+from ..ros.dds_guard import TENSOR_BOUND_BYTES
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fp8
-from . import table as L
+from ...kernels import fp8
+from ...kernels import table as L
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ default stream.
 
 from __future__ import annotations
 
-from ..backends.errors import InputError
+from ..errors import InputError
 
 LEGACY, PER_THREAD = 1, 2
 

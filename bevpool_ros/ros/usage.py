@@ -22,11 +22,3 @@ def usage(program: str, summary: str, rows, doc: str) -> str:
         out.append(f"  {name} ({kind}, default {shown})")
         out += textwrap.wrap(text, 96, initial_indent="      ", subsequent_indent="      ")
     return "\n".join(out)
-
-
-def node_usage() -> str:
-    from .params import PARAMS
-
-    return usage("bevpool_node", "Synchronised camera depth + feature topics -> BEV grid (BEVPoolV3) on "
-                 "bev/features; a managed node that configures and activates itself (autostart).",
-                 [(p.name, p.type, p.default, p.description) for p in PARAMS], "docs/parameters.md")

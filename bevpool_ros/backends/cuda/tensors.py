@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backends.errors import InputError
-from ..handoff import dlpack
+from ..errors import InputError
+from . import dlpack
 
 # DLPack dtype codes this module reads (dlpack.h): float8_e4m3fn is E4M3 codes by another name
 _DL_FLOAT8_E4M3FN = 10

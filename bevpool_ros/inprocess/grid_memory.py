@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 
 from ..backends.cuda.driver import Event, api, bind, check
-from .streams import same_stream
+from ..backends.cuda.streams import same_stream
 
 KEPT = 4  # free buffers kept: a consumer holding a few grids at a time never allocates
 
