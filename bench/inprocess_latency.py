@@ -56,12 +56,15 @@ class DriverArray:
 class _Framework:
     """Tensors and a side stream of one framework: ``empty``, ``upload``, ``copy``, ``stream``."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, priority: str = "normal"):
+        """``priority``: the side stream's (highest: what docs/gpu_sharing.md advises a caller
+        whose networks run on normal-priority streams of the same process)."""
         self.kind = kind
         if kind == "torch":
             import torch
 
-            self.lib, self.side = torch, torch.cuda.Stream()
+            least, greatest = torch.cuda.Stream.priority_range()
+            self.lib, self.side = torch, torch.cuda.Stream(priority=greatest if priority == "highest" else least)
             self.handle = int(self.side.cuda_stream)
         elif kind == "cupy":
             import cupy
@@ -69,7 +72,7 @@ class _Framework:
             self.lib, self.side = cupy, cupy.cuda.Stream(non_blocking=True)
             self.handle = int(self.side.ptr)
         else:
-            self.lib, self.side = None, Stream()
+            self.lib, self.side = None, Stream(priority)
             self.handle = int(self.side.handle)
         self.stream = Stream.wrap(self.handle)
 
@@ -137,13 +140,14 @@ def run(
     warmup: int,
     tensors: str = "auto",
     cycle: int = 8,
+    caller_priority: str = "normal",
 ) -> dict:
     kind = pick_tensors(tensors)
     sets, scales = inputs(rig, input_dtype, cycle)
     pooler = BevPooler(
         rig, precision=precision, grid_dtype=bev_dtype, backend="cuda", fp8_scales=scales
     )
-    fw = _Framework(kind)
+    fw = _Framework(kind, caller_priority)
     sources = [(fw.upload(d), fw.upload(f)) for d, f in sets]
     depth, feat = fw.empty_like(sources[0][0]), fw.empty_like(sources[0][1])
     fw.synchronize()
@@ -198,6 +202,7 @@ def run(
         "host_wait_p50_ms": q(wait, 50),
         "host_wait_p99_ms": q(wait, 99),
         "tensors": kind,
+        "caller_priority": caller_priority if kind != "cupy" else "normal",
         "graph_replays": described["graph_replays"],
         "eager_frames": described["eager_frames"],
         "e2e_minus_kernel_p99_us": q(e2e, 99) * 1e3 - kernel_us,

@@ -7,6 +7,7 @@ processes) or in-process (BevPooler inside the caller's process).
                             [--rig nuscenes|wide_c256|F]
                             [--frames 1000] [--rate 30] [--rows FILE.json]
                             [--split] [--consumer-heap] [--param NAME=VALUE ...]
+                            [--gpu-load none|gemm|conv [--gpu-load-in process|thread]] [--mps]
 
 Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
   e2e       last input message of the set published (publisher process) -> its grid received
@@ -24,6 +25,13 @@ Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScen
   split     (--split, dds) each set cut at the processes: the publisher's burst of 18 messages,
             last one handed over -> the node's callback of the set's last input, -> BEV published,
             -> received by the subscriber; the node's per-message take and callback
+GPU shared with networks (bench/gpu_share.py): --gpu-load runs a load for the whole run, in
+another process (another CUDA context) or, with --transport inprocess and --gpu-load-in thread, in
+this process on a normal-priority stream; --mps starts a private MPS control daemon for the run's
+processes and stops it after. Under a load the GPU-event figures of inprocess leave out the wait
+for the GPU (both events wait alike): its row's host_wait (call -> grid ready seen by the host) is
+the figure to quote, and the node's rows carry its own gpu_wait (submission -> done, minus its
+device time) from /diagnostics.
 Writes <out>.json and <out>.md (default bench/results/latency_<backend>), and with --rows appends
 one row per configuration (backend, precision, input_dtype, output_dtype, transport, rig,
 rate_hz, frames, received, e2e_p50_ms, e2e_p99_ms, stage_p50_ms, stage_p99_ms, kernel_us, ...)
@@ -33,6 +41,7 @@ A benchmark, not a timed test: numbers depend on the machine and on what else ru
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -47,6 +56,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+import gpu_share  # noqa: E402  (bench/gpu_share.py: the loads and the MPS daemon)
+
 RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
 TRANSPORTS = ("dds", "handoff_out", "handoff_both", "inprocess")
 HANDOFF_OUT = ("handoff_out", "handoff_both")  # the subscriber reads BevHandoff
@@ -140,8 +152,9 @@ def role_handoff_publisher(args) -> int:
             timer.cancel()
             return
         stamp = time.time_ns()
-        for cam, stream, tensor, layout in frames[i % len(frames)]:
-            pub.publish(cam, stream, tensor, stamp, layout=layout)
+        # the set's copies in one burst of GPU work, then its announcements (publish_set)
+        pub.publish_set([(cam, stream, tensor, layout, 1.0) for cam, stream, tensor, layout in frames[i % len(frames)]],
+                        stamp)
         sent.append((stamp, time.monotonic_ns()))
         state["i"] = i + 1
     try:
@@ -466,6 +479,13 @@ def render_md(res: dict) -> str:
         f"| in the node: last input received -> BEV published | {n['p50']:.2f} | {n['p95']:.2f} | {n['p99']:.2f} |",
         f"| pooling stage in the node | {r['stage_p50_ms']:.3f} | | {r['stage_p99_ms']:.3f} |",
         f"| kernel alone (us) | {r['kernel_us']:.1f} | | |",
+        f"| the node's GPU work per set, on the device | {r['gpu_device_p50_ms']:.3f} | | "
+        f"{r['gpu_device_p99_ms']:.3f} |",
+        f"| its wait for the GPU (submitted -> done, minus the above) | {r['gpu_wait_p50_ms']:.3f} | | "
+        f"{r['gpu_wait_p99_ms']:.3f} |",
+        "",
+        f"GPU load: {r['gpu_load']}" + (f" (another process, {r['gpu_load_steps_per_s']:.1f} steps/s)"
+                                        if r.get("gpu_load_steps_per_s") else "") + f"; MPS: {r['mps']}.",
         "",
         "Node stages (p50 / p99 ms): " + ", ".join(
             f"{k} {v['p50']:.2f} / {v['p99']:.2f}" for k, v in res["stages_ms"].items()) + ".",
@@ -510,9 +530,14 @@ def main_inprocess(args, argv) -> int:
     from bevpool_ros.backends.errors import BackendUnavailable
 
     try:
-        row = inprocess_latency.run(rig, precision=args.precision, input_dtype=args.input_dtype,
-                                    bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate,
-                                    warmup=args.warmup, tensors=args.tensors)
+        if args.gpu_load_in == "thread":
+            sys.setswitchinterval(0.0005)  # as the node: the load thread gives the lock back soon
+        with gpu_share.mps_daemon(args.mps), shared_gpu(args) as load:
+            row = inprocess_latency.run(rig, precision=args.precision, input_dtype=args.input_dtype,
+                                        bev_dtype=args.bev_dtype, frames=args.frames, rate=args.rate,
+                                        warmup=args.warmup, tensors=args.tensors,
+                                        caller_priority=args.caller_priority)
+        row.update(load_fields(args, load))
     except (BackendUnavailable, ImportError) as e:  # no GPU, or --tensors names a missing framework
         raise SystemExit(f"--transport inprocess: {e}") from None
     command = "python bench/latency.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -531,12 +556,32 @@ def main_inprocess(args, argv) -> int:
           f"| call -> grid ready seen by the host (ms) | {r['host_wait_p50_ms']:.4f} | "
           f"{r['host_wait_p99_ms']:.4f} |\n"
           f"| kernel alone (us) | {r['kernel_us']:.1f} | |\n\n"
+          f"GPU load: {r['gpu_load']} ({r['gpu_load_in']}), MPS: {r['mps']}; caller's stream priority "
+          f"{r['caller_priority']}.\n"
           f"p99 minus kernel: {r['e2e_minus_kernel_p99_us']:.1f} us; graph replays "
           f"{r['graph_replays']}, eager frames {r['eager_frames']}.\n")
     prefix = Path(args.out) if args.out else ROOT / "bench" / "results" / "latency_inprocess"
     write_results(prefix, res, md, args.rows, row, info)
     print(md)
     return 0 if row["received"] == row["frames"] else 1
+
+
+@contextlib.contextmanager
+def shared_gpu(args):
+    """The run's GPU load (--gpu-load), in another process or a thread of this one; yields its stats."""
+    if args.gpu_load != "none" and args.gpu_load_in == "thread":
+        with gpu_share.InProcessLoad(args.gpu_load) as load:
+            stats = {}
+            yield stats
+        stats.update(load.stats or {})
+        return
+    with gpu_share.load_process(args.gpu_load, Path(tempfile.mkdtemp(prefix="bevpool_load_"))) as stats:
+        yield stats
+
+
+def load_fields(args, stats: dict) -> dict:
+    return {"gpu_load": args.gpu_load, "gpu_load_in": args.gpu_load_in if args.gpu_load != "none" else "none",
+            "mps": bool(args.mps), "gpu_load_steps_per_s": stats.get("steps_per_s")}
 
 
 def main(argv=None) -> int:
@@ -571,6 +616,16 @@ def main(argv=None) -> int:
     ap.add_argument("--split", action="store_true",
                     help="dds: cut each set's time at the processes (publisher burst, -> node, node, -> "
                     "subscriber) from a timeline of the node (bench/trace_hooks)")
+    ap.add_argument("--gpu-load", default="none", choices=gpu_share.LOADS,
+                    help="a co-running GPU load for the whole run (bench/gpu_share.py): gemm (fp16 4096^3 "
+                    "products back to back), conv (a ResNet-like backbone on six 256 x 704 images)")
+    ap.add_argument("--gpu-load-in", default="process", choices=("process", "thread"),
+                    help="process: another process (another CUDA context); thread: this process, a "
+                    "normal-priority stream (--transport inprocess only)")
+    ap.add_argument("--mps", action="store_true",
+                    help="start a private MPS control daemon for the run's processes, stop it after")
+    ap.add_argument("--caller-priority", default="highest", choices=("highest", "normal"),
+                    help="inprocess: priority of the caller's stream the pool call is enqueued on")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
@@ -579,6 +634,8 @@ def main(argv=None) -> int:
     if args.role:
         return (role_publisher if args.role == "publisher" else role_subscriber)(args)
     args.rig = str(resolve_rig(args.rig))
+    if args.gpu_load_in == "thread" and args.transport != "inprocess":
+        ap.error("--gpu-load-in thread: the load shares the caller's process only with --transport inprocess")
     if args.transport == "inprocess":
         return main_inprocess(args, argv)
     if args.transport in HANDOFF_OUT and args.backend not in ("cuda", "best"):
@@ -587,7 +644,8 @@ def main(argv=None) -> int:
         ap.error("--input-dtype float8_e4m3 is measured in-process only (--transport inprocess)")
 
     info = machine()
-    run = run_pipeline(args)
+    with gpu_share.mps_daemon(args.mps), shared_gpu(args) as load:
+        run = run_pipeline(args)
     sent, sub = run["sent"], run["sub"]
     d = sub.get("diagnostics", {})
     f = lambda k: float(d.get(k, "nan"))  # noqa: E731
@@ -607,7 +665,10 @@ def main(argv=None) -> int:
            "switch_interval_ms": args.switch_interval_ms, "consumer_heap": args.consumer_heap,
            "executor": d.get("executor"), "node_heap": d.get("heap"),
            "node_p50_ms": f("latency_p50_ms"), "node_p99_ms": f("latency_p99_ms"),
-           "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms")}
+           "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms"),
+           "gpu_device_p50_ms": f("gpu_device_p50_ms"), "gpu_device_p99_ms": f("gpu_device_p99_ms"),
+           "gpu_wait_p50_ms": f("gpu_wait_p50_ms"), "gpu_wait_p99_ms": f("gpu_wait_p99_ms"),
+           "node_gpu_shared": d.get("gpu_shared"), **load_fields(args, load)}
     res = {
         "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,
         "input_dtype": args.input_dtype, "warmup": args.warmup, "measured": len(e2e),

@@ -49,7 +49,7 @@ if [ "$RUN_TESTS" = 1 ]; then
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 300 $PY -m pytest -q --no-header -p no:cacheprovider \
       -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py \
       test/test_rig_variants_gpu.py test/test_backend_fallback.py test/test_tensorrt_backend.py \
-      test/test_tensorrt_build.py test/test_pooling_fp8_codes.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
+      test/test_tensorrt_build.py test/test_pooling_fp8_codes.py test/test_gpu_share.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
 # the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
@@ -168,6 +168,34 @@ if [ "$RUN_ROS" = 1 ]; then
             || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
       done
       [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
+      # a GPU shared with networks (docs/gpu_sharing.md): GPU_SHARE_REPEATS rounds (0: skip) of every transport in
+      # GPU_SHARE_TRANSPORTS x condition in GPU_SHARE_CONDS (alone | gemm | gemm_mps | conv | conv_mps | thread_gemm:
+      # inprocess only, the load in the caller's process), interleaved so that drift hits every cell alike; FP16,
+      # float16 in and out, nuScenes, GPU_SHARE_FRAMES sets at 30 Hz; rows appended to h200_node_latency.json and
+      # summed up by bench/gpu_share_table.py in gpu_share.md. About 45 s per cell.
+      if [ "${GPU_SHARE_REPEATS:-0}" -gt 0 ]; then
+        for rep in $(seq 1 "$GPU_SHARE_REPEATS"); do
+          for cond in ${GPU_SHARE_CONDS:-alone gemm gemm_mps}; do
+            for tr in ${GPU_SHARE_TRANSPORTS:-handoff_both dds inprocess}; do
+              case "$cond" in
+                alone) load=() ;;
+                thread_*) [ "$tr" = inprocess ] || continue; load=(--gpu-load "${cond#thread_}" --gpu-load-in thread) ;;
+                *_mps) load=(--gpu-load "${cond%_mps}" --mps) ;;
+                *) load=(--gpu-load "$cond") ;;
+              esac
+              extra=()
+              [ "$tr" = inprocess ] && extra=(--tensors torch)
+              timeout $(( ${GPU_SHARE_FRAMES:-1000} / 30 + 100 )) $RPY bench/latency.py --backend cuda --precision fp16 \
+                  --bev-dtype float16 --input-dtype float16 --transport "$tr" --rate 30 --frames "${GPU_SHARE_FRAMES:-1000}" \
+                  "${load[@]}" "${extra[@]}" --out "/tmp/bevpool_share_${tr}_${cond}_$rep" \
+                  --rows "$OUT/h200_node_latency.json" >> "$OUT/gpu_share_runs.md" 2>&1 \
+                  || { echo "gpu share $tr $cond $rep failed (see gpu_share_runs.md)"; rstatus=1; }
+              echo "$(date -u +%T) $tr $cond $rep done"
+            done
+          done
+        done
+        $RPY bench/gpu_share_table.py "$OUT/h200_node_latency.json" > "$OUT/gpu_share.md" && cat "$OUT/gpu_share.md"
+      fi
       # optional (ROS_DDS_HOP=1, ~1 min): the DDS hop of one 1 KB / 2.6 MB / 5.2 MB message per transport
       # setting on an idle 16-core host (docs/dds.md); the CPU machines are too loaded for clean numbers
       if [ "${ROS_DDS_HOP:-0}" = 1 ]; then

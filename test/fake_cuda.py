@@ -54,6 +54,8 @@ class FakeDriver:
             "cuMemHostAlloc": lambda nbytes, flags: (ok, self._host_alloc(nbytes)),
             "cuMemHostGetDevicePointer": lambda ptr, flags: (ok, ptr),
             "cuStreamCreate": lambda flags: (ok, real.CUstream(0x5000 + next(self._ids))),
+            "cuStreamCreateWithPriority": lambda flags, prio: (ok, real.CUstream(0x5000 + next(self._ids))),
+            "cuCtxGetStreamPriorityRange": lambda: (ok, 0, -5),
             "cuEventCreate": lambda flags: (ok, real.CUevent(0x6000 + next(self._ids))),
             "cuStreamEndCapture": lambda s: (ok, real.CUgraph(next(self._ids))),
             "cuGraphInstantiate": lambda g, flags: (ok, real.CUgraphExec(next(self._ids))),

@@ -166,13 +166,33 @@ class CameraHandoffPublisher:
     def publish(self, camera: str, stream: str, tensor, stamp_ns: int, *, layout: str = "",
                 frame_id: str = "", cuda_stream=None, scale: float = 1.0) -> str:
         """Hand ``tensor`` over (or publish it); returns "handoff" or "camera_tensor"."""
-        key = (camera, stream)
-        if key not in self.tensor_pubs:
-            raise KeyError(f"{camera}/{stream}: not a camera/stream of this publisher "
-                           f"({list(self.cameras)} x {STREAMS})")
-        if self._use_handoff(key):
-            h = self.producer.publish(tensor, stream=cuda_stream, scale=scale)
-            stamp_ns = int(stamp_ns)
+        return self.publish_set([(camera, stream, tensor, layout, scale)], stamp_ns, frame_id=frame_id,
+                                cuda_stream=cuda_stream)[0]
+
+    def publish_set(self, tensors, stamp_ns: int, *, frame_id: str = "", cuda_stream=None) -> list[str]:
+        """A camera set at once: ``tensors`` is [(camera, stream, tensor, layout, scale)]. Every
+        copy into the ring is enqueued before any announcement goes out, so the set's GPU work is
+        one burst: on a GPU that another process's networks share without MPS each separate burst
+        waits for a time slice of its own (docs/gpu_sharing.md). Returns "handoff" or
+        "camera_tensor" per tensor."""
+        stamp_ns = int(stamp_ns)
+        handed = []
+        for camera, stream, tensor, layout, scale in tensors:
+            key = (camera, stream)
+            if key not in self.tensor_pubs:
+                raise KeyError(f"{camera}/{stream}: not a camera/stream of this publisher "
+                               f"({list(self.cameras)} x {STREAMS})")
+            if self._use_handoff(key):
+                handed.append((key, layout, self.producer.publish(tensor, stream=cuda_stream, scale=scale)))
+            else:
+                handed.append((key, layout, (tensor, scale)))
+        ways = []
+        for key, layout, h in handed:
+            if isinstance(h, tuple):
+                self._publish_tensor(key, layout, h[0], h[1], stamp_ns, frame_id)
+                ways.append("camera_tensor")
+                continue
+            camera, stream = key
             # the announcement's bytes from this tensor's template: only the stamp, slot, sequence,
             # event handle and scale are written per tensor (cdr_template.py); a ring id names its
             # socket, size and device
@@ -185,16 +205,18 @@ class CameraHandoffPublisher:
             self.producer.ring.announce(data)
             self.handoff_pubs[key].publish(data)
             self.handed_off += 1
-            return "handoff"
-        arr, dtype = host_tensor(tensor, float(scale))
-        msg = make_camera_tensor(arr, stream, layout, dtype)
+            ways.append("handoff")
+        return ways
+
+    def _publish_tensor(self, key, layout: str, tensor, scale: float, stamp_ns: int, frame_id: str) -> None:
         from ..io.bev_message import ns_to_time
 
+        arr, dtype = host_tensor(tensor, float(scale))
+        msg = make_camera_tensor(arr, key[1], layout, dtype)
         msg.header.stamp = ns_to_time(int(stamp_ns))
         msg.header.frame_id = frame_id
         self.tensor_pubs[key].publish(msg)
         self.sent_tensors += 1
-        return "camera_tensor"
 
     def _use_handoff(self, key) -> bool:
         if not self.handing_off:

@@ -34,6 +34,7 @@ import numpy as np
 from ..backends.base import Backend
 from ..backends.cuda import streams
 from ..backends.cuda.driver import (
+    STREAM_PRIORITIES,
     DeviceBuffer,
     Event,
     Stream,
@@ -105,7 +106,9 @@ class BevPooler:
     ``precision``: fp16 | fp8 | auto (GPU; the cpu backend always computes float32);
     ``grid_dtype``: float16 | float32, the dtype of grids the pooler allocates itself;
     ``backend``: auto (cuda when a GPU is usable, else cpu with a warning) | cuda | cpu;
-    ``fp8_scales``: the power-of-two scales of raw E4M3 inputs (depth, feat), per call too.
+    ``fp8_scales``: the power-of-two scales of raw E4M3 inputs (depth, feat), per call too;
+    ``stream_priority``: highest | normal, the pooler's own stream (calls whose tensors name no
+    stream run there); a call on the caller's stream runs at that stream's priority.
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class BevPooler:
         check_finite: bool = True,
         fp8_scales=(1.0, 1.0),
         autotune: bool = True,
+        stream_priority: str = "highest",
     ):
         self.smap = scatter_map_of(source)
         # shapes every call checks, as tuples once (the map's properties build them per read)
@@ -132,6 +136,9 @@ class BevPooler:
         if self.grid_dtype not in GRID_DTYPES:
             raise ValueError(f"grid_dtype: expected float32 or float16, got {self.grid_dtype.name}")
         self.fp8_scales = _scales(fp8_scales)
+        if stream_priority not in STREAM_PRIORITIES:
+            raise ValueError(f"stream_priority: expected one of {STREAM_PRIORITIES}, got {stream_priority!r}")
+        self.stream_priority = stream_priority
         self.backend = _create_backend(backend, precision, int(device), check_finite, autotune)
         self.backend.prepare(self.smap)
         self._lock = threading.Lock()
@@ -155,7 +162,7 @@ class BevPooler:
         self._producer_sync = Event(rt.device.ctx)
         self._last_event = None  # the previous call's grid event, and its stream
         self._last_stream: int | None = None
-        self._own_stream = Stream()  # for device inputs no framework names a stream for
+        self._own_stream = Stream(self.stream_priority)  # for device inputs no framework names a stream for
         self._own_handle = int(self._own_stream.handle)
         self._wrapped: dict[int, Stream] = {}
         cu = api()

@@ -68,6 +68,7 @@ class PoolResult:
     pool_s: float          # backend.pool_cameras: staging, device work, copies, checks
     assemble_s: float      # matching the set's cameras to the rig's order
     started: float         # perf_counter when the pooling thread took the set
+    gpu: object = None     # the backend frame's FrameTiming (GPU backends): device time, wait
 
 
 class ArrayBuffer:
@@ -378,6 +379,7 @@ class PoolingWorker:
         t2 = time.perf_counter()
         if self._overwritten(camera_set, "while it was read"):  # the seqlock's second look
             return None
-        result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0, started)
+        result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0, started,
+                            getattr(self.backend, "last_frame_timing", None))
         self.on_result(result)
         return result

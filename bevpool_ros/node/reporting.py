@@ -12,6 +12,7 @@ from ..logtext import clip
 from ..ros.diagnostics import RecentCounts, diagnostic_array, health
 from ..ros.housekeeping import HousekeepingTimer, PeriodicThread
 from ..ros.throttle import ThrottledLog
+from .gpu_share import GpuShareWatch
 from .latency import RollingStats
 
 # counters that are events, not dropped data
@@ -45,10 +46,12 @@ class Report:
         # where the overhead goes: waiting for the pooling thread, stacking, the GPU hand-off's
         # announcement, the BevFeature's build and publish
         self.stages = {k: RollingStats(size) for k in STAGES}
+        self.gpu = GpuShareWatch(self.node.get_logger().warning, size)
 
     def resize(self, size: int) -> None:
         for s in (self.latency, self.pool_time, self.overhead, *self.stages.values()):
             s.resize(size)
+        self.gpu.resize(size)
 
     # counting -------------------------------------------------------------------------------
     def count(self, reason: str, n: int = 1) -> None:
@@ -98,6 +101,7 @@ class Report:
             self.stages[k].add(v * 1e3)
         self.latency.add(latency * 1e3)
         self.pool_time.add(r.pool_s * 1e3)
+        self.gpu.add(r.gpu)
         self.overhead.add((latency - r.pool_s) * 1e3)
         self.count("published" if s.complete else "published_partial")
 
@@ -173,6 +177,7 @@ class Report:
             "executor": node.executor_kind, "heap": heap.state,
             "pid": os.getpid(),  # which process this is: two graphs may share a domain by mistake
         }
+        values.update(self.gpu.values())  # gpu_wait_*: the set's wait for a shared GPU
         for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
             if key in d:
                 values[key] = d[key]

@@ -93,6 +93,10 @@ PARAMS: tuple[Param, ...] = (
           "$BEVPOOL_TRT_PLUGIN_LIBRARY, build/trt_plugin/, <prefix>/lib, /usr/local/lib.",
           read_only=True),
     # synchronisation
+    Param("gpu.stream_priority", "string", "highest", "Priority of the GPU backends' streams: 'highest' "
+          "(the device's greatest: a set's kernels go ahead of queued work on normal-priority streams "
+          "in this process or under MPS) or 'normal'. No effect between processes without MPS "
+          "(docs/gpu_sharing.md).", choices=("highest", "normal"), read_only=True),
     Param("sync.slop_s", "double", 0.02, "Largest stamp spread inside one camera set, seconds.", low=0.0, high=1.0),
     Param("sync.camera_timeout_s", "double", 0.1, "A set still incomplete this long after its first "
           "message is resolved by sync.missing_camera_policy, seconds.", low=0.001, high=10.0),

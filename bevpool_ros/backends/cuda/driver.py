@@ -222,11 +222,33 @@ class HostRegistration:
             pass
 
 
+STREAM_PRIORITIES = ("highest", "normal")
+# What new Streams get unless told otherwise (node parameter gpu.stream_priority, BevPooler's
+# stream_priority): "highest", so a set's few microseconds of kernels go ahead of the queued work
+# of networks on normal-priority streams of the same context (or of the same MPS server).
+default_stream_priority = "highest"
+
+
+def stream_priority_value(priority: str) -> int:
+    """The driver's number for ``priority`` on the current device: cuCtxGetStreamPriorityRange
+    gives (least, greatest); greatest is the numerically lowest (e.g. -5), normal is 0."""
+    if priority not in STREAM_PRIORITIES:
+        raise ValueError(f"stream priority: expected one of {STREAM_PRIORITIES}, got {priority!r}")
+    if priority == "normal":
+        return 0
+    _least, greatest = check(api().cuCtxGetStreamPriorityRange(), "cuCtxGetStreamPriorityRange")
+    return int(greatest)
+
+
 class Stream:
-    def __init__(self):
+    def __init__(self, priority: str | None = None):
+        """A non-blocking stream at ``priority`` (default: ``default_stream_priority``)."""
         bind()
         cu = api()
-        self.handle = check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+        self.priority = priority or default_stream_priority
+        self.handle = check(cu.cuStreamCreateWithPriority(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                                                          stream_priority_value(self.priority)),
+                            "cuStreamCreateWithPriority")
 
     @classmethod
     def wrap(cls, handle: int) -> "Stream":
@@ -411,6 +433,40 @@ class EventTimer:
         cu = api()
         check(cu.cuEventSynchronize(self.end), "cuEventSynchronize")
         return float(check(cu.cuEventElapsedTime(self.start, self.end), "cuEventElapsedTime"))
+
+
+class FrameTimer:
+    """Device time of one frame against its wall time on the host, without a host wait of its own.
+
+    ``begin(stream)`` records a timing event where the frame's own work starts (after any wait for
+    its inputs' producer), ``end(stream)`` after its last work; once the caller's own host wait has
+    returned, ``read(submitted_s, done_s)`` gives (device ms, wall ms): the wall time from
+    submission to completion minus the device time is what the frame waited for the GPU (another
+    context's time slice, its inputs' producer)."""
+
+    def __init__(self):
+        bind()
+        cu = api()
+        self._ctx = _default_ctx
+        self.start = check(cu.cuEventCreate(0), "cuEventCreate")
+        self.end = check(cu.cuEventCreate(0), "cuEventCreate")
+
+    def begin(self, stream_handle) -> None:
+        check(api().cuEventRecord(self.start, stream_handle), "cuEventRecord")
+
+    def finish(self, stream_handle) -> None:
+        check(api().cuEventRecord(self.end, stream_handle), "cuEventRecord")
+
+    def device_ms(self) -> float | None:
+        """The frame's device time; None if its end is not reached yet (never waits)."""
+        cu = api()
+        err, ms = cu.cuEventElapsedTime(self.start, self.end)
+        return float(ms) if err == cu.CUresult.CUDA_SUCCESS else None
+
+    def destroy(self) -> None:
+        bind(self._ctx)
+        for ev in (self.start, self.end):
+            api().cuEventDestroy(ev)
 
 
 @dataclass

@@ -28,7 +28,7 @@ OUTPUT_ITEMSIZE = {"float32": 4, "float16": 2}
 class KernelRuntime:
     def __init__(self, ordinal: int = 0):
         self.device = Device(ordinal)
-        self.stream = Stream()
+        self.stream = Stream()  # driver.default_stream_priority when the runtime is first made
         self.module = Module(get_kernel_image(self.device.arch))
         log.info("cuda runtime: %s (%s, %d SMs, L2 %.0f MiB)", self.device.name, self.device.arch,
                  self.device.sm_count, self.device.l2_bytes / 2**20)

@@ -51,6 +51,11 @@ class GpuBackend(Backend):
         self._device_run = None  # device_inputs.DeviceInputRun of self.frame, made on first use
         self._hooks: list = []
 
+    @property
+    def last_frame_timing(self):
+        """The last frame's FrameTiming (device time, wait for the GPU), or None before one."""
+        return self.frame.last_timing if self.frame is not None else None
+
     # --- calibration ------------------------------------------------------------------------
     def prepare(self, smap: ScatterMap) -> None:
         super().prepare(smap)

@@ -83,25 +83,27 @@ class DeviceInputRun:
             for p in payloads:
                 if p is not None and p[0] == "device" and hasattr(p[2], "wait"):
                     p[2].wait(s.handle)  # the producer's write, ordered on the device
-        gather = []
-        for (payloads, dtype, _), stream in zip(per_stream, STREAMS):
-            gather += self._gather(s, stream, payloads, dtype)
         grid = self._grid(target.dtype)
         (_, d_dtype, k_d), (_, f_dtype, k_f) = per_stream
-        # the device copies and the flag word's copy replay with the frame: a ring's slot
-        # pattern seen before is one graph launch
-        self.device.enqueue(s, Binding(self._stacked["depth"].ptr, d_dtype, self._stacked["feat"].ptr,
-                                       f_dtype, grid.ptr, target.dtype, k_d, k_f), self._done, tuple(gather))
         nbytes = target.nbytes
         output = DeviceOutput(grid.ptr, nbytes, target.dtype, tuple(self.smap.bev_shape), s.handle,
                               self.rt.device)
-        if publish:
-            self.frame.last_output = output
-            for hook in self.frame.after_frame:
-                hook(output)
-        if host is not None:
-            s.d2h(host.ptr, grid, nbytes)
-        s.synchronize()
+        # one submission and one host wait per set: a GPU shared with another process's work is
+        # given to this one in time slices, and each separate burst of work waits for a slice
+        with self.frame.timed(s):
+            gather = []
+            for (payloads, dtype, _), stream in zip(per_stream, STREAMS):
+                gather += self._gather(s, stream, payloads, dtype)
+            # the device copies and the flag word's copy replay with the frame: a ring's slot
+            # pattern seen before is one graph launch
+            self.device.enqueue(s, Binding(self._stacked["depth"].ptr, d_dtype, self._stacked["feat"].ptr,
+                                           f_dtype, grid.ptr, target.dtype, k_d, k_f), self._done, tuple(gather))
+            if publish:
+                self.frame.last_output = output
+                for hook in self.frame.after_frame:
+                    hook(output)
+            if host is not None:
+                s.d2h(host.ptr, grid, nbytes)
         flags = int(self._flags.array[0])
         if flags & FLAG_INPUT:
             raise NonFiniteInput("inputs hold NaN/Inf (or values beyond FP16's range)")

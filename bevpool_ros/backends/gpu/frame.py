@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -32,7 +34,7 @@ from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...kernels.table import CONVERT_KERNELS
 from ...scatter_map import ScatterMap
 from ..base import NonFiniteInput, NonFiniteOutput, check_out
-from ..cuda.driver import DeviceBuffer, Graph, HostRegistration, PinnedBuffer, launch_args
+from ..cuda.driver import DeviceBuffer, FrameTimer, Graph, HostRegistration, PinnedBuffer, launch_args
 from ..staging import ALL_WIRE, CameraStaging, Staged
 
 log = logging.getLogger(__name__)
@@ -77,6 +79,21 @@ def slot_runs(count: int, skip=(), keep=None) -> list[tuple[int, int]]:
         else:
             runs.append([n, 1])
     return [tuple(r) for r in runs]
+
+
+@dataclass(frozen=True)
+class FrameTiming:
+    """One frame: host wall time from its submission to its completion seen by the host, and its
+    work's time on the device (between its two timing events; None if unreadable). ``wait_ms``:
+    what it waited beyond its own work: the inputs' producer, and the GPU's time slice while
+    another process (another CUDA context) holds it."""
+
+    wall_ms: float
+    device_ms: float | None
+
+    @property
+    def wait_ms(self) -> float | None:
+        return None if self.device_ms is None else max(0.0, self.wall_ms - self.device_ms)
 
 
 @dataclass(frozen=True)
@@ -145,6 +162,8 @@ class GpuFrame:
         self._registered: dict[int, HostRegistration] = {}
         self.after_frame: list[Callable[[DeviceOutput], None]] = []
         self.last_output: DeviceOutput | None = None
+        self.last_timing: FrameTiming | None = None
+        self._timer: FrameTimer | None = None
         self.fp8_scales = fp8_scales
 
     # --- configuration ---------------------------------------------------------------------------
@@ -178,17 +197,32 @@ class GpuFrame:
         staged = self.staging.stage(cameras)  # header checks: refused before any device work
         target = out if out is not None else self.own_output(self.kout).array
         graph, dev_out = self._graph(staged, target)
-        graph.replay()
-        self.last_output = dev_out
-        for hook in self.after_frame:
-            hook(dev_out)
-        self.rt.stream.synchronize()
+        with self.timed(self.rt.stream):
+            graph.replay()
+            self.last_output = dev_out
+            for hook in self.after_frame:
+                hook(dev_out)
         flags = int(self._small.array[2])
         if flags & FLAG_INPUT:
             raise NonFiniteInput("inputs hold NaN/Inf (or values beyond FP16's range)")
         if flags & FLAG_OUTPUT:
             raise NonFiniteOutput(f"{self.precision} grid holds NaN/Inf (overflow of the published dtype?)")
         return out if out is not None else target.copy()
+
+    @contextmanager
+    def timed(self, stream):
+        """Around a frame's submission: its work between two timing events, then the frame's one
+        host wait; ``last_timing`` says how long the frame was on the device and how long it
+        waited for it (FrameTiming)."""
+        if self._timer is None:
+            self._timer = FrameTimer()
+        submitted = time.perf_counter()
+        self._timer.begin(stream.handle)
+        yield
+        self._timer.finish(stream.handle)
+        stream.synchronize()
+        wall_ms = (time.perf_counter() - submitted) * 1e3
+        self.last_timing = FrameTiming(wall_ms, self._timer.device_ms())
 
     # --- graphs ----------------------------------------------------------------------------------
     def _graph(self, staged: Staged, target: np.ndarray):
@@ -369,6 +403,9 @@ class GpuFrame:
 
     def close(self) -> None:
         self._drop_graphs(lambda k: True)
+        if self._timer is not None:
+            self._timer.destroy()
+            self._timer = None
         for reg in self._registered.values():
             reg.release()
         self._registered.clear()
@@ -381,5 +418,5 @@ class GpuFrame:
         self._pinned, self._own_out, self._kin, self._raw, self._bev = [], {}, {}, {}, {}
 
 
-__all__ = ["GpuFrame", "DeviceOutput", "choose_host_memory", "pow2_exponent", "FP8_KERNEL_OUT_SCALE",
+__all__ = ["GpuFrame", "DeviceOutput", "FrameTiming", "choose_host_memory", "pow2_exponent", "FP8_KERNEL_OUT_SCALE",
            "KERNEL_INPUT", "KERNEL_OUTPUT", "HOST_MEMORY"]
