@@ -1,6 +1,7 @@
 """The synthetic camera publisher as a user runs it (``python -m bevpool_ros.cli.synthetic``,
 console script ``bevpool-synthetic``): a real process that publishes the rig's topics and stops on
-Ctrl-C (a real SIGINT) with exit 0 and no traceback, also when interrupted while starting."""
+Ctrl-C (a real SIGINT) with exit 0 and no traceback, also when interrupted while starting; it waits
+for a node that starts after it and accounts for every set it sent from the node's /diagnostics."""
 from __future__ import annotations
 
 import os
@@ -52,7 +53,7 @@ def test_publishes_the_rig_and_stops_cleanly_on_ctrl_c():
 
     from bevpool_ros.ros.qos import make_qos
 
-    proc = _start("--rate", "20")
+    proc = _start("--rate", "20", "--wait", "0")  # this listener takes one topic of 18
     ctx = rclpy.Context()
     rclpy.init(context=ctx)
     node = rclpy.create_node("synthetic_listener", context=ctx)
@@ -82,3 +83,109 @@ def test_ctrl_c_while_starting_is_a_clean_stop():
     time.sleep(1.0)  # inside start-up (imports, rclpy, the scene): no output expected yet
     rc, err = _interrupt(proc)
     assert rc == 0 and "Traceback" not in err, err[-3000:]
+
+
+def test_waits_for_a_node_started_after_it_and_accounts_for_every_set():
+    """The tool is up first; the node starts once the tool says it waits. Every one of the 20 sets
+    must reach the node (it counts them complete), and the tool must say so."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.executors import SingleThreadedExecutor
+
+    from bevpool_ros.demo.session import NodeProcess
+    from bevpool_ros.paths import default_rig_path
+    from bevpool_ros.ros.diagnostics import status_values
+
+    proc = _start("--frames", "20", "--rate", "20", "--wait", "120")
+    node = None
+    try:
+        line = _first_line(proc, 60)
+        assert "(20 sets); waiting up to 120 s for subscriptions on its 18 topics" in line, (
+            line + proc.stderr.read())
+        node = NodeProcess({"rig_file": str(default_rig_path()), "backend": "cpu",
+                            "diagnostics.period_s": 0.2})
+        out, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0 and "Traceback" not in err, out + err[-3000:]
+        assert "bevpool-synthetic: all 18 topics subscribed: publishing" in out, out
+        assert "bevpool-synthetic: sent 20 sets" in out, out
+        assert f"bevpool_node (pid {node.proc.pid}) counted 20 complete sets: none missed" in out, out
+        # the node's own word, read here: 20 complete sets, no more, no fewer
+        ctx = rclpy.Context()
+        rclpy.init(context=ctx)
+        listener = rclpy.create_node("diagnostics_listener", context=ctx)
+        executor = SingleThreadedExecutor(context=ctx)
+        executor.add_node(listener)
+        seen = []
+        listener.create_subscription(DiagnosticArray, "/diagnostics",
+                                     lambda m: seen.append(status_values(m)), 10)
+        try:
+            deadline = time.monotonic() + 30
+            while not any(v.get("pid") == str(node.proc.pid) for v in seen) and time.monotonic() < deadline:
+                executor.spin_once(timeout_sec=0.1)
+        finally:
+            executor.shutdown()
+            listener.destroy_node()
+            rclpy.try_shutdown(context=ctx)
+        ours = [v for v in seen if v.get("pid") == str(node.proc.pid)]
+        assert ours and ours[-1]["sync_sets_complete"] == "20", ours[-1:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if node is not None:
+            rc, log = node.stop()
+            assert rc == 0, log[-3000:]
+
+
+def test_without_a_node_it_says_so_in_one_line_and_exits_1():
+    proc = _start("--frames", "5", "--wait", "1")
+    out, err = proc.communicate(timeout=60)
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("bevpool: removed ")]
+    assert proc.returncode == 1 and len(lines) == 1, out + err
+    assert lines[0].startswith("bevpool-synthetic: no subscriber on 18 of 18 topics after 1 s "
+                               "(/cameras/CAM_FRONT/depth,"), lines
+    assert "--wait 0" in lines[0] and "sent" not in out, out
+
+
+class _Subscriber:
+    def create_subscription(self, *args):
+        return None
+
+
+def _status(pid: str, stamp_s: int, **counts):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    arr = DiagnosticArray()
+    arr.header.stamp.sec = stamp_s
+    st = DiagnosticStatus(name="bevpool_node: bev pooling")
+    st.values = [KeyValue(key="pid", value=pid)] + [KeyValue(key=k, value=str(v)) for k, v in counts.items()]
+    arr.status = [st]
+    return arr
+
+
+def test_missed_sets_are_counted_against_the_status_before_the_first_set():
+    from bevpool_ros.demo.synthetic_tool import NodeCounters
+
+    c = NodeCounters(_Subscriber())
+    assert c.report(20, drained=True) == [
+        "no bevpool node's /diagnostics seen: how many of the sets it received is unknown"]
+    # the node had counted 5 sets of someone else's before ours
+    c._on_status(_status("7", 100, sync_sets_complete=5, sync_accepted_messages=60))
+    c.mark_baseline()
+    c._on_status(_status("7", 101, sync_sets_complete=17, sync_sets_partial=1, sync_incomplete_timeout=3,
+                         missing_CAM_BACK=1, sync_accepted_messages=200))
+    assert not c.settled(101 * 10**9, 20)  # one status after the last set: it may still count
+    c._on_status(_status("7", 102, sync_sets_complete=21, sync_sets_partial=1, sync_incomplete_timeout=3,
+                         missing_CAM_BACK=1, sync_accepted_messages=248))
+    assert not c.settled(101 * 10**9, 20)  # still growing
+    c._on_status(_status("7", 103, sync_sets_complete=21, sync_sets_partial=1, sync_incomplete_timeout=3,
+                         missing_CAM_BACK=1, sync_accepted_messages=248))
+    assert c.settled(101 * 10**9, 20)      # two alike: nothing more is coming
+    assert c.report(20, drained=True) == [
+        "bevpool_node (pid 7) counted 16 complete sets and 1 partial: 4 of 20 missed "
+        "(missing_CAM_BACK+1, sync_incomplete_timeout+3)"]
+    c._on_status(_status("7", 104, sync_sets_complete=25, sync_accepted_messages=300))
+    assert c.settled(101 * 10**9, 20)      # every set counted
+    assert c.report(20, drained=False) == [
+        "bevpool_node (pid 7) counted 20 complete sets: none missed "
+        "(by its last status: the last sets may still be on their way)"]

@@ -2,8 +2,12 @@
 bevpool_node, until --frames are out or Ctrl-C (a clean stop: exit 0, no traceback).
 
   bevpool-synthetic [--rig RIG.yaml] [--rate 20] [--frames 0] [--dtype float32] [--layout HWC]
-                    [--ros-args -r __ns:=/robot ...]
+                    [--wait 30] [--ros-args -r __ns:=/robot ...]
   python -m bevpool_ros.cli.synthetic ...        (the same, without the console script)
+
+The first set goes out once every topic has a subscription (at most --wait seconds; exit 1 with
+one line naming the unmatched topics otherwise). At the end it says how many sets it sent and,
+from the node's /diagnostics, how many complete sets the node counted and how many it missed.
 
 This module imports nothing heavy at the top: a Ctrl-C while rclpy and the scene load is caught
 by the handler installed first, then honoured as soon as they are loaded.
@@ -44,6 +48,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "float8_e4m3"))
     ap.add_argument("--layout", default="HWC", choices=("HWC", "CHW"), help="feature layout")
     ap.add_argument("--seed", type=int, default=0, help="scene seed")
+    ap.add_argument("--wait", type=float, default=30.0, metavar="S",
+                    help="wait up to S seconds for the node to subscribe every topic before the "
+                         "first set (default 30; 0: publish at once)")
     args = ap.parse_args(remove_ros_args(argv)[1:])
     if not args.rate > 0:
         ap.error(f"--rate: expected > 0, got {args.rate:g}")
@@ -56,22 +63,25 @@ def main(argv=None) -> int:
         print(f"bevpool-synthetic: {e}", file=sys.stderr)
         return 2
     from ..demo.session import run_until_done
-    from ..demo.synthetic_publisher import SyntheticRigPublisher
+    from ..demo.synthetic_tool import WaitingPublisher
 
     if early.requested:
         return 0
 
-    def start(node) -> None:
-        node.start(args.rate, args.frames)
-        print(f"bevpool-synthetic: rig {rig.name}, {rig.num_cameras} cameras, {args.rate:g} sets/s "
-              "on cameras/<camera>/{depth,feat,camera_info} "
-              + (f"({args.frames} sets)" if args.frames else "(Ctrl-C stops)"), flush=True)
+    def say(text: str) -> None:
+        print(text, flush=True)
 
     def make():
-        return SyntheticRigPublisher(rig, seed=args.seed, dtype=args.dtype,
-                                     feature_layout=args.layout)
+        return WaitingPublisher(rig, wait_s=args.wait, say=say,
+                                complain=lambda text: print(text, file=sys.stderr, flush=True),
+                                seed=args.seed, dtype=args.dtype, feature_layout=args.layout)
 
-    return run_until_done(make, argv, start=start)
+    def finish(node) -> None:
+        for line in node.summary():
+            say(line)
+
+    return run_until_done(make, argv, start=lambda node: node.begin(args.rate, args.frames),
+                          finish=finish)
 
 
 if __name__ == "__main__":

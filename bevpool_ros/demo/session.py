@@ -46,11 +46,12 @@ def ros_param_args(params: dict) -> list[str]:
     return out
 
 
-def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) -> int:
+def run_until_done(make_node, ros_args=None, start=lambda node: node.start(), finish=None) -> int:
     """Standalone tools (synthetic publisher, bag player): large-data DDS profile, rclpy up,
-    ``start(node)``, spin until ``node.done`` or Ctrl-C / SIGTERM, then shut down cleanly: a
-    signal only asks for a stop (also while the node is being built), as in bevpool_node, so the
-    teardown runs in order on a live context and no traceback is printed."""
+    ``start(node)``, spin until ``node.done`` or Ctrl-C / SIGTERM, ``finish(node)``, then shut down
+    cleanly: a signal only asks for a stop (also while the node is being built), as in bevpool_node,
+    so the teardown runs in order on a live context and no traceback is printed. The exit code:
+    ``node.exit_code`` where it has one, else 0."""
     import rclpy
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
@@ -67,6 +68,8 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
             start(node)
         while not stop.requested and rclpy.ok() and not node.done:
             executor.spin_once(timeout_sec=0.05)
+        if finish is not None:
+            finish(node)
     except ExternalShutdownException:
         pass
     finally:
@@ -75,7 +78,7 @@ def run_until_done(make_node, ros_args=None, start=lambda node: node.start()) ->
             node.destroy_node()
         rclpy.try_shutdown()
         stop.restore()
-    return 0
+    return getattr(node, "exit_code", 0)
 
 
 def resident_mib(pid: int) -> float | None:

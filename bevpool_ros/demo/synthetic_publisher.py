@@ -123,6 +123,10 @@ class SyntheticRigPublisher(Node):
         """Every tensor topic has a subscriber."""
         return all(p.get_subscription_count() > 0 for k, p in self.pubs.items() if k[1] != "camera_info")
 
+    def topics_without_subscribers(self) -> list[str]:
+        """Every topic of the rig (CameraInfo too) that no subscription has matched yet."""
+        return [p.topic_name for p in self.pubs.values() if p.get_subscription_count() == 0]
+
     def wait_for_subscribers(self, timeout: float = 15.0, spin=None) -> bool:
         """True once every tensor topic has a subscriber (discovery can take seconds)."""
         return poll_until(self.subscribers_matched, timeout, spin)

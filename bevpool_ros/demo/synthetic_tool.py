@@ -1,0 +1,200 @@
+"""bevpool-synthetic's publisher: wait for the node, publish, then say what the node got.
+
+1. wait until every topic of the rig (each camera's depth, feat and camera_info) has a
+   subscription, at most ``wait_s`` (a node that is not running, inactive, on another domain,
+   namespace or rig is named by the topics still unmatched);
+2. wait for one /diagnostics status of a bevpool node after that (at most BASELINE_S): its set
+   counters before our first set are the baseline, and by then the node's readers know our writers
+   too (discovery is asymmetric: a set sent while only our side had matched never arrives);
+3. publish ``frames`` sets at ``rate``;
+4. wait until the node's counters cover the last set (a status stamped FRESH_S after it) and stop
+   changing, at most DRAIN_S, and report: sets sent, complete sets the node counted, sets missed.
+"""
+from __future__ import annotations
+
+import time
+
+from ..io.bev_message import stamp_to_ns
+from .synthetic_publisher import SyntheticRigPublisher
+
+BASELINE_S = 3.0   # three periods of the node's default diagnostics.period_s
+FRESH_S = 0.3      # a status stamped this long after the last set has counted it
+DRAIN_S = 5.0
+SHOWN_TOPICS = 3
+EXPLAINING = ("sync_", "dropped_", "missing_")  # counters whose growth says where sets went
+NOT_LOSSES = ("sync_accepted_messages", "sync_sets_complete", "sync_sets_partial")
+
+
+def _int(values: dict, key: str) -> int:
+    try:
+        return int(float(values.get(key, 0)))
+    except ValueError:
+        return 0
+
+
+class NodeCounters:
+    """The set counters of every bevpool node on /diagnostics, by process id (two nodes on one
+    domain are told apart, not added up)."""
+
+    def __init__(self, node):
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self.latest: dict[str, tuple[int, dict]] = {}    # pid -> (stamp_ns, values)
+        self.history: dict[str, list[tuple[int, dict]]] = {}
+        self.received = 0
+        self.baseline: dict[str, dict] = {}
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_status, 10)
+
+    def _on_status(self, arr) -> None:
+        from ..ros.diagnostics import status_values
+
+        if not arr.status or "bev pooling" not in arr.status[0].name:
+            return
+        values = status_values(arr)
+        values["name"] = arr.status[0].name.removesuffix(": bev pooling")
+        pid = values.get("pid", values["name"])
+        entry = (stamp_to_ns(arr.header.stamp), values)
+        self.latest[pid] = entry
+        self.history.setdefault(pid, []).append(entry)
+        del self.history[pid][:-4]
+        self.received += 1
+
+    def mark_baseline(self) -> None:
+        """Now: before our first set."""
+        self.baseline = {pid: values for pid, (_, values) in self.latest.items()}
+
+    def complete_since_baseline(self, pid: str) -> int:
+        return (_int(self.latest[pid][1], "sync_sets_complete")
+                - _int(self.baseline.get(pid, {}), "sync_sets_complete"))
+
+    def settled(self, after_ns: int, sent: int) -> bool:
+        """Every node with a baseline has a status stamped after ``after_ns`` that counts all
+        ``sent`` sets, or whose counters did not change since its previous one."""
+        if not self.baseline:
+            return True
+        for pid in self.baseline:
+            fresh = [v for st, v in self.history.get(pid, []) if st >= after_ns]
+            if not fresh:
+                return False
+            if self.complete_since_baseline(pid) >= sent:
+                continue
+            if len(fresh) < 2 or _counts(fresh[-1]) != _counts(fresh[-2]):
+                return False
+        return True
+
+    def report(self, sent: int, drained: bool) -> list[str]:
+        """One line per node: the complete sets it counted of ours, how many it missed, why."""
+        if not self.latest:
+            return ["no bevpool node's /diagnostics seen: how many of the sets it received is unknown"]
+        lines = []
+        when = "" if drained else " (by its last status: the last sets may still be on their way)"
+        for pid, (_, now) in sorted(self.latest.items()):
+            who = f"{now['name']} (pid {pid})"
+            if pid not in self.baseline:
+                lines.append(f"{who}: no status before our first set, so its counters "
+                             f"({_int(now, 'sync_sets_complete')} complete sets in all) cannot be split")
+                continue
+            before = self.baseline[pid]
+            grew = {k: _int(now, k) - _int(before, k) for k in now
+                    if k.startswith(EXPLAINING) and k not in NOT_LOSSES}
+            grew = {k: v for k, v in grew.items() if v > 0}
+            complete = self.complete_since_baseline(pid)
+            partial = _int(now, "sync_sets_partial") - _int(before, "sync_sets_partial")
+            line = f"{who} counted {complete} complete sets" + (f" and {partial} partial" if partial else "")
+            if complete > sent:
+                line += f" while {sent} were sent: another publisher feeds it too"
+            elif complete == sent:
+                line += ": none missed"
+            else:
+                line += f": {sent - complete} of {sent} missed"
+                line += (" (" + ", ".join(f"{k}+{v}" for k, v in sorted(grew.items())) + ")") if grew else \
+                    " (no counter of the node's explains them: lost before it, in discovery or transport)"
+            lines.append(line + when)
+        return lines
+
+
+def _counts(values: dict) -> tuple[int, ...]:
+    return tuple(_int(values, k) for k in ("sync_accepted_messages", "sync_sets_complete", "sync_sets_partial"))
+
+
+class WaitingPublisher(SyntheticRigPublisher):
+    """SyntheticRigPublisher that first waits for the node and at the end accounts for its sets
+    (module doc); ``done`` once finished, ``exit_code`` 1 when no node subscribed in time."""
+
+    def __init__(self, rig, wait_s: float = 30.0, say=print, complain=print, **kw):
+        super().__init__(rig, **kw)
+        self.wait_s = wait_s
+        self.say, self.complain = say, complain  # progress lines; the one line of a failed wait
+        self.counters = NodeCounters(self)
+        self.phase = "idle"
+        self.exit_code = 0
+        self._since = time.monotonic()
+        self._mark = 0            # received statuses at matching / time.time_ns() of the last set
+        self._plan = (0.0, 0)
+        self._step_timer = None
+
+    def begin(self, rate_hz: float, frames: int = 0) -> None:
+        self._plan = (rate_hz, frames)
+        self.phase, self._since = "waiting", time.monotonic()
+        self._step_timer = self.create_timer(0.05, self._step)
+        self.say(self.started_line() + (f"; waiting up to {self.wait_s:g} s for subscriptions on its "
+                                        f"{len(self.pubs)} topics" if self.wait_s > 0 else ""))
+
+    @property
+    def publishing_done(self) -> bool:
+        return SyntheticRigPublisher.done.fget(self)
+
+    @property
+    def done(self) -> bool:
+        return self.phase in ("finished", "failed")
+
+    def _step(self) -> None:
+        now = time.monotonic()
+        if self.phase == "waiting":
+            missing = self.topics_without_subscribers() if self.wait_s > 0 else []
+            if not missing:
+                self.phase, self._since, self._mark = "baseline", now, self.counters.received
+            elif now - self._since > self.wait_s:
+                self._fail(missing)
+                return
+        if self.phase == "baseline":
+            fresh = self.counters.received > self._mark
+            if fresh or self.wait_s <= 0 or now - self._since > BASELINE_S:
+                self.counters.mark_baseline()
+                self.phase = "publishing"
+                self.start(*self._plan)
+                if self.wait_s > 0:
+                    diag = "" if self.counters.latest else ", no bevpool node's /diagnostics yet"
+                    self.say(f"bevpool-synthetic: all {len(self.pubs)} topics subscribed{diag}: publishing")
+        if self.phase == "publishing" and self.publishing_done:
+            self.phase, self._since, self._mark = "draining", now, time.time_ns()
+        if self.phase == "draining":
+            if self.counters.settled(self._mark + int(FRESH_S * 1e9), self.sent) or now - self._since > DRAIN_S:
+                self.phase = "finished"
+                self._step_timer.cancel()
+
+    def started_line(self) -> str:
+        rate, frames = self._plan
+        return (f"bevpool-synthetic: rig {self.rig.name}, {self.rig.num_cameras} cameras, {rate:g} sets/s "
+                "on cameras/<camera>/{depth,feat,camera_info} "
+                + (f"({frames} sets)" if frames else "(Ctrl-C stops)"))
+
+    def _fail(self, missing: list[str]) -> None:
+        shown = ", ".join(missing[:SHOWN_TOPICS]) + (" ..." if len(missing) > SHOWN_TOPICS else "")
+        self.complain(f"bevpool-synthetic: no subscriber on {len(missing)} of {len(self.pubs)} topics after "
+                 f"{self.wait_s:g} s ({shown}): is bevpool_node running and active on this ROS_DOMAIN_ID, "
+                 "in this namespace, with this rig's cameras? (--wait 0 publishes without waiting)")
+        self.phase, self.exit_code = "failed", 1
+        self._step_timer.cancel()
+
+    def summary(self) -> list[str]:
+        """What to say at the end (nothing after a failed wait: that was said)."""
+        if self.phase == "failed":
+            return []
+        if self.phase in ("idle", "waiting", "baseline"):
+            return ["bevpool-synthetic: stopped before the first set"]
+        lines = [f"bevpool-synthetic: sent {self.sent} sets"]
+        if self.sent:
+            lines += [f"bevpool-synthetic: {line}" for line in
+                      self.counters.report(self.sent, drained=self.phase == "finished")]
+        return lines
