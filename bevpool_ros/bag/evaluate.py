@@ -39,7 +39,7 @@ from ..rig import Rig
 from ..scatter_map import scatter_map_for
 from ..tolerance import error_ratio
 from . import losses
-from .io import BagWriter, bag_summary, camera_stream, read_bag
+from .io import BagError, BagWriter, bag_summary, camera_stream, read_bag
 from .losses import AllowLost
 from .sets import BagSets, grid_key
 
@@ -131,6 +131,17 @@ def node_parameter(name: str, node_params: dict | None, params_file: str | None)
             if value is not None:
                 return value
     return BY_NAME[name].default
+
+
+def rig_path(rig: str | None, node_params: dict | None, params_file: str | None) -> str:
+    """The rig an evaluation runs: ``rig`` (--rig), else the node's ``rig_file`` (-p, then the
+    params file), else the default rig. The node and the scorer must pool on the same one."""
+    from ..paths import default_rig_path
+
+    named = (node_params or {}).get("rig_file")
+    if rig and named and named != rig:
+        raise BagError(f"--rig {rig} and -p rig_file:={named} name different rigs: give one")
+    return rig or str(node_parameter("rig_file", node_params, params_file) or default_rig_path())
 
 
 def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport,

@@ -108,6 +108,10 @@ def main(argv=None) -> int:
     from ..rig_yaml import load_rig
 
     try:
+        if args.cmd in ("eval", "eval-many"):  # the node's rig_file when --rig is absent
+            from ..bag.evaluate import rig_path
+
+            args.rig = rig_path(args.rig, dict(args.param), args.params_file)
         if getattr(args, "rig", None):
             load_rig(args.rig)  # a bad rig file fails here, before a node or Ray starts
         return _run(args)
@@ -163,7 +167,8 @@ def _run(args) -> int:
 def _eval_options(parser, default_rig: str) -> None:
     from ..bag.losses import AllowLost
 
-    parser.add_argument("--rig", default=default_rig)
+    parser.add_argument("--rig", help="rig YAML of the bag's cameras (default: rig_file of -p or "
+                        f"--params-file, else {Path(default_rig).name})")
     parser.add_argument("--params-file")
     parser.add_argument("-p", "--param", type=_param_arg, action="append", default=[], metavar="NAME:=VALUE")
     pace = parser.add_mutually_exclusive_group()
