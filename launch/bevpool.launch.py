@@ -11,6 +11,7 @@ lifecycle manager (Nav2's lifecycle_manager, or ``ros2 lifecycle set``) to confi
 Both nodes are respawned ``respawn_delay`` seconds after they exit on their own (a crash, or the
 node's watchdog ending a stuck process with code 70: ros/liveness.py), as robot stacks do;
 ``respawn:=false`` turns that off. A respawned managed node starts unconfigured again.
+A misspelt argument (``precison:=fp16``) or a node parameter given as an argument is refused.
 Needs launch + launch_ros (every ROS 2 install has them; they are not on PyPI).
 """
 import os
@@ -65,7 +66,29 @@ def _resolve_rig(value: str) -> str:
     return os.path.abspath(value) if value else value
 
 
+def _refuse_misspelt(argv) -> None:
+    """A command-line ``name:=value`` that this file does not declare but that is close to an
+    argument it does, or names a node parameter (those belong in config_file), is refused in one
+    line: launch would ignore it. Other names pass (a parent launch file's own arguments), hence
+    the close cutoff."""
+    import difflib
+
+    from bevpool_ros.params.table import BY_NAME
+
+    for arg in argv:
+        name, sep, _ = str(arg).partition(":=")
+        if not sep or name in ARGUMENTS:
+            continue
+        if name in BY_NAME:
+            raise RuntimeError(f"'{name}' is a bevpool_node parameter, not a launch argument: set it "
+                               "in a params file given as config_file:=FILE")
+        near = difflib.get_close_matches(name, ARGUMENTS, n=1, cutoff=0.8)
+        if near:
+            raise RuntimeError(f"unknown launch argument '{name}' (did you mean '{near[0]}'?)")
+
+
 def _node(context, *args, **kwargs):
+    _refuse_misspelt(getattr(context, "argv", None) or ())  # the ros2 launch command line
     value = {name: LaunchConfiguration(name).perform(context) for name in ARGUMENTS}
     value["rig_file"] = _resolve_rig(value["rig_file"])
     parameters = [_resolve_config(value["config_file"])]

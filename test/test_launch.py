@@ -140,7 +140,7 @@ def _by_executable(made, executable):
 def test_rig_file_reaches_both_nodes_as_parameters_they_declare(fake_launch, tmp_path):
     """occupancy:=true with a custom rig: the node pools on it and the occupancy node scores with
     it (before, the consumer got no rig_file, took the nuScenes rig and dropped every grid)."""
-    from bevpool_ros.occupancy.node import PARAMETERS as OCCUPANCY_PARAMETERS
+    from bevpool_ros.params.occupancy import BY_NAME as OCCUPANCY_PARAMETERS
 
     rig = tmp_path / "my_rig.yaml"
     rig.write_text("name: mine\n")
@@ -185,3 +185,28 @@ def test_nodes_are_respawned_after_a_delay_unless_turned_off(fake_launch):
     made = run(*fake_launch, respawn="false", respawn_delay="5", autostart="false")
     node = _by_executable(made, "bevpool_node")
     assert node["respawn"] is False and node["respawn_delay"] == 5.0 and node["kind"] == "LifecycleNode"
+
+
+class CommandLine(dict):
+    """A launch context whose ``argv`` is the ros2 launch command line (LaunchContext.argv)."""
+
+    def __init__(self, values, argv):
+        super().__init__(values)
+        self.argv = argv
+
+
+@pytest.mark.parametrize("arg, expect", [
+    ("precison:=fp16", "unknown launch argument 'precison' (did you mean 'precision'?)"),
+    ("sync.slop_s:=0.05", "'sync.slop_s' is a bevpool_node parameter, not a launch argument"),
+])
+def test_misspelt_launch_arguments_are_refused_in_one_line(fake_launch, arg, expect):
+    """launch ignores an argument the file does not declare: precison:=fp16 ran fp16 silently."""
+    module, made = fake_launch
+    ld = module.generate_launch_description()
+    args = {a.name: a.default_value for a in ld if hasattr(a, "default_value")}
+    opaque = [a for a in ld if hasattr(a, "function")][0]
+    with pytest.raises(RuntimeError) as refused:
+        opaque.function(CommandLine(args, ["precision:=fp32", arg]))
+    assert str(refused.value).startswith(expect) and "\n" not in str(refused.value)
+    opaque.function(CommandLine(args, ["precision:=fp32", "use_rviz:=true"]))  # a parent's argument
+    assert made["executable"] == "bevpool_node"

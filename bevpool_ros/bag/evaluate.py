@@ -115,21 +115,18 @@ def tolerance_text(atol: float | None) -> str:
 
 
 def node_parameter(name: str, node_params: dict | None, params_file: str | None):
-    """``name`` as the node sees it: -p override, else the params file (any node's
-    ros__parameters, nested keys joined by dots), else the declared default."""
-    import yaml
-
+    """``name`` as the node sees it: -p override, else the params file (the sections for
+    bevpool_node, nested keys joined by dots), else the declared default."""
+    from ..params.check import NODE_FQN
+    from ..params.files import parameters_for
     from ..params.table import BY_NAME
 
     if node_params and name in node_params:
         return node_params[name]
     if params_file:
-        for section in (yaml.safe_load(Path(params_file).read_text()) or {}).values():
-            value = (section or {}).get("ros__parameters", {})
-            for part in name.split("."):
-                value = value.get(part) if isinstance(value, dict) else None
-            if value is not None:
-                return value
+        value = parameters_for(params_file, NODE_FQN).get(name)  # the sections rcl gives the node
+        if value is not None:
+            return value
     return BY_NAME[name].default
 
 

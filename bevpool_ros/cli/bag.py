@@ -104,18 +104,21 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from ..bag.io import BagError
     from ..bag.ray_cluster import ClusterError
+    from ..params.names import ParameterError
     from ..rig import RigError
     from ..rig_yaml import load_rig
 
     try:
         if args.cmd in ("eval", "eval-many"):  # the node's rig_file when --rig is absent
             from ..bag.evaluate import rig_path
+            from ..params.check import node_parameters
 
+            node_parameters(args.params_file, dict(args.param))  # as the node will check them
             args.rig = rig_path(args.rig, dict(args.param), args.params_file)
         if getattr(args, "rig", None):
             load_rig(args.rig)  # a bad rig file fails here, before a node or Ray starts
         return _run(args)
-    except (BagError, ClusterError, RigError) as e:
+    except (BagError, ClusterError, RigError, ParameterError) as e:
         print(f"bevpool-bag {args.cmd}: {e}", file=sys.stderr)
         return 2
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 import os
 import sys
 
-from ..ros.process import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
+from ..ros.process import (
+    RosArgumentsError,
+    init_without_signal_handlers,
+    spin_until_shutdown,
+    use_large_data_profile,
+)
 
 DISCOVERY_ENV = "ROS_AUTOMATIC_DISCOVERY_RANGE"
 
@@ -48,12 +53,25 @@ def node_usage() -> str:
                  [(p.name, p.type, p.default, p.description) for p in PARAMS], "docs/parameters.md")
 
 
+def refused(why) -> int:
+    """A configuration refused at start: one line on stderr, exit status 2."""
+    print(f"bevpool_node: invalid configuration: {why}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
+    """``argv``: rclpy's, the program name first (default: sys.argv)."""
+    from ..params.files import ParamsFileError, check_files_readable
     from ..ros.usage import wants_help
 
-    if wants_help((argv if argv is not None else sys.argv)[1:]):
+    argv = list(argv if argv is not None else sys.argv)
+    if wants_help(argv[1:]):
         print(node_usage())
         return 0
+    try:
+        params_files = check_files_readable(argv)  # rcl would raise a multi-line error on them
+    except ParamsFileError as e:
+        return refused(e)
     import rclpy
 
     from ..heap import keep_freed_memory
@@ -72,17 +90,21 @@ def main(argv=None) -> int:
     discovery = os.environ.get(DISCOVERY_ENV)
     if probing:
         os.environ[DISCOVERY_ENV] = "OFF"
-    stop = init_without_signal_handlers(argv)
     try:
-        node = BevPoolNode(input_guard=input_size_guard(base_profile, probing))
+        stop = init_without_signal_handlers(argv)
+    except RosArgumentsError as e:
+        return refused(e)
+    try:
+        node = BevPoolNode(input_guard=input_size_guard(base_profile, probing), params_files=params_files)
     except RestartWithProfile as r:  # same process id (launch keeps tracking it), new profile
         restart_env = r.env
     except StartupError as e:
-        print(f"bevpool_node: invalid configuration: {e}", file=sys.stderr)
         rclpy.try_shutdown()
-        return 2
+        stop.restore()  # main may be called in-process (tests): leave the caller's handlers
+        return refused(e)
     except KeyboardInterrupt:  # Ctrl-C while starting up is a clean stop too
         rclpy.try_shutdown()
+        stop.restore()
         return 0
     else:
         if not probing:
@@ -136,10 +158,6 @@ def restart_with(env: dict, discovery: str | None) -> None:
     if discovery is not None:
         new_env[DISCOVERY_ENV] = discovery
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new_env)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 if __name__ == "__main__":

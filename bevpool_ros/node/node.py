@@ -18,6 +18,7 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
 from ..logtext import clip, shown
+from ..params.files import ros_params_files
 from ..ros import dds_guard
 from ..ros.liveness import long_step
 from . import configure
@@ -30,6 +31,7 @@ from .parameters import (
     current_values,
     declare_all,
     declare_extrinsics,
+    refuse_unknown,
     undeclared_reason,
 )
 from .pooling import PoolingWorker
@@ -43,10 +45,13 @@ INPUT_TYPES = {"depth": "bevpool_msgs/msg/CameraTensor", "feat": "bevpool_msgs/m
 
 
 class BevPoolNode(LifecycleNode):
-    def __init__(self, node_name: str = "bevpool_node", input_guard=None, **kwargs):
+    def __init__(self, node_name: str = "bevpool_node", input_guard=None, params_files=(), **kwargs):
         """``input_guard(topics, depth) -> str``: told the resolved input tensor topics before
-        anything heavy starts; says how their size is bounded (main.input_size_guard), or raises."""
+        anything heavy starts; says how their size is bounded (main.input_size_guard), or raises.
+        ``params_files``: the process's --params-file files (its own ``cli_args`` are read here),
+        whose names configure checks as it checks every override's."""
         super().__init__(node_name, **kwargs)
+        self.params_files = [*params_files, *ros_params_files(kwargs.get("cli_args"))]
         self.cfg = self.calibration = self.backend = self.worker = None
         self.inputs = self.outputs = self.watch = None
         self.cameras: tuple = ()
@@ -101,6 +106,7 @@ class BevPoolNode(LifecycleNode):
         return SUCCESS
 
     def _configure(self) -> None:
+        refuse_unknown(self, self.params_files)  # first: a misspelt name explains what follows
         cfg = self.cfg = current_values(self)
         self.report.warn.period = cfg["log_throttle_s"]
         self.report.windows(cfg["diagnostics.latency_window"])
@@ -206,6 +212,7 @@ class BevPoolNode(LifecycleNode):
         """Before anything heavy: the guard may re-execute the process with a DDS profile that
         bounds these topics. A configuration that cannot load is left to configure to report."""
         try:
+            refuse_unknown(self, self.params_files)
             cfg = current_values(self)
             calib = configure.load_calibration(cfg)
             depth_images = configure.depth_image_inputs(cfg, calib)

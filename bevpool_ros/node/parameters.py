@@ -7,89 +7,46 @@ manager's cleanup -> set -> configure); while configured a change is rejected as
 """
 from __future__ import annotations
 
-import difflib
-
-from rcl_interfaces.msg import (
-    FloatingPointRange,
-    IntegerRange,
-    ParameterDescriptor,
-    ParameterType,
-    SetParametersResult,
-)
+from rcl_interfaces.msg import ParameterDescriptor, ParameterType, SetParametersResult
 
 from ..logtext import shown
 from ..params import table as P
+from ..params.files import ParamsFileError, given_in_files
+from ..params.names import nearest, unknown_reason
+from ..ros.parameters import declare, declare_rows, declared_names, override_names, value_or_empty
 from .configure import StartupError
 
-_PTYPE = {"bool": ParameterType.PARAMETER_BOOL, "integer": ParameterType.PARAMETER_INTEGER,
-          "double": ParameterType.PARAMETER_DOUBLE, "string": ParameterType.PARAMETER_STRING,
-          "string_array": ParameterType.PARAMETER_STRING_ARRAY}
 # parameters the synchroniser reads (a change re-configures it in place)
 SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_policy",
                "sync.min_cameras", "sync.max_pending_sets")
 EXTRINSICS = "extrinsics."
 
 
-def descriptor(spec: P.Param) -> ParameterDescriptor:
-    """The ROS descriptor of a table entry. Configure-time parameters are not read_only for
-    rclpy (they change between cleanup and configure); the node's own rule refuses them."""
-    d = ParameterDescriptor(type=_PTYPE[spec.type], description=spec.description)
-    if spec.read_only:
-        d.additional_constraints = "configure-time: set it at start-up or while unconfigured"
-    if spec.choices:
-        choices = "one of: " + ", ".join(map(str, spec.choices))
-        d.additional_constraints = "; ".join(filter(None, (d.additional_constraints, choices)))
-    if spec.type == "double" and spec.low is not None:
-        d.floating_point_range = [FloatingPointRange(from_value=float(spec.low),
-                                                     to_value=float(spec.high), step=0.0)]
-    if spec.type == "integer" and spec.low is not None:
-        d.integer_range = [IntegerRange(from_value=int(spec.low), to_value=int(spec.high), step=1)]
-    return d
-
-
-def declare(node, name: str, default, desc: ParameterDescriptor):
-    """declare_parameter, except that an empty-list default keeps the descriptor's array type
-    (rclpy would infer a byte array from [] and then refuse every real value)."""
-    if isinstance(default, list) and not default:
-        from rclpy.exceptions import ParameterUninitializedException
-        from rclpy.parameter import Parameter
-
-        kind = {ParameterType.PARAMETER_STRING_ARRAY: Parameter.Type.STRING_ARRAY,
-                ParameterType.PARAMETER_DOUBLE_ARRAY: Parameter.Type.DOUBLE_ARRAY}[desc.type]
-        node.declare_parameter(name, kind, desc)
-        try:
-            return list(node.get_parameter(name).value)
-        except ParameterUninitializedException:
-            return []
-    return node.declare_parameter(name, default, desc).value
-
-
 def declare_all(node) -> None:
     """Every table parameter; an override of the wrong type or out of range is a StartupError."""
-    errors = []
-    for spec in P.PARAMS:
-        try:
-            declare(node, spec.name, spec.default, descriptor(spec))
-        except Exception as e:  # wrong type or out of range in the overrides: say which
-            errors.append(f"{spec.name}: {e}")
+    errors = declare_rows(node, P.PARAMS)
     if errors:
         raise StartupError("; ".join(errors))
 
 
-def _value_or_empty(node, name: str):
-    """A parameter's value; [] for an array declared without a value (see declare)."""
-    from rclpy.exceptions import ParameterUninitializedException
-
+def refuse_unknown(node, params_files=()) -> None:
+    """StartupError, one line, when the node was given a parameter it does not have (by -p, a
+    params file or launch) or a params file none of whose node keys is this node's: rclpy would
+    ignore both without a word. ``extrinsics.<camera>`` is checked against the rig at configure."""
+    fqn = node.get_fully_qualified_name()
     try:
-        value = node.get_parameter(name).value
-    except ParameterUninitializedException:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else value
+        in_files = given_in_files(params_files, fqn)
+    except ParamsFileError as e:
+        raise StartupError(str(e)) from None
+    names = {name: in_files.get(name, "-p") for name in override_names(node)}
+    reason = unknown_reason(names, set(P.BY_NAME) | set(declared_names(node)), prefixes=(EXTRINSICS,))
+    if reason:
+        raise StartupError(reason)
 
 
 def current_values(node) -> dict:
     """The table's parameters as they are now; StartupError naming each invalid one."""
-    values = {spec.name: _value_or_empty(node, spec.name) for spec in P.PARAMS}
+    values = {spec.name: value_or_empty(node, spec.name) for spec in P.PARAMS}
     errors = P.check_all(values)
     if errors:
         raise StartupError("; ".join(errors))
@@ -98,11 +55,16 @@ def current_values(node) -> dict:
 
 def declare_extrinsics(node, calibration) -> None:
     """``extrinsics.<camera>`` overrides: [tx, ty, tz, qw, qx, qy, qz] camera->ego, [] = rig YAML.
-    Declared for the configured rig's cameras (kept across cleanup: a set value survives)."""
+    Declared for the cameras the node subscribes (kept across cleanup: a set value survives); one
+    given at start for another camera is refused (it would be ignored)."""
+    given = {n: "" for n in override_names(node) if n.startswith(EXTRINSICS)}
+    reason = unknown_reason(given, map(P.extrinsics_param, calibration.camera_names))
+    if reason:
+        raise StartupError(reason)
     for cam in calibration.camera_names:
         name = P.extrinsics_param(cam)
         if node.has_parameter(name):
-            value = _value_or_empty(node, name)
+            value = value_or_empty(node, name)
         else:
             d = ParameterDescriptor(
                 type=ParameterType.PARAMETER_DOUBLE_ARRAY,
@@ -124,11 +86,10 @@ def declare_extrinsics(node, calibration) -> None:
 
 def undeclared_reason(names: list[str]) -> str:
     """'undeclared parameter(s): x (did you mean y?)' for names the node does not have."""
-    known = [p.name for p in P.PARAMS]
     said = []
     for name in names:
-        near = difflib.get_close_matches(name, known, n=1)
-        said.append(shown(name) + (f" (did you mean {near[0]}?)" if near else ""))
+        near = nearest(name, P.BY_NAME)
+        said.append(shown(name) + (f" (did you mean {near}?)" if near else ""))
     return "undeclared parameter(s): " + ", ".join(said)
 
 

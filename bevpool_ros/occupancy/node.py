@@ -18,25 +18,13 @@ from rclpy.node import Node
 
 from ..io.tensor_codec import TensorError, inspect_header, to_float
 from ..logtext import shown
+from ..params import occupancy as table
+from ..params.files import ParamsFileError, given_in_files, ros_params_files
+from ..params.names import unknown_reason
 from ..ros.diagnostics import diagnostic_array
 from ..ros.qos import make_qos
 from ..ros.throttle import ThrottledLog
 from .grid import CameraCoverage, ScoreParams, cell_energy, occupancy_values, written_columns
-
-PARAMETERS = {  # name: (default, description)
-    "input_topic": ("bev/features", "BevFeature topic to score"),
-    "output_topic": ("occupancy/grid", "nav_msgs/OccupancyGrid output topic"),
-    "rig_file": ("", "Optional rig YAML of the BEV node: -1 cells from its scatter map and the "
-                     "message's cameras, for grids that are its grid; empty: from the grid's own "
-                     "zero columns"),
-    "use_coverage": (True, "Publish -1 for cells no present camera reaches"),
-    "ground_z": (0.0, "Height of the published grid in the BEV's frame, metres (the ground)"),
-    "energy_scale": (0.0, "Fixed normalisation of the cell energy; 0: per grid, from scale_percentile"),
-    "scale_percentile": (99.0, "Percentile of the covered cells' positive energies used as scale"),
-    "threshold": (0.05, "Normalised scores below this are published as free (0)"),
-    "max_tensor_bytes": (64 << 20, "Larger BEV tensors are refused before any allocation"),
-    "diagnostics_period_s": (1.0, "Period of /diagnostics messages, seconds"),
-}
 
 
 class StartupError(RuntimeError):
@@ -56,19 +44,17 @@ def grid_matches_rig(msg, rig, tol: float = 1e-4) -> str | None:
 
 
 class OccupancyNode(Node):
-    def __init__(self, node_name: str = "bevpool_occupancy", **kwargs):
+    def __init__(self, node_name: str = "bevpool_occupancy", params_files=(), **kwargs):
+        """``params_files``: the process's --params-file files, checked with every override."""
         super().__init__(node_name, **kwargs)
         from bevpool_msgs.msg import BevFeature
         from diagnostic_msgs.msg import DiagnosticArray
         from nav_msgs.msg import OccupancyGrid
 
-        self.cfg = {k: self.declare_parameter(k, default, _descriptor(text)).value
-                    for k, (default, text) in PARAMETERS.items()}
+        self.cfg = self._parameters_checked([*params_files, *ros_params_files(kwargs.get("cli_args"))])
         self.score = ScoreParams(float(self.cfg["energy_scale"]), float(self.cfg["scale_percentile"]),
                                  float(self.cfg["threshold"]))
-        errors = self.score.check()
-        if not np.isfinite(float(self.cfg["ground_z"])):
-            errors.append(f"ground_z: {self.cfg['ground_z']} (must be finite)")
+        errors = self.score.check()  # (0, 100] for the percentile: an open range the table lacks
         if errors:
             raise StartupError("; ".join(errors))
         use_rig = self.cfg["use_coverage"] and self.cfg["rig_file"]
@@ -84,6 +70,26 @@ class OccupancyNode(Node):
         self.get_logger().info(f"ready: {self.cfg['input_topic']} -> {self.cfg['output_topic']} "
                                f"at z = {float(self.cfg['ground_z']):g} m, "
                                f"coverage {self.coverage_source}")
+
+    def _parameters_checked(self, params_files) -> dict:
+        """The table's parameters declared and read; StartupError (one line) for a name the node
+        does not have, a params file meant for other nodes, or a value of the wrong type or range."""
+        from ..ros.parameters import declare_rows, declared_names, override_names
+
+        errors = declare_rows(self, table.PARAMS)
+        try:
+            in_files = given_in_files(params_files, self.get_fully_qualified_name())
+        except ParamsFileError as e:
+            raise StartupError(str(e)) from None
+        given = {name: in_files.get(name, "-p") for name in override_names(self)}
+        unknown = unknown_reason(given, declared_names(self))
+        if unknown:
+            raise StartupError(unknown)  # first: a misspelt name explains what follows
+        cfg = {p.name: self.get_parameter(p.name).value for p in table.PARAMS} if not errors else {}
+        errors += [e for p in table.PARAMS if p.name in cfg and (e := p.check(cfg[p.name]))]
+        if errors:
+            raise StartupError("; ".join(errors))
+        return cfg
 
     @property
     def coverage_source(self) -> str:
@@ -184,41 +190,55 @@ def occupancy_grid_msg(bev_msg, values: np.ndarray, ground_z: float = 0.0):
     return grid
 
 
-def _descriptor(text: str):
-    from rcl_interfaces.msg import ParameterDescriptor
-
-    return ParameterDescriptor(description=text)
-
-
 def main(argv=None) -> int:
+    """``argv``: rclpy's, the program name first (default: sys.argv)."""
+    from ..params.files import check_files_readable
     from ..ros.usage import usage, wants_help
 
-    if wants_help((argv if argv is not None else sys.argv)[1:]):
-        kinds = {bool: "bool", int: "integer", float: "double", str: "string"}
+    argv = list(argv if argv is not None else sys.argv)
+    if wants_help(argv[1:]):
         print(usage("bevpool_occupancy", "BevFeature (bev/features) -> nav_msgs/OccupancyGrid "
                     "(occupancy/grid), a downstream consumer of bevpool_node.",
-                    [(k, kinds[type(d)], d, t) for k, (d, t) in PARAMETERS.items()], "docs/occupancy.md"))
+                    [(p.name, p.type, p.default, p.description) for p in table.PARAMS], "docs/occupancy.md"))
         return 0
+    try:
+        params_files = check_files_readable(argv)  # rcl would raise a multi-line error on them
+    except ParamsFileError as e:
+        return _refused(e)
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
     from ..heap import keep_freed_memory
-    from ..ros.process import init_without_signal_handlers, spin_until_shutdown, use_large_data_profile
+    from ..ros.process import (
+        RosArgumentsError,
+        init_without_signal_handlers,
+        spin_until_shutdown,
+        use_large_data_profile,
+    )
 
     keep_freed_memory()  # a BevFeature consumer: its 1-5 MB takes reuse mapped pages (heap.py)
     use_large_data_profile()
-    stop = init_without_signal_handlers(argv)
+    try:
+        stop = init_without_signal_handlers(argv)
+    except RosArgumentsError as e:
+        return _refused(e)
     executor = SingleThreadedExecutor()
     try:
-        node = OccupancyNode()
+        node = OccupancyNode(params_files=params_files)
     except StartupError as e:
-        print(f"bevpool_occupancy: invalid configuration: {e}", file=sys.stderr)
         rclpy.try_shutdown()
-        return 2
+        stop.restore()  # main may be called in-process (tests): leave the caller's handlers
+        return _refused(e)
     except KeyboardInterrupt:
         rclpy.try_shutdown()
+        stop.restore()
         return 0
     return spin_until_shutdown(executor, node, stop)
+
+
+def _refused(why) -> int:
+    print(f"bevpool_occupancy: invalid configuration: {why}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
-"""The node's parameters as data, without ROS: the one table (``table``: name, type, default,
-range, description, whether it changes at run time). The node declares from it, ``--help`` prints
-it, and the evaluation tools check a params file against it."""
+"""The nodes' parameters as data, without ROS: the one table per node (``table``: bevpool_node,
+``occupancy``: bevpool_occupancy; name, type, default, range, description, whether it changes at
+run time), params files read as rcl reads them (``files``), names checked with the nearest valid
+one (``names``, ``check``) and the JSON schemas generated from the tables (``schema``). The nodes
+declare from the tables, ``--help`` prints them, the evaluation tools check a params file with them."""

@@ -9,5 +9,6 @@ the demo, the bag tools, the GPU hand-off); nothing in it knows the BEV node.
   liveness, housekeeping       the watchdog (a stuck thread ends the process, code 70); periodic jobs
   stderr_filter                the middleware's per-sample stderr lines, throttled and counted
   usage                        ``--help`` of the ROS executables, printed before any ROS import
+  parameters                   declaring from a parameter table, with typed, ranged descriptors
 Only ``process`` and ``executor`` import rclpy, and only when called.
 """

@@ -74,6 +74,11 @@ class StopSignals:
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
+class RosArgumentsError(RuntimeError):
+    """rcl refused the command line's ROS arguments (a -p value or params file it cannot parse);
+    the message is rcl's, in one line without its source locations."""
+
+
 def init_without_signal_handlers(argv=None) -> StopSignals:
     """rclpy.init with the short GIL switch interval above, and without rclpy's SIGINT/SIGTERM
     handlers, which shut the context down from under the running node: tearing the node down on
@@ -85,7 +90,14 @@ def init_without_signal_handlers(argv=None) -> StopSignals:
 
     stop = StopSignals()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
-    rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        rclpy.init(args=argv if argv is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    except Exception as e:  # rcl's RCLError: a multi-line traceback for what is a usage error
+        import re
+
+        stop.restore()
+        text = " ".join(str(e).split())
+        raise RosArgumentsError(re.sub(r",? at \S+:\d+", "", text)) from None
     return stop
 
 
