@@ -122,8 +122,8 @@ def example_env():
     from ros_harness import isolate_ros_env
 
     isolate_ros_env()
-    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=str(REPO))
-    return env
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=path)
 
 
 def test_every_marker_is_known_and_skips_say_why():
@@ -188,7 +188,8 @@ def help_of_script(name: str, sub: str = "") -> str:
 @cache
 def help_of_file(path: str) -> str:
     proc = subprocess.run([sys.executable, path, "--help"], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          timeout=60, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                              p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)))
     assert proc.returncode == 0, f"python {path} --help exited {proc.returncode}: {proc.stderr[-500:]}"
     return proc.stdout
 
@@ -346,7 +347,8 @@ def resolves(name: str) -> bool:
     for i in range(len(parts), 0, -1):
         module = ".".join(parts[:i])
         try:
-            found = importlib.util.find_spec(module) is not None
+            spec = importlib.util.find_spec(module)
+            found = spec is not None and spec.origin is not None  # not an empty folder (namespace)
         except ModuleNotFoundError:
             found = False
         if not found:
@@ -377,11 +379,18 @@ def globbed(path: str) -> bool:
         return False
 
 
+# a module named from inside the package (node/inputs.py, gpu/device_inputs.py): found under one of these
+MODULE_PATH = re.compile(r"(?<![\w./-])((?:[a-z_]+/)+\w+\.py)\b")
+MODULE_ROOTS = (REPO, REPO / "bevpool_ros", REPO / "bevpool_ros" / "backends")
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda d: d.name)
 def test_named_modules_and_files_exist(doc):
     bad = []
     for n, line in enumerate(doc.read_text().splitlines(), 1):
         bad += [f"{doc.name}:{n}: module {name}" for name in DOTTED.findall(line) if not resolves(name)]
+        bad += [f"{doc.name}:{n}: module file {path}" for path in MODULE_PATH.findall(line)
+                if not path.startswith("install/") and not any((root / path).exists() for root in MODULE_ROOTS)]
         for raw in PATH.findall(line):
             for path in expand(raw.rstrip(".")):
                 if not any((REPO / p).exists() or globbed(p) for p in (path, path.rstrip("*."))):  # **bold**
