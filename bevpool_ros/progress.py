@@ -1,14 +1,20 @@
 """One progress bar for long command-line loops (bag fan-out, benchmarks, engine builds).
 
-tqdm when it is installed and stderr is a terminal (tqdm's own ``disable=None`` rule, so logs and
-CI output stay free of carriage-return noise); otherwise a silent stand-in with the same calls.
-``BEVPOOL_PROGRESS=0`` switches bars off, ``=1`` forces them on.
+tqdm when it is installed and stderr is a terminal; otherwise a silent stand-in with the same
+calls. ``BEVPOOL_PROGRESS=0`` switches bars off, ``=1`` forces them on: where stderr is not a
+terminal (a log, CI) that is plain lines, one every LINE_EVERY_S at most and the final state once
+(tqdm's redraws there became one line each, its last state twice: at the last update and again
+when it closed).
 """
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 from contextlib import contextmanager
+
+LINE_EVERY_S = 10.0
 
 
 class _Silent:
@@ -22,18 +28,67 @@ class _Silent:
         pass
 
 
+class _Lines:
+    """Progress as plain lines for a log: one at most every LINE_EVERY_S, the final state once."""
+
+    def __init__(self, stream, total: int | None, desc: str, unit: str):
+        self.stream, self.total, self.desc, self.unit = stream, total, desc, unit
+        self.n, self.postfix = 0, ""
+        self._start = self._shown_at = time.monotonic()
+        self._shown = ""
+        self._lock = threading.Lock()  # run_with_progress refreshes from a thread
+
+    def _state(self) -> str:
+        if self.total:
+            done = f"{100 * self.n // self.total}% {self.n}/{self.total} {self.unit}"
+        else:
+            done = f"{self.n} {self.unit}"
+        return f"{self.desc}: {done}" + (f", {self.postfix}" if self.postfix else "")
+
+    def _show(self, final: bool = False) -> None:
+        with self._lock:
+            state, now = self._state(), time.monotonic()
+            if state == self._shown or (not final and now - self._shown_at < LINE_EVERY_S):
+                return
+            self._shown, self._shown_at = state, now
+            print(f"{state} [{now - self._start:.1f} s]", file=self.stream, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        self._show()
+
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = text
+
+    def refresh(self) -> None:
+        self._show()
+
+    def close(self) -> None:
+        self._show(final=True)
+
+
 @contextmanager
 def progress_bar(total: int | None = None, desc: str = "", unit: str = "it", enabled: bool = True):
     forced = os.environ.get("BEVPOOL_PROGRESS")
     if forced == "0" or not enabled:
         yield _Silent()
         return
+    if not sys.stderr.isatty():
+        if forced != "1":  # tqdm's own rule: no bar in a log unless asked for
+            yield _Silent()
+            return
+        bar = _Lines(sys.stderr, total, desc, unit)
+        try:
+            yield bar
+        finally:
+            bar.close()
+        return
     try:
         from tqdm import tqdm
     except ImportError:
         yield _Silent()
         return
-    with tqdm(total=total, desc=desc, unit=unit, disable=False if forced == "1" else None) as bar:
+    with tqdm(total=total, desc=desc, unit=unit) as bar:
         yield bar
 
 

@@ -76,8 +76,9 @@ def test_replay_evaluation_scores_every_grid(bag, tmp_path):
     if rep["backend"] == "cpu":
         assert rep["max_abs_err"] < 1e-4
     assert int(rep["diagnostics"]["sets_published"]) == rep["published"]
-    out = bag_summary(tmp_path / "out")["topics"]["/bev/features"]
-    assert out == {"type": "bevpool_msgs/msg/BevFeature", "count": rep["published"]}
+    out = bag_summary(tmp_path / "out")["topics"]  # a score per grid, the last grid (test_bag_output.py)
+    assert out["/eval/grids"] == {"type": "diagnostic_msgs/msg/DiagnosticStatus", "count": rep["published"]}
+    assert out["/bev/features"] == {"type": "bevpool_msgs/msg/BevFeature", "count": 1}
     assert "(paced, " in r.stderr and "11 of 11 complete sets published" in r.stderr
 
 

@@ -31,3 +31,30 @@ def test_run_with_progress_returns_and_raises_like_the_call(monkeypatch, capsys)
         raise RuntimeError("build failed")
     with pytest.raises(RuntimeError, match="build failed"):
         run_with_progress("engine build", boom)
+
+
+def test_a_log_gets_the_final_state_once_and_no_repeats(monkeypatch, capsys):
+    """Bars forced on where stderr is no terminal: plain lines, never the same state twice (tqdm
+    printed its last state at the last update and again at close), the final one last."""
+    import bevpool_ros.progress as progress
+
+    monkeypatch.setenv("BEVPOOL_PROGRESS", "1")
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # every change a line
+    with progress_bar(4, "replay", "set") as bar:
+        for i in range(4):
+            bar.update(1)
+            bar.set_postfix_str(f"{i} grids")
+            bar.refresh()
+            bar.refresh()  # nothing new: no line
+        bar.set_postfix_str("4 grids")  # a late grid, after the last update
+    states = [line.rsplit(" [", 1)[0] for line in capsys.readouterr().err.splitlines()]
+    assert states == ["replay: 25% 1/4 set", "replay: 25% 1/4 set, 0 grids", "replay: 50% 2/4 set, 0 grids",
+                      "replay: 50% 2/4 set, 1 grids", "replay: 75% 3/4 set, 1 grids",
+                      "replay: 75% 3/4 set, 2 grids", "replay: 100% 4/4 set, 2 grids",
+                      "replay: 100% 4/4 set, 3 grids", "replay: 100% 4/4 set, 4 grids"], states
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 3600.0)  # a fast loop in a log: the final line only
+    with progress_bar(3, "score", "grid") as bar:
+        bar.update(3)
+        bar.set_postfix_str("3 within tolerance")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("score: 100% 3/3 grid, 3 within tolerance [")

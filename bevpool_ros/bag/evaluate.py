@@ -8,7 +8,7 @@ output.
    no other node may publish grids there (replay.py);
 3. the bag's messages are published raw (CDR as recorded), at the recorded pace x ``rate`` or paced
    (one set at a time, each after the previous grid came back): ``replay``;
-4. every BevFeature the node publishes is written to the output bag with its arrival time;
+4. every BevFeature the node publishes is kept (a spool beside the output) with its arrival time;
 5. each published grid is recomputed from the exact input messages it names
    (``BevFeature.cameras`` / ``camera_stamps``) with the FP64 reference, on the calibration the
    node had (the rig file, intrinsics from the bag's CameraInfo), and compared; a depth camera's
@@ -17,7 +17,9 @@ The report counts the sets in the bag (complete ones apart: ``sets``), grids pub
 complete set lost with its cause (``losses``), grids matching the reference within the tolerance of
 the precision each grid says it was computed at (bevpool_ros/tolerance.py; a fixed ``atol``
 instead when given), and latency from the last input of a set being played to its grid arriving.
-A run passes when every grid matches and no more complete sets were lost than allowed.
+A run passes when every grid matches and no more complete sets were lost than allowed. The output
+bag holds a score per grid and the last grid, or every grid when asked (output.py); the report's
+per-grid counts and times are read back from it.
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ from ..tolerance import error_ratio
 from . import losses
 from .io import BagError, BagWriter, bag_summary, camera_stream, read_bag
 from .losses import AllowLost
-from .sets import BagSets, grid_key
+from .output import folder_bytes, read_grid_records, spool_dir, write_output
+from .sets import BagSets
 
 LOST_STAMPS_SHOWN = 20
 PLOTTED = ("frame_errors", "frame_error_ratios", "e2e_ms")  # per-grid lists: the report plots them
@@ -74,6 +77,9 @@ class EvalReport:
     node_rc: int | None = None
     atol: float | None = None              # None: the tolerance of each grid's precision
     domain: int = 0                        # the DDS domain the replay ran on
+    out_bag_bytes: int = 0                 # the output bag as written (output.py)
+    grids_kept: int = 0                    # grids in it: the last one, or all with keep_grids
+    grids_bytes: int = 0                   # what every grid took on disk during the run
 
     def to_dict(self) -> dict:
         pct = (lambda q: float(np.percentile(self.e2e_ms, q))) if self.e2e_ms else (lambda q: None)
@@ -101,6 +107,20 @@ class EvalReport:
     @property
     def ok(self) -> bool:
         return not self.failures()
+
+    def output_line(self, out_bag) -> str:
+        """One line on the output bag: its size and what it holds."""
+        from .output import size_text
+
+        n = self.published
+        if not n:
+            held = "no grid: the node published none"
+        elif self.grids_kept == n:
+            held = f"the score and the grid of all {n} grid(s)"
+        else:
+            held = (f"the scores of {n} grids and the last grid; --keep-grids keeps every grid, "
+                    f"{size_text(self.grids_bytes)} of them")
+        return f"wrote {out_bag}: {size_text(self.out_bag_bytes)} ({held})"
 
     def summary(self) -> str:
         """One line: mode, what ran, sets and grids, and the verdict with its reasons."""
@@ -142,15 +162,20 @@ def rig_path(rig: str | None, node_params: dict | None, params_file: str | None)
 
 
 def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport,
-          depth_image: DepthImageConverter | None = None, show_progress: bool = False) -> None:
+          depth_image: DepthImageConverter | None = None,
+          show_progress: bool = False) -> dict[int, tuple[float, float]]:
     """Recompute each published grid from the inputs it names; stream the input bag once.
-    ``depth_image``: how depth Images become distributions (default: the node's defaults)."""
+    ``depth_image``: how depth Images become distributions (default: the node's defaults).
+    {index of the grid in ``out_bag``: (max |error|, error / tolerance)}."""
+    scores: dict[int, tuple[float, float]] = {}
     with progress_bar(total=sum(1 for _ in read_bag(out_bag)), desc="score", unit="grid",
                       enabled=show_progress) as bar:
-        _score(bag, out_bag, rig, report, depth_image, bar)
+        _score(bag, out_bag, rig, report, depth_image, bar, scores)
+        bar.set_postfix_str(f"{report.within_tolerance} within tolerance")  # as the summary says
+    return scores
 
 
-def _score(bag, out_bag, rig, report, depth_image, bar) -> None:
+def _score(bag, out_bag, rig, report, depth_image, bar, scores) -> None:
     depth_image = depth_image or DepthImageConverter(rig)
     wanted: dict[tuple[str, int], list[int]] = {}
     outputs = []
@@ -185,7 +210,7 @@ def _score(bag, out_bag, rig, report, depth_image, bar) -> None:
         inputs.setdefault((cam, st), {})[stream] = arr
         for idx in wanted[(cam, st)]:
             if idx not in done and _complete(outputs[idx][1], inputs):
-                _compare(outputs[idx], inputs, calib.rig, report)
+                scores[idx] = _compare(outputs[idx], inputs, calib.rig, report)
                 done.add(idx)
                 bar.update(1)
 
@@ -194,7 +219,7 @@ def _complete(provenance: dict, inputs: dict) -> bool:
     return all(len(inputs.get(key, {})) == 2 for key in provenance.items())
 
 
-def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
+def _compare(output, inputs, rig: Rig, report: EvalReport) -> tuple[float, float]:
     msg, provenance = output
     N, D, H, W = rig.depth_shape
     depth = np.zeros((N, D, H, W), np.float64)
@@ -212,6 +237,7 @@ def _compare(output, inputs, rig: Rig, report: EvalReport) -> None:
     report.frame_error_ratios.append(ratio)
     report.max_abs_err = max(report.max_abs_err, err)
     report.within_tolerance += ratio <= 1.0
+    return err, ratio
 
 
 def paced_parameters(node_params: dict | None, params_file: str | None) -> dict:
@@ -241,9 +267,10 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
                  params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                  drain_s: float = 2.0, paced: bool = False, allow_lost: AllowLost = AllowLost(),
                  set_timeout_s: float = 10.0, show_progress: bool = False,
-                 domain: int | None = None) -> EvalReport:
+                 domain: int | None = None, keep_grids: bool = False) -> EvalReport:
     """Evaluate one bag; ``paced``: one set at a time (``rate`` unused); ``domain``: the DDS domain
-    to try first (the one claimed is ``report.domain``). On any failure the output bag is removed
+    to try first (the one claimed is ``report.domain``); ``keep_grids``: every grid in the output
+    bag, not only the scores and the last grid (output.py). On any failure the output bag is removed
     again (a rerun finds ``out_bag`` free)."""
     from ..rig_yaml import load_rig
 
@@ -254,15 +281,22 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     report = EvalReport(atol=atol, allow_lost=str(allow_lost), node_parameters=node_params)
     rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file)
             for k in ("distribution", "sigma_m")}
+    spool = spool_dir(out_bag)
     try:
+        grids = spool / "grids"
         sets, result, report.node_rc, report.domain = _replay(
-            bag, out_bag, rig_path, node_params, params_file, view, None if paced else rate,
+            bag, grids, rig_path, node_params, params_file, view, None if paced else rate,
             dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress, domain=domain))
         converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
-        score(bag, out_bag, rig, report, converter, show_progress)
+        scores = score(bag, grids, rig, report, converter, show_progress)
+        report.grids_bytes = folder_bytes(grids)
+        report.out_bag_bytes = write_output(out_bag, grids, scores, keep_grids)
+        report.grids_kept = report.published if keep_grids else min(report.published, 1)
     except BaseException:
         shutil.rmtree(out_bag, ignore_errors=True)
         raise
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
     report.diagnostics = result.diagnostics_end
     account(report, sets, result, grid_keys(out_bag), allow_lost)
     last_played = _last_played_per_set(result.played, out_bag)
@@ -306,7 +340,8 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
 
 
 def grid_keys(out_bag: Path) -> list:
-    return [grid_key(m.decode()) for m in read_bag(out_bag)]
+    """The keys of the grids the node published, from the output bag's records."""
+    return [r.key for r in read_grid_records(out_bag)]
 
 
 def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: AllowLost) -> None:
@@ -344,14 +379,12 @@ def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: A
 
 
 def _last_played_per_set(played: dict, out_bag: Path) -> dict[int, float]:
-    """{grid stamp: perf_counter when the last of its inputs was played}."""
+    """{grid stamp: perf_counter when the last of its inputs was played}, from the output bag."""
     out = {}
-    for m in read_bag(out_bag):
-        msg = m.decode()
-        keys = zip(msg.cameras, (stamp_to_ns(s) for s in msg.camera_stamps))
-        times = [played[k] for k in keys if k in played]
+    for r in read_grid_records(out_bag):
+        times = [played[k] for k in zip(r.cameras, r.camera_stamps_ns) if k in played]
         if times:
-            out[stamp_to_ns(msg.header.stamp)] = max(times)
+            out[r.stamp_ns] = max(times)
     return out
 
 

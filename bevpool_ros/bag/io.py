@@ -100,6 +100,13 @@ class BagWriter:
             conn = self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self.store)
         self._writer.write(conn, int(t_ns), serialize_message(msg))
 
+    def write_raw(self, topic: str, msgtype: str, raw: bytes, t_ns: int) -> None:
+        """A message as CDR bytes (copied from another bag: no decode, no re-encode)."""
+        conn = self._connections.get(topic)
+        if conn is None:
+            conn = self._connections[topic] = self._writer.add_connection(topic, msgtype, typestore=self.store)
+        self._writer.write(conn, int(t_ns), raw)
+
 
 @dataclass(frozen=True)
 class BagMessage:

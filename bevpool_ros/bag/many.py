@@ -57,7 +57,7 @@ def evaluate_one(bag: str, out_bag: str, rig_path: str, node_params: dict, param
                  rate: float, atol: float | None, domain: int, options: dict | None = None) -> dict:
     """One bag on DDS domain ``domain`` (or the next free one on its machine: demo/domain.py) -> the
     report dict + what the HTML report plots; ``options``: evaluate_bag's keyword options (paced,
-    allow_lost, set_timeout_s)."""
+    allow_lost, set_timeout_s, keep_grids)."""
     _default_sigint()
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     from ..ros.process import use_large_data_profile
@@ -110,9 +110,10 @@ def last_bev_energy(out_bag: str) -> dict | None:
     from ..io.tensor_codec import decode_any
     from ..visualize import bev_energy_map
     from .io import read_bag
+    from .output import GRIDS_TOPIC
 
     last = None
-    for m in read_bag(Path(out_bag)):
+    for m in read_bag(Path(out_bag), topics={GRIDS_TOPIC}):
         last = m
     if last is None:
         return None
@@ -126,7 +127,7 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
                   params_file: str | None = None, rate: float = 1.0, atol: float | None = None,
                   address: str | None = None, resources: TaskResources = TaskResources(),
                   num_cpus: int | None = None, show_progress: bool = True, paced: bool = False,
-                  allow_lost=None, set_timeout_s: float = 10.0) -> list[dict]:
+                  allow_lost=None, set_timeout_s: float = 10.0, keep_grids: bool = False) -> list[dict]:
     """Evaluate every bag as its own Ray task; results in the order of ``bags``.
 
     Paths are made absolute: a cluster's workers do not run in this folder (on several machines
@@ -149,7 +150,7 @@ def evaluate_many(bags, out_dir: Path, rig_path: str, node_params: dict | None =
         f"{resources.num_cpus:g} CPU + {resources.num_gpus:g} GPU per task, "
         + ("paced" if paced else f"rate x{rate:g}"))
     options = {"paced": paced, "allow_lost": allow_lost or AllowLost(),
-               "set_timeout_s": set_timeout_s}
+               "set_timeout_s": set_timeout_s, "keep_grids": keep_grids}
     env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_ENV_PREFIXES)}
     task = ray.remote(num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_calls=1,
                       runtime_env={"env_vars": env} if env else None)(_evaluate_task)

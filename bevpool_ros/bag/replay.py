@@ -160,7 +160,7 @@ class Replay:
                 if cause is not None:
                     result.causes[s.key] = cause
                 bar.update(1)
-                bar.set_postfix_str(f"{len(self.keys)} grids")
+                bar.set_postfix_str(f"{self.grids_received} grids")
             if rate is not None:
                 self._play_at(rate, sent, bar)
             else:
@@ -169,7 +169,7 @@ class Replay:
             self.session.spin_until(lambda: all(s.key in self.keys for s in complete), drain_s)
             self.check_alone("during the replay")
             result.diagnostics_end = self._fresh_diagnostics(result.diagnostics_start)
-            bar.set_postfix_str(f"{len(self.keys)} grids")  # those that came late too: as the report
+            bar.set_postfix_str(f"{self.grids_received} grids")  # late ones too: the report's "published"
         result.in_transit = max(0, losses.counter(result.diagnostics_end, "sets_published")
                                 - losses.counter(result.diagnostics_start, "sets_published")
                                 - self.grids_received)
@@ -187,7 +187,7 @@ class Replay:
             if played > shown[0]:
                 bar.update(played - shown[0])
                 shown[0] = played
-                bar.set_postfix_str(f"{len(self.keys)} grids")
+                bar.set_postfix_str(f"{self.grids_received} grids")
             return self.player.done
 
         self.player.start(rate, on_sent=sent)

@@ -4,12 +4,14 @@
                                [--depth-image CAM_FRONT ...] [--storage mcap|sqlite3]
   bevpool-bag info BAG
   bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
-  bevpool-bag eval BAG --out OUT_BAG [--params-file config/cpu.yaml] [-p backend:=cpu] [--report r.json]
-                   [--paced | --rate 1.0] [--allow-lost N|FRACTION]
+  bevpool-bag eval BAG --out OUT_BAG [--rig RIG.yaml] [--params-file config/cpu.yaml] [-p backend:=cpu]
+                   [--report r.json] [--paced | --rate 1.0] [--allow-lost N|FRACTION] [--keep-grids]
   bevpool-bag eval-many BAG_OR_DIR... --out DIR [--address auto] [--num-cpus 1] [--num-gpus 0] [eval options]
 
-``eval`` runs bevpool_node on the bag over DDS, records its BevFeature output into OUT_BAG and
-scores every grid against the FP64 reference recomputed from the exact inputs it names. It counts
+``eval`` runs bevpool_node on the bag over DDS and scores every grid it publishes against the FP64
+reference recomputed from the exact inputs it names; OUT_BAG holds a score per grid and the last
+grid (--keep-grids: every grid), and its size is said at the end. The rig is --rig, else the
+params file's rig_file; one that does not fit the bag (cameras, shapes) is refused before the run. It counts
 the complete camera sets in the bag and every one that did not come back as a grid, by cause.
 ``--paced`` sends one set at a time, the next only when the previous grid came back (accuracy
 runs on a slow machine); otherwise the bag plays at its recorded pace x --rate.
@@ -158,11 +160,13 @@ def _run(args) -> int:
     bag_summary(args.bag)  # a bag that cannot be read fails here, not half-way through a replay
     report = evaluate_bag(args.bag, args.out, args.rig, dict(args.param), args.params_file,
                           args.rate, args.atol, paced=args.paced, allow_lost=args.allow_lost,
-                          set_timeout_s=args.set_timeout, show_progress=not args.no_progress)
+                          set_timeout_s=args.set_timeout, show_progress=not args.no_progress,
+                          keep_grids=args.keep_grids)
     out = report.to_dict()
     print(json.dumps(out, indent=1))
     if args.report:
         Path(args.report).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"bevpool-bag eval: {report.output_line(args.out)}", file=sys.stderr)
     print(f"bevpool-bag eval {report.summary()}", file=sys.stderr)
     return 0 if report.ok else 1
 
@@ -186,6 +190,9 @@ def _eval_options(parser, default_rig: str) -> None:
                         metavar="N|FRACTION",
                         help="pass although up to N complete sets (or this fraction of them: 0.05, "
                              "5%%) were lost (default 0)")
+    parser.add_argument("--keep-grids", action="store_true",
+                        help="keep every grid in the output bag (default: a score per grid and the "
+                             "last grid; a grid of the nuScenes rig is 5 MB)")
     parser.add_argument("--atol", type=float, default=None,
                         help="fixed absolute tolerance; default: the tolerance of the precision each grid "
                              "was computed at (bevpool_ros/tolerance.py)")
@@ -195,6 +202,7 @@ def _eval_many(args) -> int:
     from ..bag.evaluate import node_view, tolerance_text
     from ..bag.io import BagError, bag_summary
     from ..bag.many import TaskResources, evaluate_many, find_bags
+    from ..bag.output import folder_bytes, size_text
     from ..bag.report import write_report
     from ..rig_yaml import load_rig
 
@@ -209,15 +217,20 @@ def _eval_many(args) -> int:
     results = evaluate_many(bags, Path(args.out), args.rig, dict(args.param), args.params_file, args.rate,
                             args.atol, args.address, TaskResources(args.num_cpus, args.num_gpus),
                             args.local_cpus, show_progress=not args.no_progress, paced=args.paced,
-                            allow_lost=args.allow_lost, set_timeout_s=args.set_timeout)
+                            allow_lost=args.allow_lost, set_timeout_s=args.set_timeout,
+                            keep_grids=args.keep_grids)
     settings = {"rig": args.rig, "params": dict(args.param), "params_file": args.params_file,
                 "mode": "paced" if args.paced else f"rate x{args.rate:g}", "rate": args.rate,
                 "allow_lost": str(args.allow_lost), "set_timeout_s": args.set_timeout,
-                "atol": args.atol, "tolerance": tolerance_text(args.atol), "ray_address": args.address or "local",
+                "atol": args.atol, "tolerance": tolerance_text(args.atol), "keep_grids": args.keep_grids,
+                "ray_address": args.address or "local",
                 "per_task": {"num_cpus": args.num_cpus, "num_gpus": args.num_gpus}}
     report = write_report(Path(args.out), results, settings)
     print(json.dumps(report["summary"], indent=1))
     print(f"wrote {Path(args.out) / 'report.json'} and {Path(args.out) / 'report.html'}")
+    print(f"wrote {Path(args.out) / 'bags'}: {size_text(folder_bytes(Path(args.out) / 'bags'))} "
+          + ("(every grid)" if args.keep_grids else "(a score per grid and the last grid of each bag; "
+             "--keep-grids keeps every grid)"))
     return 0 if report["summary"]["bags_failed"] == 0 else 1
 
 
