@@ -47,6 +47,7 @@ def report_dir(bags, tmp_path_factory):
                        env={k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"})  # eval-many turns it off
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     (out / "stderr.txt").write_text(r.stderr)
+    (out / "stdout.txt").write_text(r.stdout)
     return out
 
 
@@ -105,6 +106,22 @@ def test_report_html_table_says_published_of_complete_causes_and_what_ran(report
     row = page[page.index(">drive_0<"):].split("</tr>", 1)[0]
     cells = f"<td>{FRAMES - 1} / {FRAMES - 1}</td><td>none</td><td>paced</td><td>cpu (fp32)</td>"
     assert cells in row, row
+
+
+@pytest.mark.ros
+def test_each_bags_output_holds_its_scores_and_last_grid_and_the_size_is_said(report_dir):
+    from bevpool_ros.bag.io import bag_summary
+    from bevpool_ros.bag.output import folder_bytes, size_text
+
+    rep = json.loads((report_dir / "report.json").read_text())
+    assert rep["settings"]["keep_grids"] is False
+    for b in rep["bags"]:
+        topics = bag_summary(b["out_bag"])["topics"]
+        assert topics["/eval/grids"]["count"] == b["published"] and topics["/bev/features"]["count"] == 1
+        assert b["grids_kept"] == 1 and 0 < b["out_bag_bytes"] < b["grids_bytes"]
+    said = (report_dir / "stdout.txt").read_text().strip().splitlines()[-1]
+    assert said == (f"wrote {report_dir / 'bags'}: {size_text(folder_bytes(report_dir / 'bags'))} (a score per "
+                    "grid and the last grid of each bag; --keep-grids keeps every grid)"), said
 
 
 @pytest.mark.ros
