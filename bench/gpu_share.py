@@ -200,14 +200,23 @@ def mps_daemon(enabled: bool = True):
     try:
         yield root
     finally:
-        subprocess.run([control], input=b"quit\n", env=os.environ, timeout=30)
-        time.sleep(0.5)
+        # quit waits for the clients to leave: a caller that is one itself (a CUDA context in this
+        # process, --transport inprocess) leaves at its exit, and the daemon with it
+        quitter = subprocess.Popen([control], stdin=subprocess.PIPE, env=os.environ)
+        quitter.stdin.write(b"quit\n")
+        quitter.stdin.close()
+        try:
+            quitter.wait(10)
+            gone = True
+        except subprocess.TimeoutExpired:
+            gone = False
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        shutil.rmtree(root, ignore_errors=True)
+        if gone:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main(argv=None) -> int:

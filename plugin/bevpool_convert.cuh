@@ -208,3 +208,27 @@ __device__ __forceinline__ void bevconv_expand_depth(const float* metres, OUT* o
 BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_f32, float)
 BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_f16, __half)
 BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_e4m3, fp8_e4m3)
+
+// ---- copies and fills as kernels ------------------------------------------------------------------
+// A frame's copies (gathering hand-off slots, host memory mapped into the device, the flag word) and
+// fills run as kernels instead of copy-engine or memset operations, so that a frame's work is one
+// stream of kernels: on a GPU time-sliced between processes, each switch between the copy engine and
+// the SMs inside a frame cost a time slice of its own (docs/gpu_sharing.md).
+extern "C" __global__ void bevconv_copy_bytes(const unsigned char* src, unsigned char* dst, long long nbytes) {
+  const bool vec = ((reinterpret_cast<unsigned long long>(src) | reinterpret_cast<unsigned long long>(dst)) & 15) == 0;
+  long long done = 0;
+  if (vec) {  // 16-byte vectors for the bulk, bytes for the tail
+    const long long n16 = nbytes >> 4;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    for (long long i = bevconv::grid_start(); i < n16; i += bevconv::grid_step()) d[i] = s[i];
+    done = n16 << 4;
+  }
+  for (long long i = done + bevconv::grid_start(); i < nbytes; i += bevconv::grid_step()) dst[i] = src[i];
+}
+extern "C" __global__ void bevconv_fill_u32(unsigned* dst, unsigned value, long long count) {
+  for (long long i = bevconv::grid_start(); i < count; i += bevconv::grid_step()) dst[i] = value;
+}
+extern "C" __global__ void bevconv_fill_bytes(unsigned char* dst, unsigned value, long long nbytes) {
+  for (long long i = bevconv::grid_start(); i < nbytes; i += bevconv::grid_step()) dst[i] = (unsigned char)value;
+}

@@ -168,30 +168,33 @@ if [ "$RUN_ROS" = 1 ]; then
             || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
       done
       [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
-      # a GPU shared with networks (docs/gpu_sharing.md): GPU_SHARE_REPEATS rounds (0: skip) of every transport in
-      # GPU_SHARE_TRANSPORTS x condition in GPU_SHARE_CONDS (alone | gemm | gemm_mps | conv | conv_mps | thread_gemm:
-      # inprocess only, the load in the caller's process), interleaved so that drift hits every cell alike; FP16,
-      # float16 in and out, nuScenes, GPU_SHARE_FRAMES sets at 30 Hz; rows appended to h200_node_latency.json and
-      # summed up by bench/gpu_share_table.py in gpu_share.md. About 45 s per cell.
+      # a GPU shared with networks (docs/gpu_sharing.md): GPU_SHARE_REPEATS rounds (0: skip) of the cells in
+      # GPU_SHARE_CELLS ("transport:condition[:bench,args]" separated by spaces; condition alone | gemm | gemm_mps |
+      # conv | conv_mps | thread_gemm: inprocess only, the load in the caller's process), each round in that order,
+      # so drift hits every cell alike; FP16, float16 in and out, nuScenes, GPU_SHARE_FRAMES sets at 30 Hz; dds runs
+      # with the consumer heap settings docs/dds.md advises. Rows appended to h200_node_latency.json and summed up
+      # by bench/gpu_share_table.py in gpu_share.md. About 45 s per cell.
       if [ "${GPU_SHARE_REPEATS:-0}" -gt 0 ]; then
+        cells=${GPU_SHARE_CELLS:-handoff_both:alone dds:alone inprocess:alone handoff_both:gemm dds:gemm inprocess:gemm handoff_both:gemm_mps dds:gemm_mps inprocess:gemm_mps}
         for rep in $(seq 1 "$GPU_SHARE_REPEATS"); do
-          for cond in ${GPU_SHARE_CONDS:-alone gemm gemm_mps}; do
-            for tr in ${GPU_SHARE_TRANSPORTS:-handoff_both dds inprocess}; do
-              case "$cond" in
-                alone) load=() ;;
-                thread_*) [ "$tr" = inprocess ] || continue; load=(--gpu-load "${cond#thread_}" --gpu-load-in thread) ;;
-                *_mps) load=(--gpu-load "${cond%_mps}" --mps) ;;
-                *) load=(--gpu-load "$cond") ;;
-              esac
-              extra=()
-              [ "$tr" = inprocess ] && extra=(--tensors torch)
-              timeout $(( ${GPU_SHARE_FRAMES:-1000} / 30 + 100 )) $RPY bench/latency.py --backend cuda --precision fp16 \
-                  --bev-dtype float16 --input-dtype float16 --transport "$tr" --rate 30 --frames "${GPU_SHARE_FRAMES:-1000}" \
-                  "${load[@]}" "${extra[@]}" --out "/tmp/bevpool_share_${tr}_${cond}_$rep" \
-                  --rows "$OUT/h200_node_latency.json" >> "$OUT/gpu_share_runs.md" 2>&1 \
-                  || { echo "gpu share $tr $cond $rep failed (see gpu_share_runs.md)"; rstatus=1; }
-              echo "$(date -u +%T) $tr $cond $rep done"
-            done
+          for cell in $cells; do
+            IFS=':' read -r tr cond cellargs <<< "$cell"
+            case "$cond" in
+              alone) load=() ;;
+              thread_*) load=(--gpu-load "${cond#thread_}" --gpu-load-in thread) ;;
+              *_mps) load=(--gpu-load "${cond%_mps}" --mps) ;;
+              *) load=(--gpu-load "$cond") ;;
+            esac
+            extra=()
+            [ "$tr" = inprocess ] && extra=(--tensors torch)
+            [ "$tr" = dds ] && extra=(--consumer-heap)
+            # shellcheck disable=SC2046
+            timeout $(( ${GPU_SHARE_FRAMES:-1000} / 30 + 100 )) $RPY bench/latency.py --backend cuda --precision fp16 \
+                --bev-dtype float16 --input-dtype float16 --transport "$tr" --rate 30 --frames "${GPU_SHARE_FRAMES:-1000}" \
+                "${load[@]}" "${extra[@]}" $(echo "$cellargs" | tr ',' ' ') --out "/tmp/bevpool_share_${tr}_${cond}_$rep" \
+                --rows "$OUT/h200_node_latency.json" >> "$OUT/gpu_share_runs.md" 2>&1 \
+                || { echo "gpu share $cell $rep failed (see gpu_share_runs.md)"; rstatus=1; }
+            echo "$(date -u +%T) $cell $rep done"
           done
         done
         $RPY bench/gpu_share_table.py "$OUT/h200_node_latency.json" > "$OUT/gpu_share.md" && cat "$OUT/gpu_share.md"

@@ -1,4 +1,4 @@
-"""DeviceFrame's recorded work, without a GPU: which launches, copies and memsets each binding
+"""DeviceFrame's recorded work, without a GPU: which launches, copies and fills (kernels too) each binding
 enqueues (caller memory read in place, conversions, the epilogue and its exponents, unaligned
 tensors), every launch checked against its kernel's signature in plugin/bevpool_convert.cuh, and
 the graph policy (captured on a binding's second use, the most recent few kept). The values are
@@ -15,6 +15,7 @@ import pytest
 
 from bevpool_ros.backends.cuda.driver import DeviceView
 from bevpool_ros.backends.gpu import device_frame as df
+from bevpool_ros.backends.gpu import kernel_copies
 from bevpool_ros.kernels.table import CONVERT_KERNELS
 from bevpool_ros.paths import plugin_dir
 from bevpool_ros.workloads import get_workload
@@ -36,6 +37,9 @@ def signatures() -> dict[str, tuple[str, ...]]:
 
 
 SIGNATURES = signatures()
+# the frame's copies and fills are kernels too (backends/gpu/kernel_copies.py): (dst, src, bytes),
+# (dst, value, count) in the log
+COPY_KERNELS = {"bevconv_copy_bytes": "copy", "bevconv_fill_u32": "fill_u32", "bevconv_fill_bytes": "fill_bytes"}
 
 
 class Recorder:
@@ -61,15 +65,6 @@ class Recorder:
             def __init__(self, name="capture"):
                 self.name = self.handle = name
 
-            def memset32(self, dst, value, count):
-                rec.log.append(("memset32", self.name, dst.ptr, value, count))
-
-            def memset8(self, dst, value, nbytes):
-                rec.log.append(("memset8", self.name, dst.ptr, value, nbytes))
-
-            def d2d(self, dst, src, nbytes):
-                rec.log.append(("d2d", self.name, dst.ptr, src.ptr, nbytes))
-
             def d2h(self, dst, src, nbytes):
                 rec.log.append(("d2h", self.name, dst, src.ptr, nbytes))
 
@@ -92,7 +87,13 @@ class Recorder:
         assert kinds == SIGNATURES[kernel], (
             f"{kernel}: launched with {kinds}, takes {SIGNATURES[kernel]}"
         )
-        self.log.append(("launch", stream.name, kernel, tuple(v for _, v in args)))
+        values = tuple(v for _, v in args)
+        if kernel in COPY_KERNELS:  # kernel_copies.py: logged as what they do
+            what = COPY_KERNELS[kernel]
+            dst_first = (values[1], values[0], values[2]) if what == "copy" else values
+            self.log.append((what, stream.name, *dst_first))
+            return
+        self.log.append(("launch", stream.name, kernel, values))
 
     def pool(self, stream, bindings):
         self.log.append(
@@ -113,6 +114,7 @@ def rec(monkeypatch):
     monkeypatch.setattr(df, "Stream", r.Stream)
     monkeypatch.setattr(df, "Graph", r.Graph)
     monkeypatch.setattr(df, "launch_args", r.launch)
+    monkeypatch.setattr(kernel_copies, "launch_args", r.launch)
     return r
 
 
@@ -146,9 +148,9 @@ def test_fp16_inputs_are_read_where_they_lie_and_the_grid_written_in_place(rec):
     run(rec, f, binding())
     assert rec.kernels() == ["bevconv_check_f16", "bevconv_check_f16", "bevconv_check_out_f32"]
     assert rec.entries("pool") == [("pool", "caller", DEPTH, FEAT, OUT)]
-    assert not rec.entries("d2d")
+    assert not rec.entries("copy")
     scratch = f._scratch.ptr
-    assert rec.entries("memset32") == [("memset32", "caller", scratch, 0, 3)]  # flags, amaxes
+    assert rec.entries("fill_u32") == [("fill_u32", "caller", scratch, 0, 3)]  # flags, amaxes
 
 
 def test_fp16_converts_float32_into_its_own_buffers(rec):
@@ -166,20 +168,20 @@ def test_e4m3_at_fp16_carries_its_scales_to_the_epilogue(rec):
     run(rec, f, binding(E4M3, F16, F32, k=(3, 0)))
     scratch = f._scratch.ptr
     # exponents + 4 each: the epilogue's 2^(8 - k0 - k1) becomes 2^-(k_depth + k_feat)
-    assert ("memset32", "caller", scratch + 12, 3 + 4, 1) in rec.log
-    assert ("memset32", "caller", scratch + 16, 0 + 4, 1) in rec.log
+    assert ("fill_u32", "caller", scratch + 12, 3 + 4, 1) in rec.log
+    assert ("fill_u32", "caller", scratch + 16, 0 + 4, 1) in rec.log
     assert rec.kernels() == ["bevconv_e4m3_to_f16", "bevconv_check_f16", "bevconv_out_f32_to_f32"]
     assert rec.entries("launch")[-1][3][3] == scratch + 12
     negative = frame(rec, "fp16")
     run(rec, negative, binding(E4M3, E4M3, F32, k=(-6, -2)))
-    assert ("memset32", "caller", negative._scratch.ptr + 12, (-6 + 4) & 0xFFFFFFFF, 1) in rec.log
+    assert ("fill_u32", "caller", negative._scratch.ptr + 12, (-6 + 4) & 0xFFFFFFFF, 1) in rec.log
 
 
 def test_unaligned_tensors_are_copied_or_go_through_the_epilogue(rec):
     f = frame(rec, "fp16")
     n = get_workload("small").num_depth
     run(rec, f, binding(depth=DEPTH + 2, out=OUT + 4))
-    assert rec.entries("d2d") == [("d2d", "caller", f._kin["depth"].ptr, DEPTH + 2, n * 2)]
+    assert rec.entries("copy") == [("copy", "caller", f._kin["depth"].ptr, DEPTH + 2, n * 2)]
     assert rec.entries("pool")[0][2:] == (f._kin["depth"].ptr, FEAT, f._kout.ptr)
     assert rec.kernels()[-1] == "bevconv_out_f32_to_f32"  # a copy and its check, no scaling
     assert rec.entries("launch")[-1][3][1] == OUT + 4 and rec.entries("launch")[-1][3][3] == 0
@@ -193,7 +195,7 @@ def test_fp8_quantises_floats_on_the_device(rec, wire):
     assert rec.kernels() == [f"bevconv_amax_{s}", f"bevconv_{s}_to_e4m3"] * 2 + [
         "bevconv_out_f16_to_f32"
     ]
-    assert not [e for e in rec.entries("memset32") if e[2] != f._scratch.ptr]  # no raw exponents
+    assert not [e for e in rec.entries("fill_u32") if e[2] != f._scratch.ptr]  # no raw exponents
     assert rec.entries("launch")[-1][3][3] == f._scratch.ptr + 12
 
 
@@ -201,7 +203,7 @@ def test_fp8_reads_raw_codes_in_place_with_their_exponents(rec):
     f = frame(rec, "fp8")
     run(rec, f, binding(E4M3, F32, F16, k=(4, 0)))
     scratch = f._scratch.ptr
-    assert ("memset32", "caller", scratch + 12, 4, 1) in rec.log  # no bias at fp8
+    assert ("fill_u32", "caller", scratch + 12, 4, 1) in rec.log  # no bias at fp8
     assert rec.kernels() == [
         "bevconv_check_e4m3",
         "bevconv_amax_f32",
@@ -247,6 +249,18 @@ class Done:
         )
 
 
+def test_a_mapped_flag_word_is_written_by_a_kernel(rec):
+    """A done target whose word is mapped into the device (the node's and BevPooler's): the frame's
+    work stays kernels only, the flags copied by bevconv_copy_bytes, no copy-engine transfer."""
+    f = frame(rec, "fp16")
+    done = Done(rec, 0x1000)
+    done.device_ptr = 0x7F00_0000_1000
+    f.enqueue(rec.Stream("caller"), binding(), done)
+    assert not rec.entries("d2h")
+    assert rec.entries("copy")[-1] == ("copy", "caller", 0x7F00_0000_1000, f.flags.ptr, 4)
+    assert [e[0] for e in rec.log][-2:] == ["copy", "record"]
+
+
 def test_the_flag_copy_and_event_are_part_of_the_replayed_graph(rec):
     """The done target's copy and event follow the epilogue, eagerly and in the capture (an
     external record: every replay records it); another target is another graph."""
@@ -284,19 +298,19 @@ def test_gathered_cameras_are_copied_first_and_replayed_with_the_frame(rec):
     slots_b = ((DEPTH, 0x7300_0000_1000, 64), (DEPTH + 64, None, 64), (FEAT, 0x7400_0000_1000, 32))
     f.enqueue(rec.Stream("caller"), b, gather=slots_a)
     kinds = [e[0] for e in rec.log]
-    assert kinds[:3] == ["d2d", "memset8", "d2d"] and "pool" in kinds[3:]
-    assert rec.entries("d2d") == [("d2d", "caller", DEPTH, 0x7300_0000_0000, 64),
-                                  ("d2d", "caller", FEAT, 0x7400_0000_0000, 32)]
-    assert rec.entries("memset8") == [("memset8", "caller", DEPTH + 64, 0, 64)]
+    assert kinds[:3] == ["copy", "fill_bytes", "copy"] and "pool" in kinds[3:]
+    assert rec.entries("copy") == [("copy", "caller", DEPTH, 0x7300_0000_0000, 64),
+                                  ("copy", "caller", FEAT, 0x7400_0000_0000, 32)]
+    assert rec.entries("fill_bytes") == [("fill_bytes", "caller", DEPTH + 64, 0, 64)]
     rec.log.clear()
     f.enqueue(rec.Stream("caller"), b, gather=slots_a)  # seen before: captured with its copies
     kinds = [e[0] for e in rec.log]
-    assert kinds[:4] == ["capture", "d2d", "memset8", "d2d"] and kinds[-1] == "replay"
-    assert {e[1] for e in rec.entries("d2d")} == {"capture"}
+    assert kinds[:4] == ["capture", "copy", "fill_bytes", "copy"] and kinds[-1] == "replay"
+    assert {e[1] for e in rec.entries("copy")} == {"capture"}
     rec.log.clear()
     f.enqueue(rec.Stream("caller"), b, gather=slots_a)
     assert rec.log == [("replay", "caller")]  # the whole set: one replay
     rec.log.clear()
     f.enqueue(rec.Stream("caller"), b, gather=slots_b)
-    assert not rec.entries("replay") and rec.entries("d2d")[0][3] == 0x7300_0000_1000
+    assert not rec.entries("replay") and rec.entries("copy")[0][3] == 0x7300_0000_1000
     assert (f.eager_frames, f.graph_replays) == (2, 2)

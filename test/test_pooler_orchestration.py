@@ -15,6 +15,7 @@ from test_device_frame import Recorder
 
 from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.backends.gpu import device_frame as df
+from bevpool_ros.backends.gpu import kernel_copies
 from bevpool_ros.backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
 from bevpool_ros.inprocess import grid as grid_module
 from bevpool_ros.inprocess import grid_memory
@@ -66,6 +67,8 @@ def rig(monkeypatch):
 
     class Stream(rec.Stream):
         def __init__(self, name="own"):
+            if name in ("highest", "normal"):  # the pooler's own stream, made at a priority
+                name = "own"
             super().__init__(name)
             self.handle = 0x5000 if name == "own" else name
 
@@ -73,12 +76,10 @@ def rig(monkeypatch):
         def wrap(cls, handle):
             return cls(int(handle))
 
-        def memset8(self, dst, value, nbytes):
-            rec.log.append(("memset8", self.name, dst.ptr, value, nbytes))
-
     class Pinned:
-        def __init__(self, shape, dtype, ctx=None):
+        def __init__(self, shape, dtype, mapped=False, ctx=None):
             self.array = np.zeros(shape, dtype)
+            self.device_ptr = 0x7E00_0000_0000 if mapped else 0
 
         def free(self):
             pass
@@ -96,6 +97,7 @@ def rig(monkeypatch):
         (df, "Stream", Stream),
         (df, "Graph", rec.Graph),
         (df, "launch_args", rec.launch),
+        (kernel_copies, "launch_args", rec.launch),
         (pooler_module, "DeviceBuffer", rec.Buffer),
         (pooler_module, "Event", Event),
         (pooler_module, "Stream", Stream),
@@ -153,19 +155,19 @@ def test_one_call_in_order_on_its_stream(rig):
     grid = p.pool(d, f, stream=0x77)
     assert kinds(rig.log) == [
         "alloc",
-        "memset32",
+        "fill_u32",
         "bevconv_check_f16",
         "bevconv_check_f16",
         "pool",
         "bevconv_out_f32_to_f16",
-        "d2h",
+        "copy",
         "record",
     ]
-    assert {e[1] for e in rig.log if e[0] in ("memset32", "launch", "pool", "d2h")} == {0x77}
+    assert {e[1] for e in rig.log if e[0] in ("fill_u32", "launch", "pool", "copy")} == {0x77}
     assert rig.log[0] == ("alloc", 0x77, p._grid_cells * 2)  # the grid's own memory, float16
     assert rig.entries("pool")[0][2:4] == (d.ptr, f.ptr)  # the caller's memory, read in place
-    d2h = rig.entries("d2h")[0]
-    assert d2h[3] == p._device.flags.ptr and d2h[4] == 4
+    flags = rig.entries("copy")[0]  # by a kernel, into the call's mapped flag word
+    assert flags[3] == p._device.flags.ptr and flags[4] == 4 and flags[2] >= 0x7E00_0000_0000
     assert grid.stream == 0x77 and grid.out is None and grid.dtype == F16
     assert grid.__cuda_array_interface__["stream"] == 0x77
 
@@ -182,7 +184,7 @@ def test_another_stream_waits_for_the_previous_call_and_producers(rig):
     sync = p._producer_sync.id
     assert rig.entries("wait") == [("wait", previous, 0x88), ("wait", sync, 0x88)]
     assert ("record", sync, 0x99) in rig.log
-    assert kinds(rig.log).index("wait") < kinds(rig.log).index("memset32")  # before any work
+    assert kinds(rig.log).index("wait") < kinds(rig.log).index("fill_u32")  # before any work
 
 
 def test_no_stream_named_means_the_pooler_own(rig):
@@ -206,8 +208,8 @@ def test_e4m3_exponents_reach_the_frame(rig):
     p = make(rig, "fp8", fp8_scales=(16.0, 0.25))
     p.pool(*inputs(p, "|u1"), stream=0x77)
     scratch = p._device._scratch.ptr
-    assert ("memset32", 0x77, scratch + 12, 4, 1) in rig.log
-    assert ("memset32", 0x77, scratch + 16, (-2) & 0xFFFFFFFF, 1) in rig.log
+    assert ("fill_u32", 0x77, scratch + 12, 4, 1) in rig.log
+    assert ("fill_u32", 0x77, scratch + 16, (-2) & 0xFFFFFFFF, 1) in rig.log
 
 
 @pytest.mark.parametrize(
@@ -230,18 +232,19 @@ def test_per_camera_tensors_are_gathered_first(rig):
     cams = [(Tensor((D, H, W)), Tensor((H, W, p.smap.channels))) for _ in range(n)]
     cams[1] = (None, None)  # a missing camera: zeros
     p.pool_cameras(cams, stream=0x77)
-    gather = [e for e in rig.log if e[0] in ("d2d", "memset8")]
-    assert len(gather) == 2 * n and sum(e[0] == "memset8" for e in gather) == 2
+    flags = p._device.flags.ptr
+    gather = [e for e in rig.log if e[0] in ("copy", "fill_bytes") and e[3] != flags]  # not the flag word's
+    assert len(gather) == 2 * n and sum(e[0] == "fill_bytes" for e in gather) == 2
     depth_slot = D * H * W * 2
-    assert gather[0] == ("d2d", 0x77, p._gather_buffers["depth"].ptr, cams[0][0].ptr, depth_slot)
+    assert gather[0] == ("copy", 0x77, p._gather_buffers["depth"].ptr, cams[0][0].ptr, depth_slot)
     assert gather[1] == (
-        "memset8",
+        "fill_bytes",
         0x77,
         p._gather_buffers["depth"].ptr + depth_slot,
         0,
         depth_slot,
     )
-    assert kinds(rig.log).index("pool") > kinds(rig.log).index("d2d")
+    assert kinds(rig.log).index("pool") > kinds(rig.log).index("copy")
     assert rig.entries("pool")[0][2] == p._gather_buffers["depth"].ptr
     mixed = [(Tensor((D, H, W), "<f4"), c[1]) if i == 0 else c for i, c in enumerate(cams)]
     with pytest.raises(InputError, match="mixed"):

@@ -64,15 +64,20 @@ class HandoffRing:
                  "events": [h.hex() for h in self.event_handles], "pid": os.getpid()},
                 [self.control.fd] + [b.fd for b in self.buffers])
 
-    def write(self, src_ptr: int, nbytes: int, stream_handle) -> Written:
+    def write(self, src_ptr: int, nbytes: int, stream_handle, copy=None) -> Written:
         """Enqueue the copy of ``nbytes`` at device address ``src_ptr`` into the next slot on
-        ``stream_handle`` and record the slot's event after it. The slot is claimed first."""
+        ``stream_handle`` and record the slot's event after it. The slot is claimed first.
+        ``copy(dst, src, nbytes, stream_handle)``: the copy as the caller enqueues it (the node: a
+        kernel, so its set's work stays kernels only); default the driver's device-to-device copy."""
         if not 0 < nbytes <= self.slot_bytes:
             raise ValueError(f"{nbytes} bytes do not fit a {self.slot_bytes}-byte hand-off slot")
         slot, seq = self.cursor.next()
         self.control.block.claim(slot, seq)
-        check(api().cuMemcpyDtoDAsync(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle),
-              "cuMemcpyDtoDAsync(hand-off)")
+        if copy is not None:
+            copy(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle)
+        else:
+            check(api().cuMemcpyDtoDAsync(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle),
+                  "cuMemcpyDtoDAsync(hand-off)")
         self.events[slot].record(stream_handle)
         self.control.block.publish(seq)
         return Written(slot, seq, self.event_handles[slot])

@@ -32,9 +32,11 @@ class CallSlot:
     """One call's event and pinned flag word (``host_ptr``); the same pair every time it is lent,
     so a graph that copies and records into it stays valid for the pooler's life."""
 
-    def __init__(self, event: Event, words: np.ndarray, index: int):
+    def __init__(self, event: Event, words: np.ndarray, index: int, device_base: int = 0):
         self.event, self._words, self.index = event, words, index
         self.host_ptr = int(words.ctypes.data) + 4 * index
+        # the word's device mapping: the frame writes its flags there by a kernel (kernel_copies.py)
+        self.device_ptr = device_base + 4 * index if device_base else 0
 
     @property
     def flags(self) -> int:
@@ -60,10 +62,10 @@ class CallSlots:
             if self._closed:
                 raise RuntimeError("the pooler was closed")
             if not self._free:
-                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32, ctx=self._ctx)
+                chunk = PinnedBuffer((SLOTS_PER_CHUNK,), np.uint32, mapped=True, ctx=self._ctx)
                 self._chunks.append(chunk)
                 self._free = [
-                    CallSlot(Event(self._ctx), chunk.array, i) for i in range(SLOTS_PER_CHUNK)
+                    CallSlot(Event(self._ctx), chunk.array, i, chunk.device_ptr) for i in range(SLOTS_PER_CHUNK)
                 ]
             self._lent += 1
             return self._free.pop()

@@ -69,6 +69,7 @@ def make_backend(cfg: dict, logger):
         try:
             backend = create_backend(requested, cfg["precision"], fallback=fallback,
                                      check_finite=cfg["input.check_finite"],
+                                     host_memory=cfg["gpu.host_memory"],
                                      trt_plugin=cfg["tensorrt.plugin"],
                                      trt_plugin_library=cfg["tensorrt.plugin_library"])
         except (BackendUnavailable, ValueError) as e:

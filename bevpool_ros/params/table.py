@@ -97,6 +97,11 @@ PARAMS: tuple[Param, ...] = (
           "(the device's greatest: a set's kernels go ahead of queued work on normal-priority streams "
           "in this process or under MPS) or 'normal'. No effect between processes without MPS "
           "(docs/gpu_sharing.md).", choices=("highest", "normal"), read_only=True),
+    Param("gpu.host_memory", "string", "auto", "How a GPU backend reaches a set's host payloads and the "
+          "published grid: 'copy' (copy-engine transfers), 'mapped' (pinned host memory mapped into the "
+          "device, moved by kernels: a set's GPU work is kernels only, which a GPU time-sliced with "
+          "other processes runs in one slice), 'auto' = mapped on an integrated GPU, else copy "
+          "(docs/gpu_sharing.md).", choices=("auto", "copy", "mapped"), read_only=True),
     Param("sync.slop_s", "double", 0.02, "Largest stamp spread inside one camera set, seconds.", low=0.0, high=1.0),
     Param("sync.camera_timeout_s", "double", 0.1, "A set still incomplete this long after its first "
           "message is resolved by sync.missing_camera_policy, seconds.", low=0.001, high=10.0),

@@ -34,6 +34,7 @@ import numpy as np
 from ...kernels.table import CONVERT_KERNELS
 from ...scatter_map import ScatterMap
 from ..cuda.driver import DeviceBuffer, DeviceView, Graph, Stream, launch_args
+from . import kernel_copies
 from .frame import _SUFFIX, _THREADS, KERNEL_INPUT, KERNEL_OUTPUT
 
 E4M3 = np.dtype(np.uint8)
@@ -131,14 +132,19 @@ class DeviceFrame:
 
     # --- the work of one frame ------------------------------------------------------------------
     def _record(self, s: Stream, b: Binding, done, gather=(), captured: bool = False) -> None:
+        # copies and fills as kernels: the frame is one run on the SMs (kernel_copies.py)
         for dst, src, nbytes in gather:
             if src is None:  # a missing camera: zero weights add nothing to the grid
-                s.memset8(DeviceView(dst, nbytes), 0, nbytes)
+                kernel_copies.fill_bytes(self.rt, s, dst, 0, nbytes)
             else:
-                s.d2d(DeviceView(dst, nbytes), DeviceView(src, nbytes), nbytes)
+                kernel_copies.copy(self.rt, s, dst, src, nbytes)
         self._pool(s, b)
         if done is not None:
-            s.d2h(done.host_ptr, self.flags, 4)
+            device_ptr = getattr(done, "device_ptr", 0)
+            if device_ptr:  # the flag word's host memory, mapped: written by a kernel too
+                kernel_copies.copy(self.rt, s, device_ptr, self.flags.ptr, 4)
+            else:
+                s.d2h(done.host_ptr, self.flags, 4)
             if done.event is not None:
                 done.event.record(s.handle, external=captured)
 
@@ -146,12 +152,12 @@ class DeviceFrame:
         scratch = self._scratch.ptr
         flags = scratch if self.check_finite else 0
         raw = (b.depth_dtype == E4M3, b.feat_dtype == E4M3)
-        s.memset32(self._scratch, 0, 3)  # flags, amax depth, amax feat
+        kernel_copies.fill_u32(self.rt, s, scratch, 0, 3)  # flags, amax depth, amax feat
         fp16_scaled = self.precision == "fp16" and any(raw)
         if self.precision == "fp8" and any(raw) or fp16_scaled:
             bias = FP16_EPILOGUE_BIAS if fp16_scaled else 0
             for i, k in enumerate((b.k_depth, b.k_feat)):  # a quantised stream overwrites its own
-                s.memset32(self._scratch.view(12 + 4 * i, 4), (k + bias) & 0xFFFFFFFF, 1)
+                kernel_copies.fill_u32(self.rt, s, scratch + 12 + 4 * i, k + bias, 1)
         kin = [
             self._input(s, stream, i, ptr, np.dtype(dt), flags)
             for i, (stream, ptr, dt) in enumerate(
@@ -191,7 +197,7 @@ class DeviceFrame:
         nbytes = n * wire.itemsize
         if wire == self.kin and ptr % VECTOR_ALIGN:  # the kernel's 16-byte loads need a copy
             dst = self._kin[stream]
-            s.d2d(dst, DeviceView(ptr, nbytes), nbytes)
+            kernel_copies.copy(self.rt, s, dst.ptr, ptr, nbytes)
             ptr = dst.ptr
         if wire == self.kin:
             if flags:

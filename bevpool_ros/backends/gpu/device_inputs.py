@@ -42,6 +42,7 @@ class FlagWord(NamedTuple):
     """DeviceFrame's ``done`` target without an event: the run waits for its stream itself."""
 
     host_ptr: int
+    device_ptr: int = 0  # its device mapping: a kernel writes the flags (kernel_copies.py)
     event: None = None
 
 
@@ -58,8 +59,8 @@ class DeviceInputRun:
         # stacked inputs, sized for float32 (the widest wire dtype)
         self._stacked = {s: DeviceBuffer(int(np.prod(shape)) * 4) for s, shape in self.shapes.items()}
         self._grids: dict[np.dtype, DeviceBuffer] = {}
-        self._flags = PinnedBuffer((1,), np.uint32)
-        self._done = FlagWord(self._flags.ptr)  # the frame copies its flag word here (no event)
+        self._flags = PinnedBuffer((1,), np.uint32, mapped=True)
+        self._done = FlagWord(self._flags.ptr, self._flags.device_ptr)  # the frame's flag word lands here
 
     def run(self, cameras, out: np.ndarray | None = None, host_copy: bool = True,
             publish: bool = True) -> np.ndarray | None:

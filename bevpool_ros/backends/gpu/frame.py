@@ -36,6 +36,7 @@ from ...scatter_map import ScatterMap
 from ..base import NonFiniteInput, NonFiniteOutput, check_out
 from ..cuda.driver import DeviceBuffer, FrameTimer, Graph, HostRegistration, PinnedBuffer, launch_args
 from ..staging import ALL_WIRE, CameraStaging, Staged
+from . import kernel_copies
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class GpuFrame:
         self.check_finite = check_finite
         dev = rt.device
         self.host_memory = choose_host_memory(dev.integrated, dev.can_map_host, host_memory)
+        self.integrated = bool(dev.integrated)
         mapped = self.host_memory == "mapped"
         self._pinned = []
 
@@ -157,7 +159,8 @@ class GpuFrame:
         self._bev: dict[np.dtype, DeviceBuffer] = {}  # published dtype != kernel output dtype
         # device scratch: flags (u32) | amax depth, feat (u32 bits) | k depth, feat (i32)
         self._scratch = DeviceBuffer(32)
-        self._small = PinnedBuffer((4,), np.int32)     # host: k depth, k feat (raw E4M3) | flags
+        # host, mapped: k depth, k feat (raw E4M3) | flags; read and written by kernels (kernel_copies.py)
+        self._small = PinnedBuffer((4,), np.int32, mapped=True)
         self._own_out: dict[np.dtype, PinnedBuffer] = {}
         self._registered: dict[int, HostRegistration] = {}
         self.after_frame: list[Callable[[DeviceOutput], None]] = []
@@ -263,22 +266,26 @@ class GpuFrame:
         scratch = self._scratch.ptr
         flags = _Ptr(scratch) if self.check_finite else None
         out_flags = _Ptr(scratch)
-        s.memset32(self._scratch, 0, 3)  # flags, amax depth, amax feat
+        # fills and small copies as kernels: with host memory mapped, the whole frame is kernels
+        # (kernel_copies.py: no copy-engine switch, each of which waits a time slice on a shared GPU)
+        kernel_copies.fill_u32(self.rt, s, scratch, 0, 3)  # flags, amax depth, amax feat
         fp8_raw = self.precision == "fp8" and np.dtype(np.uint8) in (staged.depth, staged.feat)
         if fp8_raw:  # exponents of the raw inputs' scales (a quantised stream overwrites its own)
-            s.h2d(self._scratch.view(12, 8), self._small.ptr, 8)
+            kernel_copies.copy(self.rt, s, scratch + 12, self._small.device_ptr, 8)
         kin = {}
         for i, stream in enumerate(("depth", "feat")):
             kin[stream] = self._record_input(s, stream, staged, i, flags, mapped)
         bindings = {"depth": kin["depth"], "feat": kin["feat"], "out": self._kout}
         direct = out_dtype == self.kout and self.precision == "fp16"  # float32 out: check only
-        if direct and mapped:
+        if direct and mapped and self.integrated:
             bindings["out"] = _Ptr(host.device_ptr)  # the kernel writes the caller's memory itself
         self.enqueue_kernel(s, bindings)
         n = self.n["out"]
         if direct:
             bev = bindings["out"]
             self._elementwise(s, "bevconv_check_out_f32", n, ("ptr", bev.ptr), ("i64", n), ("ptr", out_flags.ptr))
+            if mapped and not self.integrated:  # over the bus, in one sequential pass
+                kernel_copies.copy(self.rt, s, host.device_ptr, bev.ptr, n * out_dtype.itemsize)
         else:
             bev = _Ptr(host.device_ptr) if mapped else self._bev[out_dtype]
             k = ("ptr", scratch + 12) if self.precision == "fp8" else ("ptr", 0)
@@ -288,7 +295,7 @@ class GpuFrame:
         nbytes = n * out_dtype.itemsize
         if not mapped:
             s.d2h(host.ptr, bev, nbytes)
-        s.d2h(self._small.ptr + 8, self._scratch, 4)
+        kernel_copies.copy(self.rt, s, self._small.device_ptr + 8, scratch, 4)
         return DeviceOutput(bev.ptr, nbytes, out_dtype, tuple(self.smap.bev_shape), s.handle, self.rt.device)
 
     def device_output(self) -> DeviceOutput:
@@ -319,6 +326,12 @@ class GpuFrame:
                 s.h2d(_Ptr(src.ptr + first * slot), region.ptr + first * slot, count * slot)
         if images:
             self._record_expand(s, staged, src, mapped)
+        if wire == self.kin and mapped and not self.integrated:
+            # a discrete GPU reads host memory over the bus: one sequential pass into device memory
+            # rather than the pooling kernel's scattered reads
+            dst = self._kin[stream]
+            kernel_copies.copy(self.rt, s, dst.ptr, src.ptr, n * wire.itemsize)
+            src = dst
         if wire == self.kin:  # already the kernel's dtype: check only
             if flags is not None:
                 self._elementwise(s, f"bevconv_check_{_SUFFIX[wire]}", n, ("ptr", src.ptr), ("i64", n),
