@@ -22,10 +22,11 @@ TARGETS = {("handoff_both", "load"): 4.0, ("dds", "load"): 10.0}  # p99 ms under
 
 
 def condition(row: dict) -> str:
+    params = f" [{row['node_params']}]" if row.get("node_params") else ""
     if row.get("gpu_load", "none") == "none":
-        return "alone" + (" (MPS)" if row.get("mps") else "")
+        return "alone" + (" (MPS)" if row.get("mps") else "") + params
     where = " in the caller's process" if row.get("gpu_load_in") == "thread" else ""
-    return f"{row['gpu_load']} load{where}" + (", MPS" if row.get("mps") else "")
+    return f"{row['gpu_load']} load{where}" + (", MPS" if row.get("mps") else "") + params
 
 
 def e2e(row: dict) -> tuple[float, float]:
@@ -54,10 +55,10 @@ def table(rows: list[dict]) -> str:
              "|---|---|---:|---|---|---|---|---|"]
     alone_p99 = {}
     for (tr, cond), rs in sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]) if kv[0][0] in order
-                                                                 else 9, kv[0][1] != "alone", kv[0][1])):
+                                                                 else 9, not kv[0][1].startswith("alone"), kv[0][1])):
         p50s, p99s = zip(*(e2e(r) for r in rs))
-        if cond == "alone":
-            alone_p99[tr] = statistics.median(p99s)
+        if cond.split(" [")[0] == "alone":
+            alone_p99[(tr, cond.partition(" [")[2])] = statistics.median(p99s)
         node = "n/a"
         if tr != "inprocess":
             node = (f"{spread([r.get('gpu_wait_p50_ms') for r in rs])} / "
@@ -68,12 +69,14 @@ def table(rows: list[dict]) -> str:
     verdicts = []
     for (tr, cond), rs in groups.items():
         p99 = statistics.median(e2e(r)[1] for r in rs)
-        if cond.endswith("load") and (tr, "load") in TARGETS:
+        if cond.split(" [")[0].endswith("load") and (tr, "load") in TARGETS:
             goal = TARGETS[(tr, "load")]
             verdicts.append(f"- {tr}, {cond} without MPS: p99 {p99:.2f} ms against <= {goal:g}: "
                             f"{'met' if p99 <= goal else 'missed'}")
-        if cond.endswith("MPS") and tr in alone_p99:
-            ratio = p99 / alone_p99[tr]
+        params = cond.partition(" [")[2]
+        alone = alone_p99.get((tr, params))
+        if cond.split(" [")[0].endswith("MPS") and alone:
+            ratio = p99 / alone
             verdicts.append(f"- {tr}, {cond}: p99 {ratio:.2f}x its alone figure against <= 1.3x: "
                             f"{'met' if ratio <= 1.3 else 'missed'}")
     return "\n".join(lines + [""] + sorted(verdicts)) + "\n"

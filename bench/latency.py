@@ -668,7 +668,7 @@ def main(argv=None) -> int:
            "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms"),
            "gpu_device_p50_ms": f("gpu_device_p50_ms"), "gpu_device_p99_ms": f("gpu_device_p99_ms"),
            "gpu_wait_p50_ms": f("gpu_wait_p50_ms"), "gpu_wait_p99_ms": f("gpu_wait_p99_ms"),
-           "node_gpu_shared": d.get("gpu_shared"), **load_fields(args, load)}
+           "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param), **load_fields(args, load)}
     res = {
         "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,
         "input_dtype": args.input_dtype, "warmup": args.warmup, "measured": len(e2e),

@@ -84,17 +84,13 @@ def slot_runs(count: int, skip=(), keep=None) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class FrameTiming:
-    """One frame: host wall time from its submission to its completion seen by the host, and its
-    work's time on the device (between its two timing events; None if unreadable). ``wait_ms``:
-    what it waited beyond its own work: the inputs' producer, and the GPU's time slice while
-    another process (another CUDA context) holds it."""
+    """One frame: host wall time from its submission to its completion seen by the host, and the
+    device time between its work's first and last timing event (None if unreadable). On a GPU
+    time-sliced with another process the latter includes the other's slices when the frame was
+    switched out midway: node/gpu_share.py takes the least of recent frames as the reference."""
 
     wall_ms: float
     device_ms: float | None
-
-    @property
-    def wait_ms(self) -> float | None:
-        return None if self.device_ms is None else max(0.0, self.wall_ms - self.device_ms)
 
 
 @dataclass(frozen=True)
