@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The GPU-sharing matrix as one Markdown table (scripts/gpu_check.sh with GPU_SHARE_REPEATS > 0).
 
-    python bench/gpu_share_table.py ROWS.json [--date YYYY-MM-DD]
+    python bench/gpu_share_table.py ROWS.json [ROWS.json ...]
 
 ROWS.json: bench/latency.py's rows (--rows). Rows with a ``gpu_load`` field are grouped by
 transport and condition (alone, a load in another process, the same under MPS, a load in the
@@ -25,7 +25,9 @@ def condition(row: dict) -> str:
     params = f" [{row['node_params']}]" if row.get("node_params") else ""
     if row.get("gpu_load", "none") == "none":
         return "alone" + (" (MPS)" if row.get("mps") else "") + params
-    where = " in the caller's process" if row.get("gpu_load_in") == "thread" else ""
+    where = ""
+    if row.get("gpu_load_in") == "thread":
+        where = f" in the caller's process (caller's stream {row.get('caller_priority', 'normal')} priority)"
     return f"{row['gpu_load']} load{where}" + (", MPS" if row.get("mps") else "") + params
 
 
@@ -84,9 +86,9 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("rows")
+    ap.add_argument("rows", nargs="+", help="row files; their rows are pooled")
     args = ap.parse_args(argv)
-    rows = json.loads(Path(args.rows).read_text())
+    rows = [r for path in args.rows for r in json.loads(Path(path).read_text())]
     print(table(rows))
     return 0
 
