@@ -29,6 +29,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bevpool_ros.backends.cuda import driver
+from bevpool_ros.backends.gpu.device_frame import DeviceFrame
 from bevpool_ros.inprocess import pooler as pooler_module
 
 DEVICE_BASE = 0x7F00_0000_0000  # fake device addresses: 1 MiB apart, so every one is aligned
@@ -121,7 +122,8 @@ class _Module:
 
 
 def _backend(name, precision, device, check_finite, autotune):
-    """The cuda backend as BevPooler uses it: rt (device, module), the pooling step, describe."""
+    """The cuda backend as BevPooler uses it: its device frame (the real DeviceFrame around a
+    one-launch pooling step), describe."""
     rt = SimpleNamespace(
         device=SimpleNamespace(ordinal=0, ctx=driver._default_ctx, dev=0, sm_count=132),
         module=_Module(),
@@ -132,17 +134,17 @@ def _backend(name, precision, device, check_finite, autotune):
         args = [("ptr", bindings[k].ptr) for k in ("depth", "feat", "out")] + maps
         driver.launch_args(rt.module, "bevpool_v3", (264, 1, 1), (256, 1, 1), args, stream)
 
-    return SimpleNamespace(
+    be = SimpleNamespace(
         name="cuda",
         precision="fp16" if precision == "auto" else precision,
         check_finite=check_finite,
         fp8_scales=(1.0, 1.0),
-        rt=rt,
-        frame=SimpleNamespace(enqueue_kernel=enqueue_kernel),
-        prepare=lambda smap: None,
         describe=lambda: {"backend": "cuda (fake driver)"},
         close=lambda: None,
     )
+    be.prepare = lambda smap: setattr(be, "smap", smap)
+    be.device_frame = lambda: DeviceFrame(rt, be.smap, be.precision, enqueue_kernel, check_finite=check_finite)
+    return be
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The GPU backends' shared core, on the CPU: staging into slots, host-memory selection, typed
-choices, plan_for, the cpu backend's output array, and the worker writing into the payload."""
+choices, plan_for and the V3 operator, the cpu backend's output array, and the worker writing into the payload."""
 from __future__ import annotations
 
 import os
@@ -174,6 +174,26 @@ def test_plan_for_is_what_the_tensorrt_config_uses():
     choice = LaunchChoice("bevpool_v3_fp16_l2", 32, 128)
     _, p = plan_for(smap, "fp16", "DRAM-bound", choice=choice, kernel="bevpool_v3_fp16_dram", threads=512)
     assert p.kernel == choice.kernel and p.block[0] == 128  # a measured choice wins over overrides
+
+
+def test_v3_operator_owns_its_schedule_plan_and_arrays():
+    """One object per map and precision: plan_for's plan over the schedule it built, the three
+    schedule arrays uploaded by it and freed by it (the driver faked: no GPU)."""
+    from fake_cuda import _Module, fake_gpu
+
+    from bevpool_ros.backends.cuda import driver
+    from bevpool_ros.backends.cuda.operator import V3Operator
+    from bevpool_ros.kernels.planning import plan_for
+
+    smap = get_workload("small")
+    with fake_gpu() as fake:
+        rt = SimpleNamespace(device=SimpleNamespace(l2_bytes=50 << 20), stream=driver.Stream(), module=_Module())
+        op = V3Operator.build(rt, smap, "fp8", k_min=8, threads=128, out_scale=0.25)
+        sched, plan = plan_for(smap, "fp8", op.regime, k_min=8, threads=128, out_scale=0.25)
+        assert op.plan == plan and op.schedule.digest() == sched.digest()
+        assert sorted(op.buffers) == ["empty_cells", "pidx", "slots"]
+        op.free()
+        assert fake.calls["cuMemFree"] == fake.calls["cuMemAlloc"] == 3 and not op.buffers
 
 
 # --- the cpu backend writes where it is told ---------------------------------------------------------

@@ -48,11 +48,9 @@ class Prepared:
     """One map on the device plus fresh random inputs and their references."""
 
     def __init__(self, rt, smap, seed):
-        from bevpool_ros.backends.cuda.runtime import MapOnDevice
         from bevpool_ros.kernels import fp8
 
-        self.smap, self.seed = smap, seed
-        self.md = MapOnDevice(rt, smap)
+        self.rt, self.smap, self.seed = rt, smap, seed
         rng = np.random.default_rng(seed)
         d = rng.random(smap.depth_shape)
         f = rng.uniform(-1.0, 1.0, smap.feat_shape)
@@ -68,17 +66,22 @@ class Prepared:
         self.abs8 = pool_reference(np.abs(dd), np.abs(fd), smap) * self.scale8
 
     def check(self, variant, precision, acc, label, kernel=None, k_min=None, threads=None):
+        from bevpool_ros.backends.cuda.operator import operator_for
         from bevpool_ros.kernels.precision import fp8_within_tolerance
         from bevpool_ros.kernels.table import UnsupportedShape
 
         try:
-            plan = self.md.plan(variant, precision, acc=acc, out_scale=self.scale8 if precision == "fp8" else 1.0,
-                                kernel=kernel, k_min=k_min, threads=threads)
+            op = operator_for(self.rt, self.smap, variant, precision, acc=acc, kernel=kernel, k_min=k_min,
+                              threads=threads, out_scale=self.scale8 if precision == "fp8" else 1.0)
         except UnsupportedShape:
             return None
         ins = (self.d16, self.f16) if precision == "fp16" else (self.d8, self.f8)
-        a = self.md.run(plan, *ins)  # output poisoned with 0xFF bytes (NaN) before the launch
-        b = self.md.run(plan, *ins)
+        try:
+            a = op.run(*ins)  # output poisoned with 0xFF bytes (NaN) before the launch
+            b = op.run(*ins)
+        finally:
+            op.free()
+        plan = op.plan
         assert np.isfinite(a).all(), f"{label} {plan.kernel}: unwritten (poisoned) or non-finite cells"
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8)), f"{label} {plan.kernel}: runs differ"
         rec = {"case": label, "variant": variant, "precision": precision, "acc": acc, "kernel": plan.kernel,
@@ -91,7 +94,7 @@ class Prepared:
             tol = FP16_ATOL
             if variant == "v3" and acc == "half2":
                 # half2 option: error grows with the points one lane sums in FP16 (K)
-                K = self.md.sched_for(plan.kernel, threads, k_min).points_per_slot
+                K = op.schedule.points_per_slot
                 tol = FP16_H2ACC_ATOL + 2e-3 * K
                 rec["points_per_slot"] = K
             assert err.max() <= tol, f"{label} {plan.kernel}: max err {err.max():.4g}"
@@ -190,7 +193,9 @@ def test_depth_pair_kernels_on_a_pair_rich_rig(rt):
         for k_min, threads in ((8, 128), (64, 256)):
             p.check("v3", info_precision, "f32" if info_precision == "fp16" else "half2",
                     f"pairs-{kernel}-{k_min}-{threads}", kernel=kernel, k_min=k_min, threads=threads)
-    sched = p.md.sched_for(PAIR_KERNELS[0], 128, 8)
+    from bevpool_ros.kernels.planning import v3_launch
+
+    sched = v3_launch(p.smap, "fp16", "L2-resident", kernel=PAIR_KERNELS[0], k_min=8, threads=128).schedule(p.smap)
     assert (sched.pidx[:, 1] < 0).sum() > 0.2 * p.smap.num_points  # the map really has pairs
 
 

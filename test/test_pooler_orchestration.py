@@ -121,15 +121,11 @@ def rig(monkeypatch):
 
     def backend(name, precision, device, check_finite, autotune):
         device = SimpleNamespace(ordinal=0, ctx=None, dev=0, sm_count=132)
-        return SimpleNamespace(
-            name="cuda",
-            precision=precision,
-            check_finite=check_finite,
-            prepare=lambda smap: None,
-            frame=SimpleNamespace(enqueue_kernel=rec.pool),
-            close=lambda: None,
-            rt=SimpleNamespace(device=device, module=SimpleNamespace(function=lambda name: name)),
-        )
+        rt = SimpleNamespace(device=device, module=SimpleNamespace(function=lambda name: name))
+        be = SimpleNamespace(name="cuda", precision=precision, check_finite=check_finite, close=lambda: None)
+        be.prepare = lambda smap: setattr(be, "smap", smap)
+        be.device_frame = lambda: df.DeviceFrame(rt, be.smap, precision, rec.pool, check_finite=check_finite)
+        return be
 
     monkeypatch.setattr(pooler_module, "_create_backend", backend)
     return rec

@@ -46,23 +46,23 @@ def make_inputs(smap, seed: int):
     }
 
 
-def time_plan(md, plan, inputs: dict, precision: str, rotate: bool, inner: int, reps: int) -> dict:
+def time_op(op, inputs: dict, precision: str, rotate: bool, inner: int, reps: int) -> dict:
     d = inputs["depth16" if precision == "fp16" else "depth8"]
     f = inputs["feat16" if precision == "fp16" else "feat8"]
-    return md.time(plan, d, f, rotate=rotate, inner=inner, reps=reps)
+    return op.time(d, f, rotate=rotate, inner=inner, reps=reps)
 
 
-def check_plan(md, plan, inputs: dict, precision: str, refs: dict) -> dict:
+def check_op(op, inputs: dict, precision: str, refs: dict) -> dict:
     """Max abs error vs the FP64 reference (FP16: on the FP16 inputs; FP8: on the original
     inputs, plus the kernel-only error on the dequantised inputs), and a repeat-identity check."""
     if precision == "fp16":
-        a = md.run(plan, inputs["depth16"], inputs["feat16"])
-        b = md.run(plan, inputs["depth16"], inputs["feat16"])
+        a = op.run(inputs["depth16"], inputs["feat16"])
+        b = op.run(inputs["depth16"], inputs["feat16"])
         err = np.abs(a.astype(np.float64) - refs["fp16"])
         out = {"max_abs_err": float(np.nanmax(err)) if np.isfinite(a).all() else float("nan")}
     else:
-        a = md.run(plan, inputs["depth8"], inputs["feat8"])
-        b = md.run(plan, inputs["depth8"], inputs["feat8"])
+        a = op.run(inputs["depth8"], inputs["feat8"])
+        b = op.run(inputs["depth8"], inputs["feat8"])
         finite = bool(np.isfinite(a).all())
         err = np.abs(a.astype(np.float64) - refs["fp64"])
         out = {"max_abs_err": float(err.max()) if finite else float("nan"),
@@ -104,11 +104,9 @@ def references(smap, inputs: dict) -> dict:
 
 
 def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> list[dict]:
-    from ..backends.cuda.runtime import MapOnDevice
-    from ..regime import working_set_bytes
+    from ..backends.cuda.operator import operator_for
 
     t0 = time.time()
-    md = MapOnDevice(rt, smap, k_min=args.k_min, threads=args.threads)
     inputs = make_inputs(smap, seed=args.seed)
     refs = references(smap, inputs) if args.check else None
     rows = []
@@ -118,48 +116,25 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
                "channels": smap.channels, "points": smap.num_points, "intervals": smap.num_intervals,
                "max_interval": st["max_interval"], "mean_interval": st["interval_lengths"].get("mean", 0.0)}
         scale = inputs["fp8_out_scale"] if precision == "fp8" else 1.0
-        k_min = threads = None
         try:
             if variant == "v3" and args.autotune:
                 from ..backends.cuda.autotune import tune_v3
 
-                choice, table = tune_v3(md, precision, seed=args.seed + 7, exclude=tuple(args.exclude_kernels))
-                k_min, threads = choice.k_min, choice.threads
-                plan = md.plan("v3", precision, kernel=choice.kernel, k_min=k_min, threads=threads,
-                               out_scale=scale)
+                choice, table = tune_v3(rt, smap, precision, seed=args.seed + 7,
+                                        exclude=tuple(args.exclude_kernels))
+                launch = dict(kernel=choice.kernel, k_min=choice.k_min, threads=choice.threads)
                 row["autotune"] = table
             else:
-                plan = md.plan(variant, precision, acc=args.acc, out_scale=scale)
+                launch = dict(acc=args.acc, k_min=args.k_min, threads=args.threads)
+            op = operator_for(rt, smap, variant, precision, out_scale=scale, **launch)
         except ValueError as e:  # e.g. unsupported channel count for a baseline
             row["error"] = str(e)
             rows.append(row)
             continue
-        dtype = "float16" if precision == "fp16" else "float8_e4m3"
-        bytes_ = working_set_bytes(smap, dtype)
-        bw_us = bytes_ / bw * 1e6
-        row.update(kernel=plan.kernel, grid=list(plan.grid), block=list(plan.block),
-                   regime=md.regime(precision), out_dtype=plan.out_dtype,
-                   companion_memset=plan.zero_output_first, compulsory_bytes=bytes_,
-                   bw_floor_us=bw_us, launch_us=launch_us, floor_us=bw_us + launch_us)
-        if variant == "v3":
-            sc = md.sched_for(plan.kernel, plan.block[0], k_min)
-            tight = v3_touched_bytes(smap, sc, precision)
-            row.update(points_per_slot=sc.points_per_slot, teams=sc.num_teams, max_team=sc.max_team,
-                       slots=sc.num_slots, entries=int(sc.pidx.shape[0]),
-                       shared_bytes=plan.shared_bytes, k_min=k_min or md.k_min, threads=plan.block[0],
-                       touched_bytes=tight, tight_floor_us=tight / bw * 1e6 + launch_us)
-        if refs is not None:
-            row.update(check_plan(md, plan, inputs, precision, refs))
-        rot = time_plan(md, plan, inputs, precision, not args.no_rotate, args.inner, args.reps)
-        row.update(median_us=rot["median_us"], min_us=rot["min_us"], p90_us=rot["p90_us"],
-                   samples=rot["samples"], inner=rot["inner"], rotation_sets=rot["rotation_sets"])
-        if args.hot:
-            hot = time_plan(md, plan, inputs, precision, False, args.inner, args.reps)
-            row["median_hot_us"] = hot["median_us"]
-        row["x_floor"] = row["median_us"] / row["floor_us"]
-        if "tight_floor_us" in row:
-            row["x_tight_floor"] = row["median_us"] / row["tight_floor_us"]
-        rows.append(row)
+        try:
+            rows.append(bench_row(rt, row, op, inputs, refs, args, bw, launch_us))
+        finally:
+            op.free()
     by = {(r["variant"], r["precision"]): r for r in rows}
     v2 = by.get(("v2", "fp16"), {}).get("median_us")
     do = by.get(("v2do", "fp16"), {}).get("median_us")
@@ -173,17 +148,49 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
     return rows
 
 
+def bench_row(rt, row: dict, op, inputs: dict, refs: dict | None, args, bw: float, launch_us: float) -> dict:
+    """One table row: the operator's launch, floors, checks and times."""
+    from ..backends.cuda.runtime import regime_for
+    from ..regime import working_set_bytes
+
+    smap, plan, precision = op.smap, op.plan, row["precision"]
+    dtype = "float16" if precision == "fp16" else "float8_e4m3"
+    bytes_ = working_set_bytes(smap, dtype)
+    bw_us = bytes_ / bw * 1e6
+    row.update(kernel=plan.kernel, grid=list(plan.grid), block=list(plan.block),
+               regime=regime_for(smap, precision, rt.device.l2_bytes), out_dtype=plan.out_dtype,
+               companion_memset=plan.zero_output_first, compulsory_bytes=bytes_,
+               bw_floor_us=bw_us, launch_us=launch_us, floor_us=bw_us + launch_us)
+    if op.schedule is not None:
+        sc = op.schedule
+        tight = v3_touched_bytes(smap, sc, precision)
+        row.update(points_per_slot=sc.points_per_slot, teams=sc.num_teams, max_team=sc.max_team,
+                   slots=sc.num_slots, entries=int(sc.pidx.shape[0]),
+                   shared_bytes=plan.shared_bytes, k_min=op.launch.k_min, threads=plan.block[0],
+                   touched_bytes=tight, tight_floor_us=tight / bw * 1e6 + launch_us)
+    if refs is not None:
+        row.update(check_op(op, inputs, precision, refs))
+    rot = time_op(op, inputs, precision, not args.no_rotate, args.inner, args.reps)
+    row.update(median_us=rot["median_us"], min_us=rot["min_us"], p90_us=rot["p90_us"],
+               samples=rot["samples"], inner=rot["inner"], rotation_sets=rot["rotation_sets"])
+    if args.hot:
+        row["median_hot_us"] = time_op(op, inputs, precision, False, args.inner, args.reps)["median_us"]
+    row["x_floor"] = row["median_us"] / row["floor_us"]
+    if "tight_floor_us" in row:
+        row["x_tight_floor"] = row["median_us"] / row["tight_floor_us"]
+    return row
+
+
 def tune_workload(rt, name, smap, args) -> list[dict]:
     """Sweep: V3 kernel x k_min x block size, each checked then timed
     (recorded in the meta file; the autotuner makes the per-map choice)."""
     import itertools
 
-    from ..backends.cuda.runtime import MapOnDevice
+    from ..backends.cuda.operator import V3Operator
     from ..kernels import table as L
 
     inputs = make_inputs(smap, seed=args.seed + 1)
     refs = references(smap, inputs)
-    md = MapOnDevice(rt, smap)
     out = []
     # the widest tiles only: narrow generic tiles exist for odd channel counts, not for speed
     kernels = [k for k, v in L.V3_KERNELS.items() if v.vec >= 8 and smap.channels % v.vec == 0
@@ -191,11 +198,14 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
                and (not args.tune_kernels or k in args.tune_kernels)]
     for kern, k_min, block in itertools.product(kernels, args.tune_k, args.tune_threads):
         prec = L.V3_KERNELS[kern].precision
-        plan = md.plan("v3", prec, kernel=kern, k_min=k_min, threads=block,
-                       out_scale=inputs["fp8_out_scale"] if prec == "fp8" else 1.0)
-        sc = md.sched_for(kern, block, k_min)
-        chk = check_plan(md, plan, inputs, prec, refs)
-        rot = time_plan(md, plan, inputs, prec, not args.no_rotate, args.inner, args.reps)
+        op = V3Operator.build(rt, smap, prec, kernel=kern, k_min=k_min, threads=block,
+                              out_scale=inputs["fp8_out_scale"] if prec == "fp8" else 1.0)
+        try:
+            chk = check_op(op, inputs, prec, refs)
+            rot = time_op(op, inputs, prec, not args.no_rotate, args.inner, args.reps)
+        finally:
+            op.free()
+        plan, sc = op.plan, op.schedule
         out.append({"workload": name, "kernel": kern, "precision": prec, "k_min": k_min,
                     "threads": plan.block[0], "K": sc.points_per_slot, "median_us": rot["median_us"], **chk})
         print(f"tune {name:11s} {kern:32s} k_min={k_min:2d} threads={plan.block[0]:3d} "
@@ -329,7 +339,7 @@ def main(argv=None) -> int:
         return 2
     dev = rt.device
     if args.ncu_once:
-        from ..backends.cuda.runtime import MapOnDevice
+        from ..backends.cuda.operator import operator_for
 
         tuned = {}
         if args.ncu_from:
@@ -337,15 +347,16 @@ def main(argv=None) -> int:
                      for r in json.loads(args.ncu_from.read_text()) if r["variant"] == "v3" and "kernel" in r}
         for w in args.ncu_once.split(","):
             smap = get_workload(w)
-            md = MapOnDevice(rt, smap, k_min=args.k_min, threads=args.threads)
             inputs = make_inputs(smap, args.seed)
             for variant, precision in TABLE_VARIANTS:
-                launch = tuned.get((w, precision), {}) if variant == "v3" else {}
-                plan = md.plan(variant, precision, acc=args.acc, **launch,
-                               out_scale=inputs["fp8_out_scale"] if precision == "fp8" else 1.0)
+                launch = {"k_min": args.k_min, "threads": args.threads, "acc": args.acc}
+                launch.update(tuned.get((w, precision), {}) if variant == "v3" else {})
+                op = operator_for(rt, smap, variant, precision, **launch,
+                                  out_scale=inputs["fp8_out_scale"] if precision == "fp8" else 1.0)
                 d, f = ((inputs["depth16"], inputs["feat16"]) if precision == "fp16"
                         else (inputs["depth8"], inputs["feat8"]))
-                md.run(plan, d, f)
+                op.run(d, f)
+                op.free()
         return 0
 
     from ..backends.cuda.driver import launch as launch_kernel

@@ -45,7 +45,7 @@ from ..backends.cuda.driver import (
 )
 from ..backends.cuda.tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
 from ..backends.errors import BackendUnavailable, InputError
-from ..backends.gpu.device_frame import Binding, DeviceFrame
+from ..backends.gpu.device_frame import Binding
 from ..backends.gpu.frame import pow2_exponent
 from ..rig import Rig
 from ..rig_yaml import load_rig
@@ -148,18 +148,15 @@ class BevPooler:
             self._open_device_path()
 
     def _open_device_path(self) -> None:
-        be = self.backend
-        rt = be.rt
         self._gather_buffers = {  # pool_cameras' stacked inputs, sized for float32
             name: DeviceBuffer(int(np.prod(shape)) * 4)
             for name, shape in (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
         }
-        self._device = DeviceFrame(
-            rt, self.smap, be.precision, be.frame.enqueue_kernel, check_finite=be.check_finite
-        )
-        self._ctx, self._ordinal = rt.device.ctx, rt.device.ordinal
-        self._slots = CallSlots(rt.device.ctx)
-        self._producer_sync = Event(rt.device.ctx)
+        self._device = self.backend.device_frame()  # the backend's pooling step, for device tensors
+        dev = self._device.device
+        self._ctx, self._ordinal = dev.ctx, dev.ordinal
+        self._slots = CallSlots(dev.ctx)
+        self._producer_sync = Event(dev.ctx)
         self._last_event = None  # the previous call's grid event, and its stream
         self._last_stream: int | None = None
         self._own_stream = Stream(self.stream_priority)  # for device inputs no framework names a stream for
@@ -169,14 +166,14 @@ class BevPooler:
         self._pools = bool(
             check(
                 cu.cuDeviceGetAttribute(
-                    cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, rt.device.dev
+                    cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev.dev
                 ),
                 "attr",
             )
         )
         self._own_grids = GridBuffers(
             self._grid_cells * self.grid_dtype.itemsize,
-            rt.device.ctx,
+            dev.ctx,
             self._pools,
             self._own_handle,
         )
@@ -193,7 +190,7 @@ class BevPooler:
 
     @property
     def device(self) -> int | None:
-        return self.backend.rt.device.ordinal if self.on_gpu else None
+        return self._ordinal if self.on_gpu else None
 
     @property
     def grid_shape(self) -> tuple:

@@ -179,14 +179,14 @@ def choose_v3_kernel(channels: int, precision: str, regime: str, acc: str = "f32
 
 
 def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, geom: V3Geometry,
-            out_scale: float = 1.0, slots_buffer: str = "slots", pidx_buffer: str = "pidx") -> LaunchPlan:
+            out_scale: float = 1.0) -> LaunchPlan:
     C = smap.channels
     if sched.block != geom.groups_per_block or sched.warp != geom.groups_per_warp:
         raise ValueError("schedule was built for another geometry")
     if sched.depth_pairs and not kernel.depth_pairs:
         raise ValueError(f"{kernel.name} cannot read a schedule with depth pairs")
     grid = (sched.compute_blocks + sched.zero_blocks, geom.chunks, 1)
-    args = (("buf", "depth"), ("buf", "feat"), ("buf", slots_buffer), ("buf", pidx_buffer), ("buf", "empty_cells"),
+    args = (("buf", "depth"), ("buf", "feat"), ("buf", "slots"), ("buf", "pidx"), ("buf", "empty_cells"),
             ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C), ("i32", geom.G),
             ("i32", sched.pair_stride), ("f32", float(out_scale)), ("buf", "out"))
     return LaunchPlan(kernel.name, grid, (geom.threads, 1, 1), args, False,

@@ -20,6 +20,9 @@ import numpy as np
 
 from ...kernels import fp8
 from ...kernels import table as L
+from ...kernels.planning import v3_launch
+from .operator import V3Operator
+from .runtime import regime_for
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +74,26 @@ def random_inputs(smap, precision: str, seed: int):
     return fp8.quantize(d, s_d), fp8.quantize(f, s_f), 1.0 / (s_d * s_f)
 
 
-def tune_v3(md, precision: str, reps: int = 30, seed: int = 0, exclude: tuple[str, ...] = ()
+def tune_v3(rt, smap, precision: str, reps: int = 30, seed: int = 0, exclude: tuple[str, ...] = ()
             ) -> tuple[V3Choice, list[dict]]:
-    smap = md.smap
+    """Each candidate is a V3Operator of its own, freed once timed; schedules are built once per
+    geometry (stage 2's kernels mostly share stage 1's best)."""
     d, f, scale = random_inputs(smap, precision, seed)
-    kernels = [k for k in candidate_kernels(smap.channels, precision, md.regime(precision)) if k not in exclude]
-    table = []
+    regime = regime_for(smap, precision, rt.device.l2_bytes)
+    kernels = [k for k in candidate_kernels(smap.channels, precision, regime) if k not in exclude]
+    table, schedules = [], {}
 
     def measure(kernel: str, k_min: int, threads: int) -> None:
-        plan = md.plan("v3", precision, kernel=kernel, k_min=k_min, threads=threads, out_scale=scale)
-        t = md.time(plan, d, f, rotate=True, reps=reps)["median_us"]
-        table.append({"kernel": kernel, "k_min": k_min, "threads": plan.block[0], "median_us": t})
+        launch = v3_launch(smap, precision, regime, kernel=kernel, k_min=k_min, threads=threads)
+        sched = schedules.get(launch.schedule_key)
+        if sched is None:
+            sched = schedules[launch.schedule_key] = launch.schedule(smap)
+        op = V3Operator(rt, smap, precision, launch, out_scale=scale, schedule=sched)
+        try:
+            t = op.time(d, f, rotate=True, reps=reps)["median_us"]
+        finally:
+            op.free()
+        table.append({"kernel": kernel, "k_min": k_min, "threads": op.plan.block[0], "median_us": t})
 
     for k_min in K_MIN_CHOICES:
         for threads in THREAD_CHOICES:

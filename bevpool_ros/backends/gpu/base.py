@@ -25,6 +25,7 @@ from ..cuda.device_payloads import any_device
 from ..cuda.runtime import get_runtime
 from ..staging import ALL_WIRE, split_cameras
 from .choices import ChoiceStore, PrecisionChoice, choice_key
+from .device_frame import DeviceFrame
 from .frame import DeviceOutput, GpuFrame
 
 log = logging.getLogger(__name__)
@@ -116,6 +117,14 @@ class GpuBackend(Backend):
 
     def pool(self, depth: np.ndarray, feat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return self.pool_cameras(split_cameras(depth, feat), out)
+
+    def device_frame(self) -> DeviceFrame:
+        """A new DeviceFrame (device tensors in, a device grid out, on the caller's stream) around
+        this backend's pooling step at the prepared precision; the caller closes it before the
+        next ``prepare``. The device-input path and BevPooler run theirs on it."""
+        self._require_map()
+        return DeviceFrame(self.rt, self.smap, self.frame.precision, self.frame.enqueue_kernel,
+                           check_finite=self.check_finite)
 
     def _new_frame(self, precision: str, enqueue) -> GpuFrame:
         frame = GpuFrame(self.rt, self.smap, precision, enqueue, check_finite=self.check_finite,

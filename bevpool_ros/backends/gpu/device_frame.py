@@ -77,6 +77,7 @@ class DeviceFrame:
         check_finite: bool = True,
     ):
         self.rt, self.smap, self.precision = rt, smap, precision
+        self.device = rt.device  # the driver.Device it runs on (its context, ordinal)
         self.enqueue_kernel = enqueue_kernel
         self.check_finite = bool(check_finite)
         self.kin, self.kout = KERNEL_INPUT[precision], KERNEL_OUTPUT[precision]

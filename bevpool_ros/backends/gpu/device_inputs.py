@@ -32,7 +32,7 @@ from ..base import InputError, NonFiniteInput, NonFiniteOutput, check_out
 from ..cuda.device_payloads import is_device_payload
 from ..cuda.driver import DeviceBuffer, DeviceView, PinnedBuffer, bind
 from ..staging import E4M3_WIRE, FLOAT_WIRE
-from .device_frame import Binding, DeviceFrame
+from .device_frame import Binding
 from .frame import FLAG_INPUT, FLAG_OUTPUT, DeviceOutput, pow2_exponent
 
 STREAMS = ("depth", "feat")
@@ -53,8 +53,7 @@ class DeviceInputRun:
         frame = backend.frame
         self.backend, self.frame = backend, frame
         self.rt, self.smap = backend.rt, backend.smap
-        self.device = DeviceFrame(self.rt, self.smap, frame.precision, frame.enqueue_kernel,
-                                  check_finite=frame.check_finite)
+        self.device = backend.device_frame()
         self.shapes = {"depth": tuple(self.smap.depth_shape), "feat": tuple(self.smap.feat_shape)}
         # stacked inputs, sized for float32 (the widest wire dtype)
         self._stacked = {s: DeviceBuffer(int(np.prod(shape)) * 4) for s, shape in self.shapes.items()}

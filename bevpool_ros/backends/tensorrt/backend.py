@@ -156,13 +156,8 @@ class TensorRTBackend(GpuBackend):
 
     def _measure_launch(self, precision: str) -> LaunchChoice:
         from ..cuda.autotune import tune_v3
-        from ..cuda.runtime import MapOnDevice
 
-        md = MapOnDevice(self.rt, self.smap)
-        try:
-            best, _ = tune_v3(md, precision)
-        finally:
-            md.free()
+        best, _ = tune_v3(self.rt, self.smap, precision)
         return LaunchChoice(best.kernel, best.k_min, best.threads, best.median_us)
 
     # --- measurement, description ---------------------------------------------------------------
