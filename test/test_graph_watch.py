@@ -22,7 +22,7 @@ def info(name="_NODE_NAME_UNKNOWN_", ns="_NODE_NAMESPACE_UNKNOWN_", gid=b"\x01" 
 
 
 class Graph:
-    """What a node offers the watch: the graph query, a logger, the report, a timer."""
+    """What a node offers the watch: the graph query, a logger, a timer; and the report."""
 
     def __init__(self):
         self.infos: list = []
@@ -52,7 +52,7 @@ def clock(monkeypatch):
 
 def test_a_name_that_arrives_late_is_waited_for_and_logged_once(clock):
     g = Graph()
-    w = PublisherWatch(g, {TOPIC: (WANT, None)})
+    w = PublisherWatch(g, {TOPIC: (WANT, None)}, g.report)
     g.infos = [info()]
     w.check()
     assert g.logged == [] and g.report.counts["wrong_type_publishers"] == 0
@@ -69,7 +69,7 @@ def test_a_name_that_arrives_late_is_waited_for_and_logged_once(clock):
 
 def test_a_writer_that_never_gets_a_name_is_logged_after_the_wait(clock):
     g = Graph()
-    w = PublisherWatch(g, {TOPIC: (WANT, None)})
+    w = PublisherWatch(g, {TOPIC: (WANT, None)}, g.report)
     g.infos = [info()]
     w.check()
     clock[0] += NAME_WAIT_S - 0.1
@@ -84,7 +84,7 @@ def test_a_writer_that_never_gets_a_name_is_logged_after_the_wait(clock):
 
 def test_a_nameless_writer_gone_before_the_wait_is_forgotten(clock):
     g = Graph()
-    w = PublisherWatch(g, {TOPIC: (WANT, None)})
+    w = PublisherWatch(g, {TOPIC: (WANT, None)}, g.report)
     g.infos = [info(), info(name="ok", ns="/", gid=b"\x02" * 16, topic_type=WANT)]
     w.check()
     g.infos = []

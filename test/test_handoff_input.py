@@ -120,7 +120,7 @@ def test_only_a_ros_copy_to_drop_waits_for_the_pooling_thread():
     links = SimpleNamespace(signalled=lambda m: m.sequence in signalled,
                             on_message=lambda m, sub: handed.append(m.sequence))
     worker = SimpleNamespace(wait_until_idle=lambda t: waits.append(t) or True)
-    inputs = SimpleNamespace(node=SimpleNamespace(worker=worker), links=links, reader=object())
+    inputs = SimpleNamespace(wait_for_worker=worker.wait_until_idle, links=links, reader=object())
     for seq in (1, 2, 3):
         msg = SimpleNamespace(camera="CAM_FRONT", stream="depth", sequence=seq)
         if seq == 2:

@@ -48,10 +48,11 @@ def incompatible_qos(offered, requested) -> str | None:
 
 
 class PublisherWatch:
-    def __init__(self, node, expected: dict[str, tuple]):
+    def __init__(self, node, expected: dict[str, tuple], report):
         """``expected``: fully qualified input topic -> (its type 'pkg/msg/Type', the node's
-        subscription QoS or None where no publisher can be incompatible)."""
-        self.node = node
+        subscription QoS or None where no publisher can be incompatible); ``node``: the graph,
+        its logger and timers; ``report``: where problems are counted and listed."""
+        self.node, self.report = node, report
         self.expected = expected
         self.seen: set[tuple] = set()   # (kind, topic, gid) of every publisher already logged
         self._nameless: dict[tuple, float] = {}  # (kind, topic, gid) -> first seen without a name
@@ -59,7 +60,7 @@ class PublisherWatch:
 
     def close(self) -> None:
         self._timer.destroy()
-        self.node.report.publisher_problems.clear()
+        self.report.publisher_problems.clear()
 
     def check(self) -> None:
         node, found, live = self.node, {}, set()
@@ -92,10 +93,10 @@ class PublisherWatch:
                         continue  # its name may still come: log once, with it
                     self.seen.add(key)
                     self._nameless.pop(key, None)
-                    node.report.count("wrong_type_publishers" if kind == "wrong_type"
+                    self.report.count("wrong_type_publishers" if kind == "wrong_type"
                                       else "dds_incompatible_qos")
                     node.get_logger().warning(clip(line.format(who=who), 400))
         for key in set(self._nameless) - live:  # gone before its name came
             del self._nameless[key]
-        node.report.publisher_problems.clear()  # only those that still exist
-        node.report.publisher_problems.update(found)
+        self.report.publisher_problems.clear()  # only those that still exist
+        self.report.publisher_problems.update(found)

@@ -26,6 +26,7 @@ import functools
 import math
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -94,10 +95,17 @@ def check_announcement(msg, camera: str, stream: str, rig, cfg: dict, boot: str)
 
 
 class HandoffInputs:
-    """The hand-off subscriptions of one configured node, and the mapped rings."""
+    """The hand-off subscriptions of one configured node, and the mapped rings.
 
-    def __init__(self, node):
+    ``node``: the ROS node; ``cfg``, ``cameras``, ``calibration``, ``report``: what configure
+    made; ``check_stamp(stamp_ns)``: the inputs' stamp rule; ``wait_for_worker(timeout_s)``:
+    waits (bounded) while the pooling thread pools a set."""
+
+    def __init__(self, node, *, cfg: dict, cameras: tuple, calibration, report, check_stamp: Callable,
+                 wait_for_worker: Callable):
         self.node = node
+        self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
+        self.check_stamp, self.wait_for_worker = check_stamp, wait_for_worker
         self.boot = boot_id()
         self.reader = None
         self.unavailable = ""  # why this node cannot map rings (no GPU, no cuda-python)
@@ -108,7 +116,7 @@ class HandoffInputs:
 
     @property
     def mode(self) -> str:
-        return self.node.cfg["input.handoff"]
+        return self.cfg["input.handoff"]
 
     def open_reader(self) -> None:
         """The device reader (once); without it, announcements are dropped ``handoff_unavailable``."""
@@ -133,12 +141,12 @@ class HandoffInputs:
         node = self.node
         self.links = AnnouncementLinks(
             node, TensorHandoff, functools.partial(self.on_announcement, on_payload=on_payload),
-            accepts=lambda m: m.camera in node.cameras and m.stream in STREAMS,
-            on_bad=lambda detail: node.report.drop("bad_handoff", detail),
+            accepts=lambda m: m.camera in self.cameras and m.stream in STREAMS,
+            on_bad=lambda detail: self.report.drop("bad_handoff", detail),
             one_at_a_time=False,  # its own locks; a delivery may pool a set (run_or_submit)
             defer=node.after_set)  # templates learnt after a set, not while the first arrives
-        for (cam, stream), topic in handoff_topics(node.cfg, node.cameras).items():
-            events = node.report.subscription_events(topic)
+        for (cam, stream), topic in handoff_topics(self.cfg, self.cameras).items():
+            events = self.report.subscription_events(topic)
             sub = node.create_subscription(TensorHandoff, topic, lambda m: None, qos,
                                            event_callbacks=events)
             sub.callback = functools.partial(self.on_ros_copy, subscription=sub, camera=cam,
@@ -155,16 +163,16 @@ class HandoffInputs:
 
     def on_ros_copy(self, msg, subscription, camera: str, stream: str) -> None:
         """A TensorHandoff from DDS (executor thread), on the topic of ``camera``/``stream``."""
-        node, links = self.node, self.links
+        links = self.links
         if links is None:
             return
         # Only a copy to drop waits: a first copy (no link, or sent before its ring's link was
         # up) is delivered at once. Held back, it let the next set's datagrams complete their set
         # first and its own be superseded: a set lost at 100 Hz as the node linked its first ring.
-        if node.worker is not None and links.signalled(msg):
-            node.worker.wait_until_idle(DDS_COPY_WAIT_S)  # the executor sleeps, GIL released
+        if links.signalled(msg):
+            self.wait_for_worker(DDS_COPY_WAIT_S)  # the executor sleeps, GIL released
         if msg.camera != camera or msg.stream != stream:  # judged before any copy is matched
-            node.report.drop("bad_handoff", f"{camera}/{stream} (hand-off): announces "
+            self.report.drop("bad_handoff", f"{camera}/{stream} (hand-off): announces "
                              f"{shown(msg.camera)}/{shown(msg.stream)} on the topic of {camera}/{stream}")
             return
         links.on_message(msg, subscription)
@@ -173,15 +181,15 @@ class HandoffInputs:
         """The first copy of one announcement (either way): checked, opened, handed on."""
         from ..io.bev_message import stamp_to_ns
 
-        node, camera, stream = self.node, msg.camera, msg.stream
+        camera, stream = msg.camera, msg.stream
         with self._lock:
             stamp_ns = stamp_to_ns(msg.header.stamp)
             try:
-                node.inputs.check_stamp(stamp_ns)
-                check_announcement(msg, camera, stream, node.calibration.rig, node.cfg, self.boot)
+                self.check_stamp(stamp_ns)
+                check_announcement(msg, camera, stream, self.calibration.rig, self.cfg, self.boot)
                 view = self.open(msg)
             except TensorError as e:
-                node.report.drop(e.reason, f"{camera}/{stream} (hand-off): {e.detail}")
+                self.report.drop(e.reason, f"{camera}/{stream} (hand-off): {e.detail}")
                 return
         if self.links is not None:
             self.links.listen(msg.socket_path)
@@ -211,7 +219,7 @@ class HandoffInputs:
         """Unmap the rings of producers that went away (none named them for a while)."""
         if self.reader is None:
             return
-        idle = max(RING_IDLE_S, 2 * self.node.cfg["sync.camera_timeout_s"])
+        idle = max(RING_IDLE_S, 2 * self.cfg["sync.camera_timeout_s"])
         now = time.monotonic()
         gone = []
         with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -89,14 +90,20 @@ def check_tensor(msg, header, stream: str, rig, cfg: dict, backend) -> np.ndarra
 
 
 class Inputs:
-    """Everything between the input topics and ``worker.submit``."""
+    """Everything between the input topics and the pooling thread.
 
-    def __init__(self, node, depth_images: dict):
+    ``node``: the ROS node (subscriptions, timers, clock, logger); ``cfg``, ``cameras``,
+    ``calibration``, ``report``: what configure made; ``backend()``: the backend now (prepare may
+    fall back to cpu); ``deliver(camera_set, inline)``: where complete sets go;
+    ``wait_for_worker(timeout_s)``: waits (bounded) while the pooling thread pools a set."""
+
+    def __init__(self, node, depth_images: dict, *, cfg: dict, cameras: tuple, calibration, report,
+                 backend: Callable, deliver: Callable, wait_for_worker: Callable):
         self.node = node
         self.depth_images = depth_images  # camera -> converter, for depth cameras only
-        cfg = node.cfg
-        self.sync = CameraSetSynchronizer(node.cameras, *self.sync_args(),
-                                          on_drop=node.report.sync_dropped)
+        self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
+        self._backend, self._deliver = backend, deliver
+        self.sync = CameraSetSynchronizer(cameras, *self.sync_args(), on_drop=report.sync_dropped)
         self.lock = threading.Lock()
         self.subs: list = []
         self.mf_sync = None
@@ -104,7 +111,10 @@ class Inputs:
         self._camera_info_seen: dict[str, tuple] = {}
         self._poll_timer = None
         self._tf_buffer = self._tf_timer = self._tf_listener = None
-        self.handoff = HandoffInputs(node) if cfg["input.handoff"] != "none" else None
+        self.handoff = None
+        if cfg["input.handoff"] != "none":
+            self.handoff = HandoffInputs(node, cfg=cfg, cameras=cameras, calibration=calibration, report=report,
+                                         check_stamp=self.check_stamp, wait_for_worker=wait_for_worker)
         if cfg["input.handoff"] == "only":  # a node that cannot map rings would receive nothing
             self.handoff.open_reader()
             if self.handoff.unavailable:
@@ -114,7 +124,7 @@ class Inputs:
             self._setup_tf()
 
     def sync_args(self):
-        c = self.node.cfg
+        c = self.cfg
         return (c["sync.slop_s"], c["sync.camera_timeout_s"], c["sync.missing_camera_policy"],
                 c["sync.min_cameras"], c["sync.max_pending_sets"])
 
@@ -129,11 +139,11 @@ class Inputs:
         from bevpool_msgs.msg import CameraTensor
         from sensor_msgs.msg import CameraInfo, Image
 
-        node, cfg = self.node, self.node.cfg
+        node, cfg = self.node, self.cfg
         in_qos = make_qos(cfg["input.qos_reliability"], cfg["input.qos_depth"])
         mf = self._message_filters() if cfg["sync.use_message_filters"] else None
-        topics = tensor_topics(cfg, node.cameras)
-        for cam in node.cameras:
+        topics = tensor_topics(cfg, self.cameras)
+        for cam in self.cameras:
             for stream in STREAMS:
                 kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
                 if kind is CameraTensor and cfg["input.handoff"] == "only" and mf is None:
@@ -141,7 +151,7 @@ class Inputs:
                 topic = topics[(cam, stream)]
                 if mf is None:
                     cb = functools.partial(self.on_tensor, camera=cam, stream=stream)
-                    events = node.report.subscription_events(topic)
+                    events = self.report.subscription_events(topic)
                     self.subs.append(node.create_subscription(kind, topic, cb, in_qos,
                                                               event_callbacks=events))
                 else:
@@ -202,7 +212,7 @@ class Inputs:
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:
             self._poll_timer.destroy()
-        period = min(0.05, max(0.002, self.node.cfg["sync.camera_timeout_s"] / 4))
+        period = min(0.05, max(0.002, self.cfg["sync.camera_timeout_s"] / 4))
         # while sets flow the pooling thread polls after each set and this timer sleeps; a
         # message's arrival polls too (CameraSync.add)
         self._poll_timer = HousekeepingTimer(self.node, period, self.poll_sync)
@@ -226,7 +236,7 @@ class Inputs:
             return
         self._tf_buffer = Buffer()
         self._tf_listener = TransformListener(self._tf_buffer, self.node)
-        period = self.node.cfg["calibration.tf_period_s"]
+        period = self.cfg["calibration.tf_period_s"]
         self._tf_timer = self.node.create_timer(period, self.update_from_tf)
 
     # callbacks ------------------------------------------------------------------------------
@@ -234,7 +244,7 @@ class Inputs:
         """Stamp 0 (never set) and stamps from the future are not capture times."""
         if stamp_ns == 0:
             raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
-        limit = self.node.cfg["sync.max_future_s"]
+        limit = self.cfg["sync.max_future_s"]
         ahead_s = (stamp_ns - self.node.get_clock().now().nanoseconds) / 1e9
         if ahead_s > limit:
             raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
@@ -243,9 +253,8 @@ class Inputs:
     def checked(self, msg, camera: str, stream: str) -> np.ndarray:
         if stream == "depth" and camera in self.depth_images:  # a depth camera's Image -> [D, H, W]
             return self.depth_images[camera](msg)
-        node = self.node
-        header = inspect_header(msg, node.cfg["input.max_tensor_bytes"])
-        return check_tensor(msg, header, stream, node.calibration.rig, node.cfg, node.backend)
+        header = inspect_header(msg, self.cfg["input.max_tensor_bytes"])
+        return check_tensor(msg, header, stream, self.calibration.rig, self.cfg, self._backend())
 
     def on_tensor(self, msg, camera: str, stream: str) -> None:
         now = time.perf_counter()
@@ -254,7 +263,7 @@ class Inputs:
             self.check_stamp(stamp_ns)
             arr = self.checked(msg, camera, stream)
         except TensorError as e:
-            self.node.report.drop(e.reason, f"{camera}/{stream}: {e.detail}")
+            self.report.drop(e.reason, f"{camera}/{stream}: {e.detail}")
             return
         self.on_payload(camera, stream, stamp_ns, arr, now)
 
@@ -273,41 +282,40 @@ class Inputs:
         now = time.perf_counter()
         frames = {}
         for i, msg in enumerate(msgs):
-            cam, stream = self.node.cameras[i // 2], STREAMS[i % 2]
+            cam, stream = self.cameras[i // 2], STREAMS[i % 2]
             try:
                 self.check_stamp(stamp_to_ns(msg.header.stamp))
                 arr = self.checked(msg, cam, stream)
             except TensorError as e:
-                self.node.report.drop(e.reason, f"{cam}/{stream}: {e.detail}")
+                self.report.drop(e.reason, f"{cam}/{stream}: {e.detail}")
                 return
             frames.setdefault(cam, {})[stream] = (stamp_to_ns(msg.header.stamp), arr)
-        self.submit(CameraSet(frames, self.node.cameras, (), now, now, True))
+        self.submit(CameraSet(frames, self.cameras, (), now, now, True))
 
     def on_camera_info(self, msg, camera: str) -> None:
-        node = self.node
         self.camera_frames[camera] = msg.header.frame_id
-        if not node.cfg["calibration.use_camera_info"]:
+        if not self.cfg["calibration.use_camera_info"]:
             return
         key = (tuple(msg.k), msg.width, msg.height)
         if self._camera_info_seen.get(camera) == key:
             return  # unchanged: the common case at camera rate
         try:
-            changed = node.calibration.update_intrinsics(camera, msg.k, msg.width, msg.height)
+            changed = self.calibration.update_intrinsics(camera, msg.k, msg.width, msg.height)
         except RigError as e:
             self._camera_info_seen.pop(camera, None)
-            node.report.drop("camera_info_rejected", f"{camera}: CameraInfo rejected, sets of this "
+            self.report.drop("camera_info_rejected", f"{camera}: CameraInfo rejected, sets of this "
                              f"camera dropped until a usable one arrives: {e}")
             return
         self._camera_info_seen[camera] = key
         if changed:
-            node.report.count("calibration_changes")
-            node.get_logger().info(f"{camera}: new intrinsics from CameraInfo; scatter map will "
+            self.report.count("calibration_changes")
+            self.node.get_logger().info(f"{camera}: new intrinsics from CameraInfo; scatter map will "
                                    "be rebuilt")
 
     def update_from_tf(self) -> None:
         from rclpy.time import Time
 
-        node, ego = self.node, self.node.cfg["ego_frame"]
+        ego = self.cfg["ego_frame"]
         for cam, frame in list(self.camera_frames.items()):
             if not frame:
                 continue
@@ -315,15 +323,15 @@ class Inputs:
                 tf = self._tf_buffer.lookup_transform(ego, frame, Time())
             except Exception as e:
                 text = clip(f"TF {ego} <- {shown(frame)} unavailable: {e}", 300)
-                node.report.warn("tf_lookup", text)
+                self.report.warn("tf_lookup", text)
                 continue
             t, q = tf.transform.translation, tf.transform.rotation
             try:
                 pose = [t.x, t.y, t.z, q.w, q.x, q.y, q.z]
-                if node.calibration.update_extrinsics_vector(cam, pose):
-                    node.report.count("calibration_changes")
+                if self.calibration.update_extrinsics_vector(cam, pose):
+                    self.report.count("calibration_changes")
             except RigError as e:
-                node.report.drop("tf_rejected", f"{cam}: {e}")
+                self.report.drop("tf_rejected", f"{cam}: {e}")
 
     def poll_sync(self) -> None:
         if self.handoff is not None:
@@ -334,15 +342,5 @@ class Inputs:
             self.submit(s)
 
     def submit(self, camera_set, inline: bool = False) -> None:
-        """To the pooling thread (or pooled in this one: ``inline``), unless no one would receive
-        the grid (the image_pipeline rule)."""
-        node = self.node
-        if not node.active:
-            return  # a callback already queued when deactivate ran
-        if node.cfg["processing.skip_without_subscribers"] and not node.outputs.anyone_listening():
-            node.report.count("skipped_no_subscribers")
-            return
-        if inline:
-            node.worker.run_or_submit(camera_set)
-        else:
-            node.worker.submit(camera_set)
+        """A complete set, delivered (``inline``: it may be pooled in this thread)."""
+        self._deliver(camera_set, inline)

@@ -116,8 +116,10 @@ class BevPoolNode(LifecycleNode):
         self.input_size_guard = self._guard_state(cfg, depth_images)
         declare_extrinsics(self, self.calibration)
         self.backend, self.backend_requested = configure.make_backend(cfg, self.get_logger())
-        self.inputs = Inputs(self, depth_images)
-        self.outputs = Outputs(self)
+        self.inputs = Inputs(self, depth_images, cfg=cfg, cameras=self.cameras, calibration=self.calibration,
+                             report=self.report, backend=self._backend_now, deliver=self._deliver,
+                             wait_for_worker=self._wait_for_worker)
+        self.outputs = Outputs(self, cfg=cfg, report=self.report, backend=self._backend_now)
         self.worker = PoolingWorker(
             self.backend, self.calibration, self.outputs.publish, self.report.drop,
             cfg["processing.queue_size"], on_rebuild=self._on_rebuild,
@@ -133,7 +135,7 @@ class BevPoolNode(LifecycleNode):
         self.active = True
         try:
             self.inputs.subscribe()
-            self.watch = PublisherWatch(self, self._input_types())
+            self.watch = PublisherWatch(self, self._input_types(), self.report)
             self.watch.check()
         except Exception as e:  # rclpy would turn it into a silent ERROR: say it, stay inactive
             self._failure = f"activate failed: {type(e).__name__}: {e}"
@@ -262,6 +264,28 @@ class BevPoolNode(LifecycleNode):
             topic = self.cfg["input.camera_info_topic"].format(camera=cam)
             topics[self.resolve_topic_name(topic)] = (INPUT_TYPES["camera_info"], None)
         return topics
+
+    def _deliver(self, camera_set, inline: bool = False) -> None:
+        """A complete set (inputs): to the pooling thread (or pooled in the calling one:
+        ``inline``), unless no one would receive the grid (the image_pipeline rule)."""
+        if not self.active:
+            return  # a callback already queued when deactivate ran
+        if self.cfg["processing.skip_without_subscribers"] and not self.outputs.anyone_listening():
+            self.report.count("skipped_no_subscribers")
+            return
+        if inline:
+            self.worker.run_or_submit(camera_set)
+        else:
+            self.worker.submit(camera_set)
+
+    def _backend_now(self):
+        """The backend as it is now: the pooling thread's prepare may replace it (_cpu_instead)."""
+        return self.backend
+
+    def _wait_for_worker(self, timeout_s: float) -> None:
+        worker = self.worker
+        if worker is not None:
+            worker.wait_until_idle(timeout_s)
 
     def after_set(self, job) -> None:
         """``job`` where it delays no set: the pooling thread after one (PoolingWorker.after_set);

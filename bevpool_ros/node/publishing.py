@@ -7,6 +7,7 @@ parameter: ``output.bev_dtype`` may change between pooling and publishing."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ..io.bev_message import bev_feature_msg, bev_rgb, image_msg, ns_to_time
 from ..io.tensor_codec import ReusableBuffer
@@ -15,12 +16,14 @@ from .pooling import PoolResult
 
 
 class Outputs:
-    def __init__(self, node):
+    """``node``: the lifecycle node (publishers, logger, ``active``); ``cfg``, ``report``: what
+    configure made; ``backend()``: the backend now (prepare may fall back to cpu)."""
+
+    def __init__(self, node, *, cfg: dict, report, backend: Callable):
         from bevpool_msgs.msg import BevFeature
         from sensor_msgs.msg import Image
 
-        self.node = node
-        cfg = node.cfg
+        self.node, self.cfg, self.report, self._backend = node, cfg, report, backend
         out_qos = make_qos(cfg["output.qos_reliability"], cfg["output.qos_depth"])
         self.bev_pub = node.create_lifecycle_publisher(BevFeature, cfg["output.bev_topic"], out_qos)
         self.image_pub = node.create_lifecycle_publisher(Image, cfg["output.image_topic"], out_qos)
@@ -34,7 +37,7 @@ class Outputs:
     def start_handoff(self, backend) -> None:
         """output.gpu_handoff: the zero-copy GPU ring (after the backend prepared its buffers),
         or none, with one warning saying why."""
-        cfg = self.node.cfg
+        cfg = self.cfg
         if not cfg["output.gpu_handoff"]:
             return
         from .handoff_output import HandoffOutput
@@ -67,12 +70,12 @@ class Outputs:
         hand-off consumers' path)."""
         if self.handoff is None or self.bev_pub.get_subscription_count() > 0:
             return True
-        return bool(self.node.cfg["output.publish_image"]) and self.image_pub.get_subscription_count() > 0
+        return bool(self.cfg["output.publish_image"]) and self.image_pub.get_subscription_count() > 0
 
     def handoff_state(self) -> str:
         if self.handoff is not None:
             return "on"
-        if not self.node.cfg["output.gpu_handoff"]:
+        if not self.cfg["output.gpu_handoff"]:
             return "off"
         return f"refused: {self.handoff_off_reason}"[:200]
 
@@ -83,11 +86,11 @@ class Outputs:
             return  # deactivated while this set was pooled: nothing leaves an inactive node
         if s.epoch is not None:
             if self._last is not None and self._last[0] == s.epoch and s.stamp_ns <= self._last[1]:
-                node.report.drop("stamp_regression", f"set {s.stamp_ns} ns is not newer than the "
+                self.report.drop("stamp_regression", f"set {s.stamp_ns} ns is not newer than the "
                                  f"last published {self._last[1]} ns")
                 return
             self._last = (s.epoch, s.stamp_ns)
-        cfg = node.cfg
+        cfg = self.cfg
         header = self._header(s) if self.handoff is not None else None  # the BevFeature builds its own
         t_handoff = time.perf_counter()
         if self.handoff is not None:  # first: its consumers wait for no host copy or message build
@@ -98,9 +101,9 @@ class Outputs:
             # whole grid, twice; 1-3 ms on the H200 host) would serve nobody. (r.bev None: the
             # grid stayed on the GPU; a BevFeature subscriber that appeared meanwhile gets the next)
             t_pub = done = t_msg
-            node.report.count("handoff_only_grids")
+            self.report.count("handoff_only_grids")
         else:
-            backend = node.backend
+            backend = self._backend()
             msg = bev_feature_msg(
                 r.bev, r.rig, s.stamp_ns, cfg["ego_frame"], cameras=list(s.frames),
                 camera_stamps_ns=[s.camera_stamp_ns(c) for c in s.frames], missing=s.missing,
@@ -109,7 +112,7 @@ class Outputs:
             t_pub = time.perf_counter()
             self.bev_pub.publish(msg)
             done = time.perf_counter()
-        node.report.published(r, t_msg, t_pub, done, handoff_s=t_msg - t_handoff)
+        self.report.published(r, t_msg, t_pub, done, handoff_s=t_msg - t_handoff)
         self.published += 1
         if r.bev is not None and cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
@@ -118,11 +121,11 @@ class Outputs:
     def _header(self, s):
         from std_msgs.msg import Header
 
-        return Header(stamp=ns_to_time(s.stamp_ns), frame_id=self.node.cfg["ego_frame"])
+        return Header(stamp=ns_to_time(s.stamp_ns), frame_id=self.cfg["ego_frame"])
 
     def _publish_handoff(self, r: PoolResult, header) -> None:
         try:
             self.handoff.publish(header, r.rig)
         except Exception as e:  # the BevFeature still goes out; only the hand-off misses this grid
-            self.node.report.count("handoff_failed")
-            self.node.report.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
+            self.report.count("handoff_failed")
+            self.report.warn("handoff_failed", f"GPU hand-off failed: {type(e).__name__}: {e}")
