@@ -52,17 +52,6 @@ def bev_to_rgb(bev: np.ndarray, x_lower: float, y_lower: float, x_step: float, y
     return cells_to_rgb(bev_energy_map(bev), ego_cell(x_lower, y_lower, x_step, y_step), percentile)
 
 
-def save_png(path: str | Path, rgb: np.ndarray, upscale: int = 1) -> Path:
-    from matplotlib import image
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if upscale > 1:
-        rgb = np.repeat(np.repeat(rgb, upscale, axis=0), upscale, axis=1)
-    image.imsave(path, rgb)
-    return path
-
-
 def log_norm_limits(values: np.ndarray, decades: float = 4.0) -> tuple[float, float] | None:
     """(vmin, vmax) for a log colour scale over the positive finite values, at most ``decades``
     wide (float rounding residue far below the signal would otherwise take the whole scale)."""

@@ -12,7 +12,6 @@ from .errors import BackendUnavailable, InputError, NonFiniteInput, NonFiniteOut
 from .staging import CameraStaging
 
 PRECISIONS = ("fp32", "fp16", "fp8", "auto")
-PRECISION_DTYPE = {"fp32": "float32", "fp16": "float16", "fp8": "float8_e4m3"}
 
 
 class Backend(ABC):

@@ -28,7 +28,6 @@ GRIDS_TOPIC = "/bev/features"
 RECORDS_TOPIC = "/eval/grids"
 RECORD_NAME = "bevpool-bag eval: grid"
 BEV_FEATURE = "bevpool_msgs/msg/BevFeature"
-RECORD_TYPE = "diagnostic_msgs/msg/DiagnosticStatus"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from ..rig import Rig, RigError
 from .io import BagError, read_bag
 
 IMAGE = "sensor_msgs/msg/Image"
-TENSOR_TYPES = ("bevpool_msgs/msg/CameraTensor", "bevpool_msgs/msg/Tensor")
 USE_THE_BAGS_RIG = "evaluate with the bag's rig (--rig RIG.yaml, or rig_file in --params-file)"
 
 

@@ -16,7 +16,6 @@ from ..io.bev_message import image_to_rgb, stamp_to_ns
 from ..io.tensor_codec import decode_any
 from ..ros.diagnostics import status_values
 from ..ros.qos import make_qos
-from .waiting import poll_until
 
 
 @dataclass
@@ -86,6 +85,3 @@ class BevConsumer(Node):
 
     def publisher_matched(self) -> bool:
         return self.bev_sub.get_publisher_count() > 0
-
-    def wait_for_publishers(self, timeout: float = 15.0, spin=None) -> bool:
-        return poll_until(self.publisher_matched, timeout, spin)

@@ -84,7 +84,6 @@ CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f
 HANDWRITTEN_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pack8_fp16",
                        "bevpool_empty_kernel", *CONVERT_KERNELS)
 ALL_KERNELS = (*HANDWRITTEN_KERNELS, *V3_KERNELS)
-V3_MAX_THREADS = max(k.max_threads for k in V3_KERNELS.values())
 V3_DEFAULT_THREADS = 256
 SMEM_LIMIT = 48 * 1024        # without the opt-in attribute
 

@@ -70,13 +70,10 @@ def declare_extrinsics(node, calibration) -> None:
                 type=ParameterType.PARAMETER_DOUBLE_ARRAY,
                 description=f"camera->ego pose of {cam}: [tx, ty, tz, qw, qx, qy, qz]; "
                             "empty = rig YAML (TF overrides both when enabled)")
-            node.params.declaring = True  # a declaration is not a change to log
             try:
                 value = declare(node, name, [], d)
             except Exception as e:
                 raise StartupError(f"{name}: {e}") from None
-            finally:
-                node.params.declaring = False
         if value:
             err = calibration.check_only_extrinsics_vector(cam, value)
             if err:
@@ -98,7 +95,6 @@ class RuntimeParameters:
 
     def __init__(self, node):
         self.node = node
-        self.declaring = False
 
     def validate(self, changes) -> SetParametersResult:
         node = self.node

@@ -274,10 +274,6 @@ class Stream:
         bind()
         check(api().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, self.handle), "cuMemcpyDtoDAsync")
 
-    def memset32(self, dst: DeviceBuffer, value: int, count: int) -> None:
-        bind()
-        check(api().cuMemsetD32Async(dst.ptr, value, count, self.handle), "cuMemsetD32Async")
-
     def memset8(self, dst: DeviceBuffer, value: int, nbytes: int) -> None:
         bind()
         check(api().cuMemsetD8Async(dst.ptr, value, nbytes, self.handle), "cuMemsetD8Async")

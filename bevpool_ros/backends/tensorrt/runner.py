@@ -57,7 +57,6 @@ class EngineRunner:
         for name, buf in self.maps.items():
             if not self.context.set_tensor_address(name, buf.ptr):
                 raise EngineLoadError(f"engine has no input {name!r}")
-        self.map_shapes: dict[str, tuple[int, ...]] = {}
 
     def set_map(self, arrays: dict[str, np.ndarray]) -> None:
         """A calibration's map inputs (plugin_config.map_inputs): upload, set shapes, one eager run."""
@@ -69,7 +68,6 @@ class EngineRunner:
             if not self.context.set_input_shape(name, a.shape):
                 raise RuntimeError(f"TensorRT refused shape {a.shape} for {name}")
         self.stream.synchronize()  # the arrays are the caller's: finish reading them now
-        self.map_shapes = {n: a.shape for n, a in arrays.items()}
         self.enqueue(self.stream, self.scratch)  # on_shape_change + TensorRT's lazy setup, outside a capture
         self.stream.synchronize()
         capturable = getattr(self.context, "is_stream_capturable", None)
