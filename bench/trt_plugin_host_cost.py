@@ -32,6 +32,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "test"))
+
+from trt_cpp_cases import random_inputs  # noqa: E402  (the C++ plugin tests' inputs, the same here)
 
 from bevpool_ros.backends.cuda.runtime import get_runtime  # noqa: E402
 from bevpool_ros.backends.cuda.timing import time_graph  # noqa: E402
@@ -39,7 +42,6 @@ from bevpool_ros.backends.tensorrt import standin  # noqa: E402
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for  # noqa: E402
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs  # noqa: E402
 from bevpool_ros.backends.tensorrt.targets import Target  # noqa: E402
-from bevpool_ros.kernels import fp8  # noqa: E402
 from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE  # noqa: E402
 from bevpool_ros.kernels.precision import fp8_within_tolerance  # noqa: E402
 from bevpool_ros.reference import pool_reference  # noqa: E402
@@ -57,15 +59,6 @@ def stats_us(ns: list[int]) -> dict:
     a = np.asarray(ns, np.float64) / 1e3
     return {"p50": round(float(np.median(a)), 2), "p90": round(float(np.percentile(a, 90)), 2),
             "p99": round(float(np.percentile(a, 99)), 2), "n": int(a.size)}
-
-
-def inputs(smap, precision: str, seed: int):
-    rng = np.random.default_rng(seed)
-    depth = rng.random(smap.depth_shape).astype(np.float32)
-    feat = rng.uniform(-1, 1, smap.feat_shape).astype(np.float32)
-    if precision == "fp16":
-        return depth, feat, depth.astype(np.float16), feat.astype(np.float16)
-    return depth, feat, fp8.quantize(depth, 1.0), fp8.quantize(feat, 1.0)
 
 
 def check(out, smap, precision, depth, feat, d_in, f_in) -> dict:
@@ -118,7 +111,7 @@ def gpu_frame_path(rt, smap, precision: str, h: standin.ExecutionContext, frames
 
     try:
         frame = GpuFrame(rt, smap, precision, step)
-        depth, feat, _, _ = inputs(smap, precision, seed=99)
+        depth, feat, _, _ = random_inputs(smap, precision, seed=99)
         wire = split_cameras(depth.astype(np.float16), feat.astype(np.float16))
         out = frame.run(wire, np.empty(smap.bev_shape, np.float32))
         ref = pool_reference(depth.astype(np.float16), feat.astype(np.float16), smap)
@@ -148,7 +141,7 @@ def run(precision: str, rt, maps, frames: int) -> dict:
         assert cfg_i == cfg, "a calibration change must not change the engine's plugin config"
         arrays = map_inputs(cfg, smap, sched)
         h.set_map(arrays)
-        depth, feat, d_in, f_in = inputs(smap, precision, seed=10 + i)
+        depth, feat, d_in, f_in = random_inputs(smap, precision, seed=10 + i)
         h.upload(d_in, f_in)
         eager = h.result(replay=False)
         replayed = h.result(replay=True)

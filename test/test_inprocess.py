@@ -331,6 +331,20 @@ def test_dlpack_capsules_are_read_and_released():
     assert len(dlpack._alive) == before
 
 
+def test_a_capsule_nobody_consumed_lets_its_owner_go():
+    """Its destructor finds it (tensors.py reading capsules once shared, and retyped, the C-API
+    functions the destructor calls: every unconsumed capsule's owner was kept for good)."""
+    import gc
+
+    before = len(dlpack._alive)
+    tensors.device_tensor(DLPackLike((2,), np.float16), "x")  # the consumer's side, used first
+    capsule = DLPackLike((3,), np.float16).__dlpack__()
+    assert len(dlpack._alive) == before + 1
+    del capsule
+    gc.collect()
+    assert len(dlpack._alive) == before
+
+
 @pytest.fixture
 def torch_like(monkeypatch):
     """test/fake_cuda.py's PyTorch stand-in as ``torch`` (PyTorch itself: test_inprocess_gpu)."""

@@ -1,7 +1,9 @@
-"""A DLPack capsule over memory someone else owns (legacy "dltensor" protocol, version 0.x ABI).
+"""DLPack capsules (legacy "dltensor" protocol, version 0.x ABI), made and read.
 
-Enough for ``torch.from_dlpack``, ``cupy.from_dlpack`` and ``numpy.from_dlpack``: the capsule
-points at the caller's memory and keeps ``owner`` alive until the consumer's deleter runs.
+``to_capsule``: a capsule over memory someone else owns, enough for ``torch.from_dlpack``,
+``cupy.from_dlpack`` and ``numpy.from_dlpack``: it points at the caller's memory and keeps
+``owner`` alive until the consumer's deleter runs. ``open_capsule`` / ``consume``: a producer's
+capsule read, then released (tensors.from_dlpack).
 """
 from __future__ import annotations
 
@@ -42,16 +44,26 @@ def _release(managed) -> None:
     _alive.pop(ctypes.addressof(managed.contents), None)
 
 
+
+
+def _capi(name: str, restype, *argtypes):
+    """A CPython capsule function with argument types of its own. ``ctypes.pythonapi.<name>`` is
+    one object for the whole process: two callers setting different argtypes on it break each
+    other (the destructor below passes an address, a consumer a capsule object)."""
+    f = ctypes.pythonapi[name]  # a new function object per lookup
+    f.restype, f.argtypes = restype, list(argtypes)
+    return f
+
+
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
-_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
-_capsule_is_valid.restype = ctypes.c_int
-_capsule_is_valid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+_capsule_new = _capi("PyCapsule_New", ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor)
+# the destructor is given the capsule's address
+_capsule_is_valid = _capi("PyCapsule_IsValid", ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)
+_capsule_pointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)
+# a consumer holds the capsule object
+_is_valid = _capi("PyCapsule_IsValid", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+_get_pointer = _capi("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+_set_name = _capi("PyCapsule_SetName", ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
 
 
 @_CapsuleDestructor
@@ -80,3 +92,18 @@ def to_capsule(ptr: int, shape, dtype, device_type: int, device_id: int, owner):
     address = ctypes.addressof(managed)
     _alive[address] = (managed, shape_arr, owner)
     return _capsule_new(address, b"dltensor", _capsule_gone)
+
+
+def open_capsule(capsule) -> DLManagedTensor | None:
+    """The DLManagedTensor a producer's "dltensor" capsule holds; None if it is not one."""
+    if not _is_valid(capsule, b"dltensor"):
+        return None
+    return DLManagedTensor.from_address(_get_pointer(capsule, b"dltensor"))
+
+
+def consume(capsule, managed: DLManagedTensor) -> None:
+    """Mark ``capsule`` consumed and release its tensor now (the producer's memory stays alive
+    through the caller's reference to the producer's object)."""
+    _set_name(capsule, b"used_dltensor")
+    if managed.deleter:
+        managed.deleter(ctypes.pointer(managed))

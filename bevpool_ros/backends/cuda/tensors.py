@@ -15,7 +15,6 @@ or dtype, non-contiguous) goes through the protocols, which raise what they rais
 
 from __future__ import annotations
 
-import ctypes
 import math
 import sys
 from typing import NamedTuple
@@ -37,16 +36,6 @@ _DL_DTYPES = {
 _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 3, 13
 _TYPESTRS = {s: np.dtype(s).newbyteorder("=") for s in ("<f2", "<f4", "<f8", "|u1", "<u1")}
 DEVICE_KINDS = (dlpack.KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED)
-
-_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_get_pointer.restype = ctypes.c_void_p
-_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_set_name = ctypes.pythonapi.PyCapsule_SetName
-_set_name.restype = ctypes.c_int
-_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_is_valid = ctypes.pythonapi.PyCapsule_IsValid
-_is_valid.restype = ctypes.c_int
-_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 class DeviceTensor(NamedTuple):
@@ -180,9 +169,9 @@ def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
         capsule = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
     except (TypeError, BufferError, RuntimeError, ValueError) as e:
         raise InputError(f"{name}: __dlpack__ failed ({e})") from None
-    if not _is_valid(capsule, b"dltensor"):
+    managed = dlpack.open_capsule(capsule)
+    if managed is None:
         raise InputError(f"{name}: not a DLPack (dltensor) capsule")
-    managed = dlpack.DLManagedTensor.from_address(_get_pointer(capsule, b"dltensor"))
     t = managed.dl_tensor
     try:
         key = (int(t.dtype.code), int(t.dtype.bits))
@@ -210,10 +199,7 @@ def from_dlpack(obj, name: str, stream: int | None) -> DeviceTensor:
         ordinal = int(t.device.device_id) if int(t.device.device_type) == dlpack.KDL_CUDA else None
         return DeviceTensor(ptr, dtype, shape, ordinal, None)
     finally:
-        # consumed: we release it now (the producer's tensor stays alive through the caller)
-        _set_name(capsule, b"used_dltensor")
-        if managed.deleter:
-            managed.deleter(ctypes.pointer(managed))
+        dlpack.consume(capsule, managed)
 
 
 def device_tensor(obj, name: str, stream: int | None = None) -> DeviceTensor:

@@ -99,13 +99,10 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", default="sm_89", help="target compute capability (kernel choice, AOT build)")
     ap.add_argument("--engine", help="also build the whole network into this engine file (TensorRT-RTX: AOT)")
     args = ap.parse_args(argv)
-    from ...rig import RigError
-    from .prebuild import _map
+    from .prebuild import map_or_none
 
-    try:
-        smap = _map(args)  # a bad rig file is the user's input: one line, exit 2
-    except RigError as e:
-        print(f"bevpool-onnx-insert: {e}", file=sys.stderr)
+    smap = map_or_none(args, "bevpool-onnx-insert")
+    if smap is None:
         return 2
     try:
         from .builder import build_engine, plugin_config_for

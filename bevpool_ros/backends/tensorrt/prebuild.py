@@ -26,15 +26,23 @@ from .targets import Target, TargetError, known_target
 from .trt_import import TensorRTMissing, load_tensorrt
 
 
-def _map(args):
-    if args.rig:
-        from ...rig_yaml import load_rig
-        from ...scatter_map import build_scatter_map
+def map_or_none(args, prog: str):
+    """The scatter map of ``--rig`` or ``--workload``; None after one line on stderr when the rig
+    file is bad (the user's input: the tools exit 2)."""
+    from ...rig import RigError
 
-        return build_scatter_map(load_rig(args.rig))
-    from ...workloads import get_workload
+    try:
+        if args.rig:
+            from ...rig_yaml import load_rig
+            from ...scatter_map import build_scatter_map
 
-    return get_workload(args.workload)
+            return build_scatter_map(load_rig(args.rig))
+        from ...workloads import get_workload
+
+        return get_workload(args.workload)
+    except RigError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
 
 
 def main(argv=None) -> int:
@@ -52,12 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--onnx", help="also write the one-node ONNX graph here (for inspection, e.g. Netron)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from ...rig import RigError
-
-    try:
-        smap = _map(args)  # a bad rig file is the user's input: one line, exit 2
-    except RigError as e:
-        print(f"bevpool-trt-build: {e}", file=sys.stderr)
+    smap = map_or_none(args, "bevpool-trt-build")
+    if smap is None:
         return 2
     try:
         lib = load_tensorrt()
