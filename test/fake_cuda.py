@@ -65,6 +65,7 @@ class FakeDriver:
             "cuDeviceGetCount": lambda: (ok, 1),
             "cuPointerGetAttribute": lambda attribute, ptr: (ok, 0),
             "cuGetErrorName": lambda err: (ok, b"CUDA_ERROR_FAKE"),
+            "cuEventElapsedTime": lambda start, end: (ok, 0.0),
         }
 
     def _alloc(self, nbytes: int) -> int:

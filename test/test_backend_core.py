@@ -196,6 +196,34 @@ def test_v3_operator_owns_its_schedule_plan_and_arrays():
         assert fake.calls["cuMemFree"] == fake.calls["cuMemAlloc"] == 3 and not op.buffers
 
 
+@pytest.mark.parametrize("precision", ["fp16", "fp8", "auto"])
+def test_cuda_backend_holds_one_operator_per_prepared_precision(precision, monkeypatch, tmp_path):
+    """On a fake driver: prepare builds the operator the frame pools with (auto measures both
+    precisions, keeps one), a device frame comes from the backend, and a recalibration and close
+    give every device allocation back."""
+    from fake_cuda import _Module, fake_gpu
+
+    from bevpool_ros.backends.cuda import driver
+    from bevpool_ros.backends.gpu import base as gpu_base
+    from bevpool_ros.backends.gpu.cuda_backend import CudaBackend
+
+    smap = get_workload("small")
+    with fake_gpu() as fake:
+        dev = SimpleNamespace(name="fake", arch="sm_90", l2_bytes=50 << 20, sm_count=132, integrated=False,
+                              can_map_host=True, ordinal=0, ctx=driver._default_ctx, dev=0, make_current=lambda: None)
+        rt = SimpleNamespace(device=dev, stream=driver.Stream(), module=_Module())
+        monkeypatch.setattr(gpu_base, "get_runtime", lambda ordinal: rt)
+        be = CudaBackend(precision, autotune=False, choice_store=ChoiceStore(tmp_path))
+        be.prepare(smap)
+        assert list(be.ops) == [be.precision] and be.plan is be.op.plan
+        out = be.pool(np.ones(smap.depth_shape, np.float32), np.ones(smap.feat_shape, np.float32))
+        assert out.shape == smap.bev_shape and be.describe()["kernel"] == be.op.plan.kernel
+        be.device_frame().close()
+        be.prepare(smap)
+        be.close()
+        assert be.ops == {} and fake.calls["cuMemAlloc"] == fake.calls["cuMemFree"]
+
+
 # --- the cpu backend writes where it is told ---------------------------------------------------------
 @pytest.mark.parametrize("out_dtype", [np.float32, np.float16])
 def test_cpu_pool_cameras_writes_into_out(out_dtype):
