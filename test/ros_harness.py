@@ -77,6 +77,19 @@ def no_gpu_env() -> dict:
 _domain = None  # the domain this process's harness holds now
 
 
+def first_domain(domains: int) -> int | None:
+    """Where this process starts claiming: under pytest-xdist worker ``gwI`` of N, at the start of
+    the I-th of N equal stretches of the ids, so the workers walk on at equal distances and an id
+    is used again only after about as many claims as in a serial run (endpoints a stopped process
+    left behind have had their lease time to go); else None (claim_domain's per-process pick).
+    The flock of each claim, not this, is what keeps two workers off one domain."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if not worker.startswith("gw") or not worker[2:].isdigit() or count < 1:
+        return None
+    return 1 + int(worker[2:]) % count * domains // count
+
+
 def isolate_ros_env() -> int:
     """A fresh DDS domain for what comes next (a module's graph, or one test) + localhost discovery.
 
@@ -89,7 +102,7 @@ def isolate_ros_env() -> int:
     from bevpool_ros.demo.domain import DOMAINS, claim_domain, release_domain
 
     last = int(os.environ.get("BEVPOOL_TEST_DOMAIN") or 0)
-    domain = claim_domain(last % DOMAINS + 1 if last else None)  # the next id after the last one used
+    domain = claim_domain(last % DOMAINS + 1 if last else first_domain(DOMAINS))  # the next id after the last
     if _domain is not None:
         release_domain(_domain)  # gives the previous domain back
     _domain = domain

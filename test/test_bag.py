@@ -177,12 +177,12 @@ def test_scorer_reads_node_parameters_like_the_node(tmp_path, nuscenes_rig):
     with pytest.raises(ValueError, match="not cameras"):
         record_synthetic(tmp_path / "b", nuscenes_rig, 1, depth_images=["NO_SUCH_CAMERA"])
 
-def test_eval_usage_errors():
+def test_eval_usage_errors(capfd, monkeypatch):
     r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.bag", "record-synthetic", "x", "--skip", "CAM"],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60)  # one as a real process
     assert r.returncode == 2 and "FRAME:CAMERA" in r.stderr
     for bad in (("--rate", "0"), ("--set-timeout", "-1"), ("--paced", "--rate", "2")):
-        r = _bag_cli("eval", "b", "--out", "o", *bad)
+        r = _bag_main(capfd, monkeypatch, "eval", "b", "--out", "o", *bad)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
 
 
@@ -191,8 +191,15 @@ def _bag_cli(*args, timeout=120, env=None):
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _bag_main(capfd, monkeypatch, *args):
+    """bevpool-bag's main(argv) in this process (test/in_process.py): for refusals before any node."""
+    from in_process import run_main
+
+    return run_main("bevpool_ros.cli.bag", [str(a) for a in args], capfd, monkeypatch)
+
+
 @pytest.mark.parametrize("damage", ["truncated_mcap", "garbage_metadata"])
-def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, damage):
+def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, capfd, monkeypatch, damage):
     import shutil
 
     path = tmp_path / "damaged"
@@ -203,7 +210,7 @@ def test_damaged_bag_is_a_usage_error_not_a_traceback(bag, tmp_path, damage):
     else:
         (path / "metadata.yaml").write_text("{{{: [\n")
     for args in (("info", path), ("eval", path, "--out", tmp_path / "out")):
-        r = _bag_cli(*args)
+        r = _bag_main(capfd, monkeypatch, *args)
         assert r.returncode == 2, (args, r.stderr[-2000:])
         assert "Traceback" not in r.stderr and str(path) in r.stderr and len(message_lines(r.stderr)) == 1, r.stderr
     assert not (tmp_path / "out").exists()  # refused before a node was started
@@ -260,18 +267,18 @@ def test_an_evaluation_never_scores_another_graphs_grids(bag, tmp_path):
         stranger.stop()
 
 
-def test_a_bag_without_the_nodes_topics_is_refused_before_it_starts(bag, tmp_path):
-    r = _bag_cli("eval", bag[0], "--out", tmp_path / "out",
+def test_a_bag_without_the_nodes_topics_is_refused_before_it_starts(bag, tmp_path, capfd, monkeypatch):
+    r = _bag_main(capfd, monkeypatch, "eval", bag[0], "--out", tmp_path / "out",
                  "-p", "input.feat_topic:=robot/{camera}/feat")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "no /robot/CAM_FRONT/feat" in r.stderr and "input.feat_topic" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_existing_output_is_refused(bag, tmp_path):
+def test_existing_output_is_refused(bag, tmp_path, capfd, monkeypatch):
     (tmp_path / "out").mkdir()
     for args in (("eval", bag[0], "--out", tmp_path / "out"), ("record-synthetic", tmp_path / "out")):
-        r = _bag_cli(*args)
+        r = _bag_main(capfd, monkeypatch, *args)
         assert r.returncode == 2 and "already exists" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -327,7 +334,7 @@ def test_bag_sets_are_what_the_nodes_synchroniser_forms(bag, nuscenes_rig):
     assert len(find_sets(entries, names, slop_s=0.0).complete) < 11
 
 
-def test_allow_lost_takes_a_count_or_a_fraction():
+def test_allow_lost_takes_a_count_or_a_fraction(capfd, monkeypatch):
     import argparse
 
     from bevpool_ros.bag.losses import AllowLost
@@ -339,7 +346,7 @@ def test_allow_lost_takes_a_count_or_a_fraction():
     for bad in ("-1", "1.5", "lots", "200%"):
         with pytest.raises(argparse.ArgumentTypeError, match="number of sets"):
             AllowLost.parse(bad)
-    r = _bag_cli("eval", "nowhere", "--out", "o", "--allow-lost", "lots")
+    r = _bag_main(capfd, monkeypatch, "eval", "nowhere", "--out", "o", "--allow-lost", "lots")
     assert r.returncode == 2 and "--allow-lost" in r.stderr and "Traceback" not in r.stderr
 
 

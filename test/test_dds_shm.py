@@ -15,7 +15,8 @@ import pytest
 from bevpool_ros.paths import config_dir
 from bevpool_ros.ros.dds_shm import SHM_DIR, dead_segments, remove_dead_segments
 
-pytestmark = pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm")
+# alone: it frees segments of any age (another worker's participant may not have locked its own yet)
+pytestmark = [pytest.mark.skipif(not SHM_DIR.is_dir(), reason="no /dev/shm"), pytest.mark.alone]
 
 PARTICIPANT = """
 import rclpy, sys

@@ -14,6 +14,8 @@ from test_dds_shm import SHM_DIR, segments, start_participant
 
 from bevpool_ros.ros.process import GIL_SWITCH_INTERVAL_S
 
+pytestmark = pytest.mark.alone  # compares the segments in /dev/shm before and after (no other worker's)
+
 
 def run_python(code: str, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,

@@ -76,7 +76,7 @@ def test_every_parameter_is_documented():
     assert not missing, f"undocumented in docs/parameters.md: {missing}"
 
 
-# --- the real node process: start-up validation --------------------------------------------
+# --- start-up validation: main(argv) in-process (test/in_process.py), one real process ----------
 def start_node(*ros_args, timeout=60):
     from ros_harness import isolate_ros_env
 
@@ -85,8 +85,7 @@ def start_node(*ros_args, timeout=60):
                           capture_output=True, text=True, timeout=timeout, cwd=REPO)
 
 
-@pytest.mark.ros
-@pytest.mark.parametrize("args, expect", [
+BAD_AT_START = [
     (["-p", "sync.slop_s:=-1.0"], "sync.slop_s"),
     (["-p", "sync.slop_s:=1"], "sync.slop_s"),                              # integer for a double
     (["-p", "backend:=gpu"], "backend"),
@@ -96,11 +95,26 @@ def start_node(*ros_args, timeout=60):
     (["-p", "camera_names:=[CAM_NOSE]"], "CAM_NOSE"),
     (["-p", "input.depth_topic:=depth"], "input.depth_topic"),
     (["-p", "extrinsics.CAM_FRONT:=[1.0,2.0]"], "extrinsics.CAM_FRONT"),
-])
-def test_bad_parameters_at_start_up_exit_non_zero_with_a_clear_error(args, expect):
-    r = start_node(*args)
-    assert r.returncode == 2, r.stdout + r.stderr
+]
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("args, expect", BAD_AT_START)
+def test_bad_parameters_at_start_up_exit_non_zero_with_a_clear_error(args, expect, capfd, monkeypatch):
+    from in_process import run_main
+
+    r = run_main("bevpool_ros.node.main", ["bevpool_node", "--ros-args", *args], capfd, monkeypatch, ros=True)
+    assert r.rc == 2, r.stdout + r.stderr
     assert "invalid configuration" in r.stderr and expect in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.ros
+def test_bad_parameter_at_start_up_as_a_process():
+    """As installed: a real process says it and exits 2 (the cases above run main in-process)."""
+    r = start_node("-p", "sync.slop_s:=-1.0")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "invalid configuration" in r.stderr and "sync.slop_s" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
 
 

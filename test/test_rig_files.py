@@ -1,6 +1,8 @@
 """A bad rig file is one line and exit 2, everywhere: the loader names the field (typed values,
-unknown keys with the nearest valid one), and bevpool-inspect, bevpool_node, bevpool-bag and
-bevpool-demo, run as real processes, print that line and exit 2 without a traceback."""
+unknown keys with the nearest valid one), and bevpool-inspect, bevpool_node, bevpool-bag,
+bevpool-demo, bevpool-trt-build, bevpool-onnx-insert and bevpool_occupancy print that line and exit 2
+without a traceback: their main(argv) in-process (test/in_process.py), bevpool_node and bevpool-bag
+also as real processes (every console script runs as one in test/test_console_scripts.py)."""
 from __future__ import annotations
 
 import copy
@@ -95,7 +97,7 @@ def test_unreadable_files_are_one_line_naming_the_file(tmp_path, content, messag
         load_rig(tmp_path)  # a folder
 
 
-# --- through the tools, as processes ---------------------------------------------------------
+# --- through the tools: main(argv) in-process, and one real process ------------------------------
 def write_bad(tmp_path, what: str):
     (_, path, value, message), = [b for b in BAD if b[0] == what]
     f = tmp_path / f"{what}.yaml"
@@ -111,75 +113,103 @@ def run_tool(args: list[str], timeout: float = 120) -> subprocess.CompletedProce
                           timeout=timeout, env=no_gpu_env())
 
 
-def assert_one_line_exit_2(r: subprocess.CompletedProcess, prog: str, path, message: str) -> None:
-    out = r.stdout + r.stderr
-    assert r.returncode == 2, out[-3000:]
-    assert "Traceback" not in out, out[-3000:]
+def assert_one_line_exit_2(rc: int, stdout: str, stderr: str, prog: str, path, message: str) -> None:
     from ros_harness import message_lines
 
-    lines = message_lines(r.stderr)
-    assert len(lines) == 1, r.stderr
+    out = stdout + stderr
+    assert rc == 2, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    lines = message_lines(stderr)
+    assert len(lines) == 1, stderr
     line = lines[0]
     assert line.startswith(f"{prog}: ") and f"{path}: " in line and message in line, line
+
+
+def refused_in_process(target: str, argv: list[str], capfd, monkeypatch, prog: str, path, message: str,
+                       ros: bool = False) -> None:
+    """``target``'s main(argv) in this process (test/in_process.py) prints the one line, returns 2."""
+    from in_process import run_main
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # as no_gpu_env: the refusal comes before any device
+    r = run_main(target, argv, capfd, monkeypatch, ros=ros)
+    assert_one_line_exit_2(r.rc, r.stdout, r.stderr, prog, path, message)
 
 
 ISSUE_CASES = ["fx_words", "translation_strings", "rotation_words", "yaw_key", "distortion_key"]
 
 
 @pytest.mark.parametrize("what", ISSUE_CASES)
-def test_bevpool_inspect(tmp_path, what):
+def test_bevpool_inspect(tmp_path, capfd, monkeypatch, what):
     path, message = write_bad(tmp_path, what)
-    r = run_tool(["bevpool_ros.cli.inspect", str(path)])
-    assert_one_line_exit_2(r, "bevpool-inspect", path, message)
+    refused_in_process("bevpool_ros.cli.inspect", [str(path)], capfd, monkeypatch, "bevpool-inspect", path,
+                       message)
 
 
 @pytest.mark.ros
 @pytest.mark.parametrize("what", ISSUE_CASES)
-def test_bevpool_node(tmp_path, what):
+def test_bevpool_node(tmp_path, capfd, monkeypatch, what):
     path, message = write_bad(tmp_path, what)
+    refused_in_process("bevpool_ros.node.main", ["bevpool_node", "--ros-args", "-p", f"rig_file:={path}"],
+                       capfd, monkeypatch, "bevpool_node: invalid configuration: rig_file", path, message,
+                       ros=True)
+
+
+@pytest.mark.ros
+def test_bevpool_node_as_a_process(tmp_path):
+    """As installed: the real process prints the line and exits 2 (the rest runs main in-process)."""
+    path, message = write_bad(tmp_path, "rotation_words")
     r = run_tool(["bevpool_ros.node.main", "--ros-args", "-p", f"rig_file:={path}"])
-    assert_one_line_exit_2(r, "bevpool_node: invalid configuration: rig_file", path, message)
+    assert_one_line_exit_2(r.returncode, r.stdout, r.stderr, "bevpool_node: invalid configuration: rig_file",
+                           path, message)
 
 
 @pytest.mark.parametrize("what", ["fx_words", "rotation_words", "distortion_key"])
-def test_bevpool_bag(tmp_path, what):
+def test_bevpool_bag(tmp_path, capfd, monkeypatch, what):
     """record-synthetic, eval and eval-many refuse the rig before a node, a bag or Ray starts."""
     path, message = write_bad(tmp_path, what)
     for cmd in (["record-synthetic", str(tmp_path / "rec"), "--frames", "2"],
                 ["eval", str(tmp_path / "no_bag"), "--out", str(tmp_path / "eval_out")],
                 ["eval-many", str(tmp_path / "no_bag"), "--out", str(tmp_path / "many_out")]):
-        r = run_tool(["bevpool_ros.cli.bag", *cmd, "--rig", str(path)])
-        assert_one_line_exit_2(r, f"bevpool-bag {cmd[0]}", path, message)
+        refused_in_process("bevpool_ros.cli.bag", [*cmd, "--rig", str(path)], capfd, monkeypatch,
+                           f"bevpool-bag {cmd[0]}", path, message)
     assert not any(tmp_path.glob("*out")) and not (tmp_path / "rec").exists()  # nothing left behind
+
+
+def test_bevpool_bag_as_a_process(tmp_path):
+    path, message = write_bad(tmp_path, "yaw_key")
+    r = run_tool(["bevpool_ros.cli.bag", "eval", str(tmp_path / "no_bag"), "--out", str(tmp_path / "out"),
+                  "--rig", str(path)])
+    assert_one_line_exit_2(r.returncode, r.stdout, r.stderr, "bevpool-bag eval", path, message)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.ros
 @pytest.mark.parametrize("what", ["fx_words", "yaw_key"])
-def test_bevpool_demo(tmp_path, what):
+def test_bevpool_demo(tmp_path, capfd, monkeypatch, what):
     path, message = write_bad(tmp_path, what)
-    r = run_tool(["bevpool_ros.cli.demo", "--rig", str(path), "--frames", "2",
-                  "--png", str(tmp_path / "d.png")])
-    assert_one_line_exit_2(r, "bevpool-demo", path, message)
+    refused_in_process("bevpool_ros.cli.demo", ["--rig", str(path), "--frames", "2", "--png",
+                                                str(tmp_path / "d.png")], capfd, monkeypatch, "bevpool-demo",
+                       path, message, ros=True)
     assert not (tmp_path / "d.png").exists()
 
 
-def test_bevpool_trt_build(tmp_path):
+def test_bevpool_trt_build(tmp_path, capfd, monkeypatch):
     path, message = write_bad(tmp_path, "rotation_words")
-    r = run_tool(["bevpool_ros.backends.tensorrt.prebuild", "--rig", str(path), "--arch", "sm_89"])
-    assert_one_line_exit_2(r, "bevpool-trt-build", path, message)
+    refused_in_process("bevpool_ros.backends.tensorrt.prebuild", ["--rig", str(path), "--arch", "sm_89"], capfd,
+                       monkeypatch, "bevpool-trt-build", path, message)
 
 
-def test_bevpool_onnx_insert(tmp_path):
+def test_bevpool_onnx_insert(tmp_path, capfd, monkeypatch):
     path, message = write_bad(tmp_path, "distortion_key")
-    r = run_tool(["bevpool_ros.backends.tensorrt.onnx_insert", str(tmp_path / "user.onnx"),
-                  str(tmp_path / "joined.onnx"), "--rig", str(path), "--depth", "d", "--feat", "f",
-                  "--bev", "b"])
-    assert_one_line_exit_2(r, "bevpool-onnx-insert", path, message)
+    refused_in_process("bevpool_ros.backends.tensorrt.onnx_insert",
+                       [str(tmp_path / "user.onnx"), str(tmp_path / "joined.onnx"), "--rig", str(path), "--depth",
+                        "d", "--feat", "f", "--bev", "b"], capfd, monkeypatch, "bevpool-onnx-insert", path, message)
 
 
 @pytest.mark.ros
-def test_bevpool_occupancy(tmp_path):
+def test_bevpool_occupancy(tmp_path, capfd, monkeypatch):
     """It needs no rig, but one it is given must be a good one."""
     path, message = write_bad(tmp_path, "yaw_key")
-    r = run_tool(["bevpool_ros.occupancy.node", "--ros-args", "-p", f"rig_file:={path}"])
-    assert_one_line_exit_2(r, "bevpool_occupancy: invalid configuration: rig_file", path, message)
+    refused_in_process("bevpool_ros.occupancy.node", ["bevpool_occupancy", "--ros-args", "-p",
+                                                      f"rig_file:={path}"], capfd, monkeypatch,
+                       "bevpool_occupancy: invalid configuration: rig_file", path, message, ros=True)

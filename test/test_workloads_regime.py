@@ -54,9 +54,17 @@ def _inspect(*args):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_inspect_json_for_every_workload():
+def _inspect_main(capfd, monkeypatch, *args):
+    """bevpool-inspect's main(argv) in this process (test/in_process.py; the PNG test below runs the
+    real process)."""
+    from in_process import run_main
+
+    return run_main("bevpool_ros.cli.inspect", list(args), capfd, monkeypatch)
+
+
+def test_inspect_json_for_every_workload(capfd, monkeypatch):
     for name in WORKLOADS:
-        r = _inspect(name, "--json")
+        r = _inspect_main(capfd, monkeypatch, name, "--json")
         assert r.returncode == 0, r.stderr
         s = json.loads(r.stdout)
         for key in ("points", "frustum_points", "intervals", "max_interval", "working_set_bytes"):
@@ -77,10 +85,10 @@ def test_inspect_png_save_map_and_rig_yaml(tmp_path):
     assert json.loads(r.stdout)["intervals"] == get_workload("canonical").num_intervals
 
 
-def test_inspect_reports_bad_targets(tmp_path):
-    r = _inspect("no_such_workload")
+def test_inspect_reports_bad_targets(tmp_path, capfd, monkeypatch):
+    r = _inspect_main(capfd, monkeypatch, "no_such_workload")
     assert r.returncode == 2 and "neither a workload" in r.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
-    r = _inspect(str(bad))
+    r = _inspect_main(capfd, monkeypatch, str(bad))
     assert r.returncode == 2 and "input: missing" in r.stderr
