@@ -71,10 +71,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         from .builder import plugin_config_for
-        from .prebuild import _map
+        from .prebuild import map_or_none
         from .targets import known_target
 
-        smap = _map(args)
+        smap = map_or_none(args, "bevpool-trtexec-inputs")
+        if smap is None:
+            return 2
         cfg, sched = plugin_config_for(smap, args.precision, known_target(args.arch))
         written = write_inputs(smap, cfg, sched, args.out)
         report = {"kernel": cfg.plan.kernel, **trtexec_flags(cfg, written)}
