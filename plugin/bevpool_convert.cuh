@@ -214,21 +214,38 @@ BEVCONV_EXPAND_DEPTH(bevconv_expand_depth_e4m3, fp8_e4m3)
 // fills run as kernels instead of copy-engine or memset operations, so that a frame's work is one
 // stream of kernels: on a GPU time-sliced between processes, each switch between the copy engine and
 // the SMs inside a frame cost a time slice of its own (docs/gpu_sharing.md).
-extern "C" __global__ void bevconv_copy_bytes(const unsigned char* src, unsigned char* dst, long long nbytes) {
+namespace bevconv {
+// nbytes from src to dst (zeros where src is null) by the grid's x dimension: 16-byte vectors for the
+// bulk where both ends are aligned, bytes for the tail
+__device__ __forceinline__ void copy_range(const unsigned char* src, unsigned char* dst, long long nbytes) {
   const bool vec = ((reinterpret_cast<unsigned long long>(src) | reinterpret_cast<unsigned long long>(dst)) & 15) == 0;
   long long done = 0;
-  if (vec) {  // 16-byte vectors for the bulk, bytes for the tail
+  if (vec) {
     const long long n16 = nbytes >> 4;
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    for (long long i = bevconv::grid_start(); i < n16; i += bevconv::grid_step()) d[i] = s[i];
+    for (long long i = grid_start(); i < n16; i += grid_step()) d[i] = src ? s[i] : make_uint4(0, 0, 0, 0);
     done = n16 << 4;
   }
-  for (long long i = done + bevconv::grid_start(); i < nbytes; i += bevconv::grid_step()) dst[i] = src[i];
+  for (long long i = done + grid_start(); i < nbytes; i += grid_step()) dst[i] = src ? src[i] : 0;
+}
+}  // namespace bevconv
+extern "C" __global__ void bevconv_copy_bytes(const unsigned char* src, unsigned char* dst, long long nbytes) {
+  bevconv::copy_range(src, dst, nbytes);
+}
+// Up to BEVCONV_COPY_MANY copies (or zero fills: a null src) in one launch, passed by value: a frame's
+// gather of per-camera tensors is one kernel instead of one per camera and stream. blockIdx.y picks the
+// entry, the x dimension strides over its bytes.
+#define BEVCONV_COPY_MANY 16
+struct BevconvCopyTable {
+  const unsigned char* src[BEVCONV_COPY_MANY];
+  unsigned char* dst[BEVCONV_COPY_MANY];
+  long long nbytes[BEVCONV_COPY_MANY];
+};
+extern "C" __global__ void bevconv_copy_many(BevconvCopyTable table, int count) {
+  const int e = blockIdx.y;
+  if (e < count) bevconv::copy_range(table.src[e], table.dst[e], table.nbytes[e]);
 }
 extern "C" __global__ void bevconv_fill_u32(unsigned* dst, unsigned value, long long count) {
   for (long long i = bevconv::grid_start(); i < count; i += bevconv::grid_step()) dst[i] = value;
-}
-extern "C" __global__ void bevconv_fill_bytes(unsigned char* dst, unsigned value, long long nbytes) {
-  for (long long i = bevconv::grid_start(); i < nbytes; i += bevconv::grid_step()) dst[i] = (unsigned char)value;
 }

@@ -21,7 +21,8 @@ from bevpool_ros.paths import plugin_dir
 from bevpool_ros.workloads import get_workload
 
 F16, F32, E4M3 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.uint8)
-_KINDS = (("*", "ptr"), ("long long", "i64"), ("unsigned", "u32"), ("float", "f32"), ("int", "i32"))
+_KINDS = (("*", "ptr"), ("long long", "i64"), ("unsigned", "u32"), ("float", "f32"), ("int", "i32"),
+          ("BevconvCopyTable", "bytes"))
 
 
 def signatures() -> dict[str, tuple[str, ...]]:
@@ -39,7 +40,15 @@ def signatures() -> dict[str, tuple[str, ...]]:
 SIGNATURES = signatures()
 # the frame's copies and fills are kernels too (backends/gpu/kernel_copies.py): (dst, src, bytes),
 # (dst, value, count) in the log
-COPY_KERNELS = {"bevconv_copy_bytes": "copy", "bevconv_fill_u32": "fill_u32", "bevconv_fill_bytes": "fill_bytes"}
+COPY_KERNELS = {"bevconv_copy_bytes": "copy", "bevconv_fill_u32": "fill_u32"}
+
+
+def copy_table_entries(table: bytes, count: int) -> list[tuple]:
+    """A bevconv_copy_many launch as what it does: ("copy", dst, src, bytes) or ("zero", dst, bytes)."""
+    src, dst, nbytes = np.frombuffer(table, dtype=np.uint64).reshape(3, kernel_copies.COPY_MANY)
+    assert not nbytes[count:].any(), "entries beyond the count"
+    return [("copy", int(d), int(s), int(n)) if s else ("zero", int(d), int(n))
+            for s, d, n in zip(src[:count], dst[:count], nbytes[:count])]
 
 
 class Recorder:
@@ -88,6 +97,11 @@ class Recorder:
             f"{kernel}: launched with {kinds}, takes {SIGNATURES[kernel]}"
         )
         values = tuple(v for _, v in args)
+        if kernel == "bevconv_copy_many":  # logged as one launch, then each entry as what it does
+            assert grid[1] == values[1] <= kernel_copies.COPY_MANY, "one block row per entry"
+            self.log.append(("copy_many", stream.name, values[1]))
+            self.log += [(what, stream.name, *rest) for what, *rest in copy_table_entries(*values)]
+            return
         if kernel in COPY_KERNELS:  # kernel_copies.py: logged as what they do
             what = COPY_KERNELS[kernel]
             dst_first = (values[1], values[0], values[2]) if what == "copy" else values
@@ -150,7 +164,8 @@ def test_fp16_inputs_are_read_where_they_lie_and_the_grid_written_in_place(rec):
     assert rec.entries("pool") == [("pool", "caller", DEPTH, FEAT, OUT)]
     assert not rec.entries("copy")
     scratch = f._scratch.ptr
-    assert rec.entries("fill_u32") == [("fill_u32", "caller", scratch, 0, 3)]  # flags, amaxes
+    assert rec.entries("zero") == [("zero", "caller", scratch, 12)]  # flags, amaxes
+    assert rec.entries("copy_many") == [("copy_many", "caller", 1)] and not rec.entries("fill_u32")
 
 
 def test_fp16_converts_float32_into_its_own_buffers(rec):
@@ -298,14 +313,16 @@ def test_gathered_cameras_are_copied_first_and_replayed_with_the_frame(rec):
     slots_b = ((DEPTH, 0x7300_0000_1000, 64), (DEPTH + 64, None, 64), (FEAT, 0x7400_0000_1000, 32))
     f.enqueue(rec.Stream("caller"), b, gather=slots_a)
     kinds = [e[0] for e in rec.log]
-    assert kinds[:3] == ["copy", "fill_bytes", "copy"] and "pool" in kinds[3:]
+    # one launch: the cameras, then the scratch words' zeros
+    assert kinds[:5] == ["copy_many", "copy", "zero", "copy", "zero"] and "pool" in kinds[5:]
+    assert rec.entries("copy_many") == [("copy_many", "caller", 4)]
     assert rec.entries("copy") == [("copy", "caller", DEPTH, 0x7300_0000_0000, 64),
                                   ("copy", "caller", FEAT, 0x7400_0000_0000, 32)]
-    assert rec.entries("fill_bytes") == [("fill_bytes", "caller", DEPTH + 64, 0, 64)]
+    assert rec.entries("zero") == [("zero", "caller", DEPTH + 64, 64), ("zero", "caller", f._scratch.ptr, 12)]
     rec.log.clear()
     f.enqueue(rec.Stream("caller"), b, gather=slots_a)  # seen before: captured with its copies
     kinds = [e[0] for e in rec.log]
-    assert kinds[:4] == ["capture", "copy", "fill_bytes", "copy"] and kinds[-1] == "replay"
+    assert kinds[:5] == ["capture", "copy_many", "copy", "zero", "copy"] and kinds[-1] == "replay"
     assert {e[1] for e in rec.entries("copy")} == {"capture"}
     rec.log.clear()
     f.enqueue(rec.Stream("caller"), b, gather=slots_a)

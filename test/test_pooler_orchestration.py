@@ -151,7 +151,8 @@ def test_one_call_in_order_on_its_stream(rig):
     grid = p.pool(d, f, stream=0x77)
     assert kinds(rig.log) == [
         "alloc",
-        "fill_u32",
+        "copy_many",
+        "zero",
         "bevconv_check_f16",
         "bevconv_check_f16",
         "pool",
@@ -159,7 +160,7 @@ def test_one_call_in_order_on_its_stream(rig):
         "copy",
         "record",
     ]
-    assert {e[1] for e in rig.log if e[0] in ("fill_u32", "launch", "pool", "copy")} == {0x77}
+    assert {e[1] for e in rig.log if e[0] in ("copy_many", "zero", "launch", "pool", "copy")} == {0x77}
     assert rig.log[0] == ("alloc", 0x77, p._grid_cells * 2)  # the grid's own memory, float16
     assert rig.entries("pool")[0][2:4] == (d.ptr, f.ptr)  # the caller's memory, read in place
     flags = rig.entries("copy")[0]  # by a kernel, into the call's mapped flag word
@@ -180,7 +181,7 @@ def test_another_stream_waits_for_the_previous_call_and_producers(rig):
     sync = p._producer_sync.id
     assert rig.entries("wait") == [("wait", previous, 0x88), ("wait", sync, 0x88)]
     assert ("record", sync, 0x99) in rig.log
-    assert kinds(rig.log).index("wait") < kinds(rig.log).index("fill_u32")  # before any work
+    assert kinds(rig.log).index("wait") < kinds(rig.log).index("copy_many")  # before any work
 
 
 def test_no_stream_named_means_the_pooler_own(rig):
@@ -229,17 +230,14 @@ def test_per_camera_tensors_are_gathered_first(rig):
     cams[1] = (None, None)  # a missing camera: zeros
     p.pool_cameras(cams, stream=0x77)
     flags = p._device.flags.ptr
-    gather = [e for e in rig.log if e[0] in ("copy", "fill_bytes") and e[3] != flags]  # not the flag word's
-    assert len(gather) == 2 * n and sum(e[0] == "fill_bytes" for e in gather) == 2
+    scratch = p._device._scratch.ptr
+    # one launch: every camera and stream, then the scratch words; then the flag word's copy
+    assert rig.entries("copy_many") == [("copy_many", 0x77, 2 * n + 1)]
+    gather = [e for e in rig.log if e[0] in ("copy", "zero") and e[2] != scratch and e[3] != flags]
+    assert len(gather) == 2 * n and sum(e[0] == "zero" for e in gather) == 2
     depth_slot = D * H * W * 2
     assert gather[0] == ("copy", 0x77, p._gather_buffers["depth"].ptr, cams[0][0].ptr, depth_slot)
-    assert gather[1] == (
-        "fill_bytes",
-        0x77,
-        p._gather_buffers["depth"].ptr + depth_slot,
-        0,
-        depth_slot,
-    )
+    assert gather[1] == ("zero", 0x77, p._gather_buffers["depth"].ptr + depth_slot, depth_slot)
     assert kinds(rig.log).index("pool") > kinds(rig.log).index("copy")
     assert rig.entries("pool")[0][2] == p._gather_buffers["depth"].ptr
     mixed = [(Tensor((D, H, W), "<f4"), c[1]) if i == 0 else c for i, c in enumerate(cams)]

@@ -307,10 +307,17 @@ def launch(module: Module, plan, buffers: dict, stream: Stream) -> None:
     launch_args(module, plan.kernel, plan.grid, plan.block, args, stream, getattr(plan, "shared_bytes", 0))
 
 
+def _holder(kind: str, value) -> np.ndarray:
+    if kind == "bytes":
+        return np.frombuffer(bytes(value), dtype=np.uint8).copy()
+    return np.array([value], dtype=np.uint64 if kind == "ptr" else _SCALAR[kind])
+
+
 def launch_args(module: Module, kernel: str, grid, block, args, stream: Stream, shared_bytes: int = 0) -> None:
-    """Launch ``kernel`` with concrete arguments: ("ptr", address) or ("i32"|"u32"|"i64"|"f32", value)."""
+    """Launch ``kernel`` with concrete arguments: ("ptr", address), ("i32"|"u32"|"i64"|"f32", value) or
+    ("bytes", a struct passed by value, laid out as the kernel declares it)."""
     bind()
-    holders = [np.array([value], dtype=np.uint64 if kind == "ptr" else _SCALAR[kind]) for kind, value in args]
+    holders = [_holder(kind, value) for kind, value in args]
     params = np.array([h.ctypes.data for h in holders], dtype=np.uint64)
     f = module.function(kernel)
     check(api().cuLaunchKernel(f, *grid, *block, shared_bytes, stream.handle,

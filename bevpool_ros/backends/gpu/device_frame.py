@@ -4,7 +4,8 @@ GpuFrame (frame.py) starts from host payloads; here depth and features are devic
 the caller (PyTorch, CuPy, a hand-off view) and the grid goes to a device buffer, all enqueued on
 the caller's stream with no host synchronisation:
 
-    memset of the scratch words               (flags, amax, FP8 exponents)
+    one copy kernel                           the gathered cameras (if any), zeros for the
+                                              scratch words (flags, amax); the FP8 exponents
     per stream: the kernel input dtype        bound to the caller's memory, only checked (copied
                                               first where it is not 16-byte aligned)
                 another dtype                 converted into this frame's buffer (and checked)
@@ -133,12 +134,10 @@ class DeviceFrame:
 
     # --- the work of one frame ------------------------------------------------------------------
     def _record(self, s: Stream, b: Binding, done, gather=(), captured: bool = False) -> None:
-        # copies and fills as kernels: the frame is one run on the SMs (kernel_copies.py)
-        for dst, src, nbytes in gather:
-            if src is None:  # a missing camera: zero weights add nothing to the grid
-                kernel_copies.fill_bytes(self.rt, s, dst, 0, nbytes)
-            else:
-                kernel_copies.copy(self.rt, s, dst, src, nbytes)
+        # copies and fills as kernels: the frame is one run on the SMs (kernel_copies.py); the
+        # cameras' copies (a missing camera zeros: zero weights add nothing to the grid) and the
+        # scratch words' zeros (flags, amax depth, amax feat) in one launch
+        kernel_copies.copy_many(self.rt, s, [*gather, (self._scratch.ptr, None, 12)])
         self._pool(s, b)
         if done is not None:
             device_ptr = getattr(done, "device_ptr", 0)
@@ -153,7 +152,6 @@ class DeviceFrame:
         scratch = self._scratch.ptr
         flags = scratch if self.check_finite else 0
         raw = (b.depth_dtype == E4M3, b.feat_dtype == E4M3)
-        kernel_copies.fill_u32(self.rt, s, scratch, 0, 3)  # flags, amax depth, amax feat
         fp16_scaled = self.precision == "fp16" and any(raw)
         if self.precision == "fp8" and any(raw) or fp16_scaled:
             bias = FP16_EPILOGUE_BIAS if fp16_scaled else 0

@@ -264,10 +264,11 @@ class GpuFrame:
         out_flags = _Ptr(scratch)
         # fills and small copies as kernels: with host memory mapped, the whole frame is kernels
         # (kernel_copies.py: no copy-engine switch, each of which waits a time slice on a shared GPU)
-        kernel_copies.fill_u32(self.rt, s, scratch, 0, 3)  # flags, amax depth, amax feat
-        fp8_raw = self.precision == "fp8" and np.dtype(np.uint8) in (staged.depth, staged.feat)
-        if fp8_raw:  # exponents of the raw inputs' scales (a quantised stream overwrites its own)
-            kernel_copies.copy(self.rt, s, scratch + 12, self._small.device_ptr, 8)
+        scratch_words = [(scratch, None, 12)]  # zeros: flags, amax depth, amax feat
+        if self.precision == "fp8" and np.dtype(np.uint8) in (staged.depth, staged.feat):
+            # exponents of the raw inputs' scales (a quantised stream overwrites its own)
+            scratch_words.append((scratch + 12, self._small.device_ptr, 8))
+        kernel_copies.copy_many(self.rt, s, scratch_words)
         kin = {}
         for i, stream in enumerate(("depth", "feat")):
             kin[stream] = self._record_input(s, stream, staged, i, flags, mapped)

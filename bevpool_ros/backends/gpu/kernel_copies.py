@@ -1,5 +1,5 @@
 """Copies and fills of a frame as kernels (plugin/bevpool_convert.cuh: bevconv_copy_bytes,
-bevconv_fill_u32, bevconv_fill_bytes) instead of copy-engine and memset operations.
+bevconv_copy_many, bevconv_fill_u32) instead of copy-engine and memset operations.
 
 Why: a frame whose work is only kernels is one run on the SMs. On a GPU shared with another
 process's networks without MPS, the GPU time-slices between the processes, and a frame that
@@ -9,9 +9,12 @@ docs/gpu_sharing.md). Host memory takes part through its device mapping (PinnedB
 HostRegistration with ``mapped``)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..cuda.driver import launch_args
 
 _THREADS = 256
+COPY_MANY = 16  # entries of one bevconv_copy_many launch (BEVCONV_COPY_MANY in the CUDA source)
 
 
 def _blocks(rt, units: int) -> int:
@@ -31,7 +34,24 @@ def fill_u32(rt, s, dst: int, value: int, count: int) -> None:
                     (("ptr", int(dst)), ("u32", int(value) & 0xFFFFFFFF), ("i64", int(count))), s)
 
 
-def fill_bytes(rt, s, dst: int, value: int, nbytes: int) -> None:
-    if nbytes:
-        launch_args(rt.module, "bevconv_fill_bytes", (_blocks(rt, nbytes), 1, 1), (_THREADS, 1, 1),
-                    (("ptr", int(dst)), ("u32", int(value) & 0xFF), ("i64", int(nbytes))), s)
+def copy_table(entries) -> bytes:
+    """The BevconvCopyTable struct of up to COPY_MANY (dst, src or None, nbytes) entries: the
+    sources, then the destinations, then the byte counts (unused entries zero)."""
+    table = np.zeros((3, COPY_MANY), dtype=np.uint64)
+    for i, (dst, src, nbytes) in enumerate(entries):
+        table[:, i] = (src or 0, dst, nbytes)
+    return table.tobytes()
+
+
+def copy_many(rt, s, entries) -> None:
+    """Each (dst, src, nbytes) entry copied, zeros written where src is None: one launch per
+    COPY_MANY entries (a frame's per-camera gather, its scratch words) instead of one per entry.
+    The entries must not overlap."""
+    entries = [e for e in entries if e[2]]
+    for first in range(0, len(entries), COPY_MANY):
+        chunk = entries[first:first + COPY_MANY]
+        largest = max(nbytes for _, _, nbytes in chunk)
+        # blocks per entry sized for the largest, all entries together within the one-copy cap
+        per_entry = max(1, min(-(-largest // (16 * _THREADS)), rt.device.sm_count * 8 // len(chunk)))
+        launch_args(rt.module, "bevconv_copy_many", (per_entry, len(chunk), 1), (_THREADS, 1, 1),
+                    (("bytes", copy_table(chunk)), ("i32", len(chunk))), s)
