@@ -49,7 +49,7 @@ if [ "$RUN_TESTS" = 1 ]; then
   BEVPOOL_GPU_REPORT="$OUT/gpu_report.jsonl" timeout 300 $PY -m pytest -q --no-header -p no:cacheprovider \
       -m gpu -rs test/test_cuda_backend_gpu.py test/test_gpu_frame_gpu.py test/test_depth_image_gpu.py \
       test/test_rig_variants_gpu.py test/test_backend_fallback.py test/test_tensorrt_backend.py \
-      test/test_tensorrt_build.py test/test_pooling_fp8_codes.py test/test_gpu_share.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
+      test/test_tensorrt_build.py test/test_pooling_fp8_codes.py test/test_gpu_share.py test/test_kernel_copies_gpu.py 2>&1 | tee "$OUT/pytest.log" | tail -25 || status=1
 fi
 
 # the node's pooling stage per frame (no ROS on this machine): payloads in -> BEV in the message payload
