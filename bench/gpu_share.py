@@ -154,14 +154,20 @@ class InProcessLoad:
 
 
 @contextlib.contextmanager
-def load_process(kind: str, log_dir: Path):
-    """The load in another process for the block's duration; yields its stats dict (filled at exit)."""
+def load_process(kind: str, log_dir: Path, sm_percent: int | None = None):
+    """The load in another process for the block's duration; yields its stats dict (filled at exit).
+    ``sm_percent``: under MPS, the share of the SMs the load's client may use
+    (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read when its context is made): the rest stay free for others."""
     if kind == "none":
         yield {}
         return
     stats_file = log_dir / f"gpu_load_{kind}.json"
+    env = dict(os.environ)
+    if sm_percent is not None:
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(sm_percent)
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--load", kind, "--seconds", "1e9",
-                             "--stats", str(stats_file)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                             "--stats", str(stats_file)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                            env=env)
     stats: dict = {}
     try:
         deadline = time.monotonic() + 60

@@ -23,12 +23,17 @@ TARGETS = {("handoff_both", "load"): 4.0, ("dds", "load"): 10.0}  # p99 ms under
 
 def condition(row: dict) -> str:
     params = f" [{row['node_params']}]" if row.get("node_params") else ""
+    if row.get("rate_hz", 30) != 30:
+        params += f" at {row['rate_hz']:g} Hz"
     if row.get("gpu_load", "none") == "none":
         return "alone" + (" (MPS)" if row.get("mps") else "") + params
     where = ""
     if row.get("gpu_load_in") == "thread":
         where = f" in the caller's process (caller's stream {row.get('caller_priority', 'normal')} priority)"
-    return f"{row['gpu_load']} load{where}" + (", MPS" if row.get("mps") else "") + params
+    mps = ", MPS" if row.get("mps") else ""
+    if row.get("gpu_load_sm_percent"):
+        mps += f" (load limited to {row['gpu_load_sm_percent']}% of the SMs)"
+    return f"{row['gpu_load']} load{where}{mps}{params}"
 
 
 def e2e(row: dict) -> tuple[float, float]:

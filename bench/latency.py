@@ -575,13 +575,15 @@ def shared_gpu(args):
             yield stats
         stats.update(load.stats or {})
         return
-    with gpu_share.load_process(args.gpu_load, Path(tempfile.mkdtemp(prefix="bevpool_load_"))) as stats:
+    with gpu_share.load_process(args.gpu_load, Path(tempfile.mkdtemp(prefix="bevpool_load_")),
+                                args.gpu_load_sm_percent) as stats:
         yield stats
 
 
 def load_fields(args, stats: dict) -> dict:
     return {"gpu_load": args.gpu_load, "gpu_load_in": args.gpu_load_in if args.gpu_load != "none" else "none",
-            "mps": bool(args.mps), "gpu_load_steps_per_s": stats.get("steps_per_s")}
+            "mps": bool(args.mps), "gpu_load_steps_per_s": stats.get("steps_per_s"),
+            "gpu_load_sm_percent": args.gpu_load_sm_percent}
 
 
 def main(argv=None) -> int:
@@ -624,6 +626,9 @@ def main(argv=None) -> int:
                     "normal-priority stream (--transport inprocess only)")
     ap.add_argument("--mps", action="store_true",
                     help="start a private MPS control daemon for the run's processes, stop it after")
+    ap.add_argument("--gpu-load-sm-percent", type=int, default=None, metavar="P",
+                    help="with --mps, a load in another process: it may use P%% of the SMs "
+                    "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the rest left to the node / pool call")
     ap.add_argument("--caller-priority", default="highest", choices=("highest", "normal"),
                     help="inprocess: priority of the caller's stream the pool call is enqueued on")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
@@ -636,6 +641,9 @@ def main(argv=None) -> int:
     args.rig = str(resolve_rig(args.rig))
     if args.gpu_load_in == "thread" and args.transport != "inprocess":
         ap.error("--gpu-load-in thread: the load shares the caller's process only with --transport inprocess")
+    if args.gpu_load_sm_percent is not None and not (args.mps and args.gpu_load_in == "process"
+                                                     and 0 < args.gpu_load_sm_percent <= 100):
+        ap.error("--gpu-load-sm-percent P: 1-100, with --mps and a load in another process")
     if args.transport == "inprocess":
         return main_inprocess(args, argv)
     if args.transport in HANDOFF_OUT and args.backend not in ("cuda", "best"):
