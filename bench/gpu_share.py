@@ -79,9 +79,38 @@ def _cupy_gemm_step(stream):
     return step
 
 
-def make_load(kind: str, priority: str = "normal"):
-    """(step, mark): ``step()`` enqueues a few milliseconds of work on the load's stream;
-    ``mark()`` records an event after it and returns a function that waits for that event."""
+GREEN_SM_STEP = 8  # green contexts split a Hopper GPU's SMs in groups of this many
+
+
+def _green_stream(torch, sm_percent: int):
+    """A stream of a green context holding ``sm_percent`` of the SMs (rounded down to whole
+    groups): work on it never runs on the other SMs, which stay free for the pool call."""
+    from torch.cuda import green_contexts
+
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    n = max(GREEN_SM_STEP, sms * sm_percent // 100 // GREEN_SM_STEP * GREEN_SM_STEP)
+    ctx = green_contexts.GreenContext.create(num_sms=n, device_id=torch.cuda.current_device())
+    if hasattr(ctx, "Stream"):  # PyTorch 2.14+
+        return ctx.Stream(), n
+    ctx.set_context()  # older: current in the load's thread, which does all its work there
+    return torch.cuda.Stream(), n
+
+
+def make_load(kind: str, priority: str = "normal", sm_percent: int | None = None):
+    """(step, mark, sms): ``step()`` enqueues a few milliseconds of work on the load's stream;
+    ``mark()`` records an event after it and returns a function that waits for that event; ``sms``:
+    the SMs the load may use, on a green context of ``sm_percent`` of them (None: all)."""
+    if sm_percent is not None:
+        import torch
+
+        stream, sms = _green_stream(torch, sm_percent)
+        step = {"gemm": _gemm_step, "conv": _conv_step}[kind](torch, stream)
+
+        def green_mark():
+            ev = torch.cuda.Event()
+            ev.record(stream)
+            return ev.synchronize
+        return step, green_mark, sms
     try:
         import torch
 
@@ -98,7 +127,7 @@ def make_load(kind: str, priority: str = "normal"):
             ev = cupy.cuda.Event(disable_timing=True)
             ev.record(stream)
             return ev.synchronize
-        return _cupy_gemm_step(stream), cupy_mark
+        return _cupy_gemm_step(stream), cupy_mark, None
     least, greatest = torch.cuda.Stream.priority_range()
     stream = torch.cuda.Stream(priority=greatest if priority == "highest" else least)
     step = {"gemm": _gemm_step, "conv": _conv_step}[kind](torch, stream)
@@ -107,13 +136,14 @@ def make_load(kind: str, priority: str = "normal"):
         ev = torch.cuda.Event()
         ev.record(stream)
         return ev.synchronize
-    return step, mark
+    return step, mark, None
 
 
-def run_load(kind: str, seconds: float, stop: threading.Event | None = None, started=None) -> dict:
+def run_load(kind: str, seconds: float, stop: threading.Event | None = None, started=None,
+             sm_percent: int | None = None) -> dict:
     """Steps back to back until ``seconds`` pass or ``stop`` is set: the next step is always
     queued behind the one running, so the GPU never idles between them."""
-    step, mark = make_load(kind)
+    step, mark, sms = make_load(kind, sm_percent=sm_percent)
     step()
     mark()()
     if started is not None:
@@ -129,28 +159,38 @@ def run_load(kind: str, seconds: float, stop: threading.Event | None = None, sta
         steps += 1
     previous()
     elapsed = time.perf_counter() - t0
-    return {"load": kind, "steps": steps, "seconds": elapsed, "steps_per_s": steps / max(1e-9, elapsed)}
+    return {"load": kind, "steps": steps, "seconds": elapsed, "steps_per_s": steps / max(1e-9, elapsed),
+            "green_context_sms": sms}
 
 
 class InProcessLoad:
-    """The load in a thread of this process, on a normal-priority stream of this context."""
+    """The load in a thread of this process, on a normal-priority stream of this context, or with
+    ``sm_percent`` on a stream of a green context holding that share of the SMs."""
 
-    def __init__(self, kind: str):
-        self.kind, self.stats = kind, None
+    def __init__(self, kind: str, sm_percent: int | None = None):
+        self.kind, self.sm_percent, self.stats = kind, sm_percent, None
+        self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpu-load", daemon=True)
 
     def _run(self):
-        self.stats = run_load(self.kind, 1e9, self._stop)
+        try:
+            self.stats = run_load(self.kind, 1e9, self._stop, sm_percent=self.sm_percent)
+        except BaseException as e:  # noqa: BLE001 - reported by __enter__ / __exit__
+            self.error = e
 
     def __enter__(self):
         self._thread.start()
         time.sleep(2.0)  # past its warm-up: cuBLAS / cuDNN handles, first kernels
+        if self.error is not None or not self._thread.is_alive():
+            raise SystemExit(f"--gpu-load {self.kind} in this process failed to start: {self.error!r}")
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(60)
+        if self.error is not None:
+            raise SystemExit(f"--gpu-load {self.kind} in this process failed: {self.error!r}")
 
 
 @contextlib.contextmanager

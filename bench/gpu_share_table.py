@@ -31,7 +31,9 @@ def condition(row: dict) -> str:
     if row.get("gpu_load_in") == "thread":
         where = f" in the caller's process (caller's stream {row.get('caller_priority', 'normal')} priority)"
     mps = ", MPS" if row.get("mps") else ""
-    if row.get("gpu_load_sm_percent"):
+    if row.get("gpu_load_green_sms"):
+        mps += f" (load on a green context of {row['gpu_load_green_sms']} SMs)"
+    elif row.get("gpu_load_sm_percent"):
         mps += f" (load limited to {row['gpu_load_sm_percent']}% of the SMs)"
     return f"{row['gpu_load']} load{where}{mps}{params}"
 

@@ -570,7 +570,7 @@ def main_inprocess(args, argv) -> int:
 def shared_gpu(args):
     """The run's GPU load (--gpu-load), in another process or a thread of this one; yields its stats."""
     if args.gpu_load != "none" and args.gpu_load_in == "thread":
-        with gpu_share.InProcessLoad(args.gpu_load) as load:
+        with gpu_share.InProcessLoad(args.gpu_load, args.gpu_load_sm_percent) as load:
             stats = {}
             yield stats
         stats.update(load.stats or {})
@@ -583,7 +583,7 @@ def shared_gpu(args):
 def load_fields(args, stats: dict) -> dict:
     return {"gpu_load": args.gpu_load, "gpu_load_in": args.gpu_load_in if args.gpu_load != "none" else "none",
             "mps": bool(args.mps), "gpu_load_steps_per_s": stats.get("steps_per_s"),
-            "gpu_load_sm_percent": args.gpu_load_sm_percent}
+            "gpu_load_sm_percent": args.gpu_load_sm_percent, "gpu_load_green_sms": stats.get("green_context_sms")}
 
 
 def main(argv=None) -> int:
@@ -627,8 +627,9 @@ def main(argv=None) -> int:
     ap.add_argument("--mps", action="store_true",
                     help="start a private MPS control daemon for the run's processes, stop it after")
     ap.add_argument("--gpu-load-sm-percent", type=int, default=None, metavar="P",
-                    help="with --mps, a load in another process: it may use P%% of the SMs "
-                    "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the rest left to the node / pool call")
+                    help="the load may use P%% of the SMs, the rest left to the node / pool call: "
+                    "with --mps and a load in another process, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; with "
+                    "--gpu-load-in thread, a green context of that many SMs (PyTorch)")
     ap.add_argument("--caller-priority", default="highest", choices=("highest", "normal"),
                     help="inprocess: priority of the caller's stream the pool call is enqueued on")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
@@ -641,9 +642,10 @@ def main(argv=None) -> int:
     args.rig = str(resolve_rig(args.rig))
     if args.gpu_load_in == "thread" and args.transport != "inprocess":
         ap.error("--gpu-load-in thread: the load shares the caller's process only with --transport inprocess")
-    if args.gpu_load_sm_percent is not None and not (args.mps and args.gpu_load_in == "process"
-                                                     and 0 < args.gpu_load_sm_percent <= 100):
-        ap.error("--gpu-load-sm-percent P: 1-100, with --mps and a load in another process")
+    if args.gpu_load_sm_percent is not None and not (
+            0 < args.gpu_load_sm_percent <= 100 and args.gpu_load != "none"
+            and (args.gpu_load_in == "thread" or args.mps)):
+        ap.error("--gpu-load-sm-percent P: 1-100, for a load in another process under --mps or in a thread")
     if args.transport == "inprocess":
         return main_inprocess(args, argv)
     if args.transport in HANDOFF_OUT and args.backend not in ("cuda", "best"):
