@@ -80,6 +80,7 @@ def _cupy_gemm_step(stream):
 
 
 GREEN_SM_STEP = 8  # green contexts split a Hopper GPU's SMs in groups of this many
+_GREEN_CONTEXTS: list = []
 
 
 def _green_stream(torch, sm_percent: int):
@@ -90,7 +91,8 @@ def _green_stream(torch, sm_percent: int):
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     n = max(GREEN_SM_STEP, sms * sm_percent // 100 // GREEN_SM_STEP * GREEN_SM_STEP)
     ctx = green_contexts.GreenContext.create(num_sms=n, device_id=torch.cuda.current_device())
-    if hasattr(ctx, "Stream"):  # PyTorch 2.14+
+    _GREEN_CONTEXTS.append(ctx)  # destroyed when collected: kept for the process's life
+    if hasattr(ctx, "Stream"):
         return ctx.Stream(), n
     ctx.set_context()  # older: current in the load's thread, which does all its work there
     return torch.cuda.Stream(), n
