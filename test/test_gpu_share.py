@@ -44,6 +44,7 @@ def test_a_persistent_wait_logs_one_line_and_its_end_one_more():
     for _ in range(PERSIST_SETS):
         watch.add(FrameTiming(6.0, 0.05))
     assert len(lines) == 1 and "GPU shared" in lines[0] and "MPS" in lines[0] and "BevPooler" in lines[0]
+    assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in lines[0]  # the share that keeps SMs free for the node
     values = watch.values()
     assert values["gpu_shared"] == "yes" and values["gpu_wait_p99_ms"] > WAIT_FLOOR_MS
     assert values["gpu_device_p50_ms"] == pytest.approx(0.05)

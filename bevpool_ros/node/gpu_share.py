@@ -64,7 +64,8 @@ class GpuShareWatch:
             self.shared = True
             self.log(f"GPU shared: each set's {device_ms:.3f} ms of GPU work waits {wait_ms:.2f} ms (median of "
                      f"{PERSIST_SETS}) for the GPU, most likely another process's CUDA work holding it in time "
-                     "slices; run an MPS control daemon for the processes on this GPU, or pool in the network's "
+                     "slices; run an MPS control daemon for the processes on this GPU (the networks' processes "
+                     "with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=90 leave this node SMs), or pool in the network's "
                      "process (bevpool_ros.BevPooler); docs/gpu_sharing.md")
         elif self.shared and wait_ms < limit / 2:
             self.shared = False
