@@ -25,7 +25,7 @@ from bevpool_ros.workloads import WORKLOADS, get_workload  # noqa: E402
 FP16_ATOL = 1e-2
 # __half2/__hfma2 accumulation option: each lane sums up to K points in FP16 before the FP32
 # team reduction, so its error grows with K (docs/kernels.md); it is not the default.
-FP16_H2ACC_ATOL = 1e-2  # + 2e-3 * K
+FP16_H2ACC_ATOL = 1e-2  # + max(2e-3 * K, (K + 1) * 2^-11 * the cell's sum of |products|)
 CASES = [("v2", "fp16", "half2"), ("v2do", "fp16", "half2"), ("v3", "fp16", "half2"),
          ("v3", "fp16", "f32"), ("v3", "fp8", "half2")]
 
@@ -59,6 +59,7 @@ class Prepared:
         self.d8, self.f8 = fp8.quantize(d, s_d), fp8.quantize(f, s_f)
         self.scale8 = 1.0 / (s_d * s_f)
         self.ref16 = pool_reference(self.d16, self.f16, smap)
+        self.abs16 = pool_reference(np.abs(self.d16), np.abs(self.f16), smap)
         self.ref64 = pool_reference(d, f, smap)
         self.abs64 = pool_reference(np.abs(d), np.abs(f), smap)
         dd, fd = fp8.decode(self.d8), fp8.decode(self.f8)
@@ -93,11 +94,15 @@ class Prepared:
             report(rec)
             tol = FP16_ATOL
             if variant == "v3" and acc == "half2":
-                # half2 option: error grows with the points one lane sums in FP16 (K)
+                # half2 option: a lane sums K points in FP16, each step rounding by at most 2^-11 of
+                # its partial sum, which is at most the cell's sum of |products|: the error grows with
+                # K and with the cell's magnitude (a fixed 2e-3 * K failed one large-valued H200 fuzz rig)
                 K = op.schedule.points_per_slot
-                tol = FP16_H2ACC_ATOL + 2e-3 * K
+                tol = FP16_H2ACC_ATOL + np.maximum(2e-3 * K, (K + 1) * 2.0**-11 * self.abs16)
                 rec["points_per_slot"] = K
-            assert err.max() <= tol, f"{label} {plan.kernel}: max err {err.max():.4g}"
+            bad = err > tol
+            assert not bad.any(), (f"{label} {plan.kernel}: max err {err.max():.4g}, "
+                                   f"{int(bad.sum())} cells over their tolerance")
         else:
             ok, err = fp8_within_tolerance(a, self.ref64, self.abs64)
             kerr = np.abs(a.astype(np.float64) - self.ref8)
