@@ -77,6 +77,7 @@ class EvalReport:
     node_rc: int | None = None
     atol: float | None = None              # None: the tolerance of each grid's precision
     domain: int = 0                        # the DDS domain the replay ran on
+    domain_held: tuple[float, float] = (0.0, 0.0)  # wall clock (s) from its claim to its release
     out_bag_bytes: int = 0                 # the output bag as written (output.py)
     grids_kept: int = 0                    # grids in it: the last one, or all with keep_grids
     grids_bytes: int = 0                   # what every grid took on disk during the run
@@ -284,7 +285,7 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     spool = spool_dir(out_bag)
     try:
         grids = spool / "grids"
-        sets, result, report.node_rc, report.domain = _replay(
+        sets, result, report.node_rc, report.domain, report.domain_held = _replay(
             bag, grids, rig_path, node_params, params_file, view, None if paced else rate,
             dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress, domain=domain))
         converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
@@ -307,7 +308,8 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
 
 def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, options: dict):
     """Start the node on a domain of its own, play the bag into it (``rate`` None: paced), record
-    its grids in ``out_bag``; (the bag's sets, ReplayResult, the node's exit code, the domain)."""
+    its grids in ``out_bag``; (the bag's sets, ReplayResult, the node's exit code, the domain, the
+    wall-clock times it was claimed and released)."""
     from ..demo.domain import claim_domain, release_domain
     from ..demo.session import PipelineSession
     from .play import BagPlayer
@@ -315,6 +317,7 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
     from .sets import find_sets
 
     domain, caller_domain = claim_domain(options["domain"]), os.environ.get("ROS_DOMAIN_ID")
+    claimed_at = time.time()
     session = player = None
     try:
         session = PipelineSession(rig_path=rig_path, node_params=node_params, params_file=params_file,
@@ -332,11 +335,12 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
             player.destroy_node()
         node_rc = session.close()[0] if session is not None else None
         release_domain(domain)
+        released_at = time.time()
         if caller_domain is None:  # the caller's environment as it was
             os.environ.pop("ROS_DOMAIN_ID", None)
         else:
             os.environ["ROS_DOMAIN_ID"] = caller_domain
-    return sets, result, node_rc, domain
+    return sets, result, node_rc, domain, (claimed_at, released_at)
 
 
 def grid_keys(out_bag: Path) -> list:
