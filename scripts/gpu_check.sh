@@ -172,10 +172,13 @@ if [ "$RUN_ROS" = 1 ]; then
       # GPU_SHARE_CELLS ("transport:condition[:bench,args]" separated by spaces; condition alone | gemm | gemm_mps |
       # conv | conv_mps | thread_gemm: inprocess only, the load in the caller's process), each round in that order,
       # so drift hits every cell alike; FP16, float16 in and out, nuScenes, GPU_SHARE_FRAMES sets at 30 Hz; dds runs
-      # with the consumer heap settings docs/dds.md advises. Rows appended to h200_node_latency.json and summed up
-      # by bench/gpu_share_table.py in gpu_share.md. About 45 s per cell.
+      # with the consumer heap settings docs/dds.md advises; the last two default cells leave the pool call SMs
+      # (the load at 90% of them: MPS's per-client share, a green context). Rows appended to h200_node_latency.json
+      # and summed up by bench/gpu_share_table.py in gpu_share.md. About 45 s per cell: the default 11 cells take
+      # ~9 min a round, so one round per device call (GPU_SHARE_REPEATS=1), then
+      # `python bench/gpu_share_table.py CALL1.json CALL2.json CALL3.json` over the calls' rows.
       if [ "${GPU_SHARE_REPEATS:-0}" -gt 0 ]; then
-        cells=${GPU_SHARE_CELLS:-handoff_both:alone dds:alone inprocess:alone handoff_both:gemm dds:gemm inprocess:gemm handoff_both:gemm_mps dds:gemm_mps inprocess:gemm_mps}
+        cells=${GPU_SHARE_CELLS:-handoff_both:alone dds:alone inprocess:alone handoff_both:gemm dds:gemm inprocess:gemm handoff_both:gemm_mps dds:gemm_mps inprocess:gemm_mps inprocess:gemm_mps:--gpu-load-sm-percent,90 inprocess:thread_gemm:--gpu-load-sm-percent,90}
         for rep in $(seq 1 "$GPU_SHARE_REPEATS"); do
           for cell in $cells; do
             IFS=':' read -r tr cond cellargs <<< "$cell"
