@@ -46,6 +46,7 @@ _.fp8_max_abs_err
 _.kernel_sources
 _.bag_sets
 _.lost_stamps
+_.domain_held  # bag/evaluate.py EvalReport: report.json's claim -> release of the task's DDS domain
 # read by a test's subprocess script (test_handoff_input.py, test_tensorrt_import.py, test_colcon_install.py)
 _.sent_tensors
 _.libfix
