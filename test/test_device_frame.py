@@ -331,3 +331,15 @@ def test_gathered_cameras_are_copied_first_and_replayed_with_the_frame(rec):
     f.enqueue(rec.Stream("caller"), b, gather=slots_b)
     assert not rec.entries("replay") and rec.entries("copy")[0][3] == 0x7300_0000_1000
     assert (f.eager_frames, f.graph_replays) == (2, 2)
+
+
+def test_a_gather_longer_than_one_launch_is_split(rec):
+    """More copies than one bevconv_copy_many takes (a rig of many cameras): launches of COPY_MANY,
+    every entry once, in order, the scratch words' zeros last."""
+    f = frame(rec, "fp16")
+    n = kernel_copies.COPY_MANY + 4
+    gather = tuple((DEPTH + 64 * i, None if i == 3 else 0x7300_0000_0000 + 64 * i, 64) for i in range(n))
+    f.enqueue(rec.Stream("caller"), binding(), gather=gather)
+    assert [e[2] for e in rec.entries("copy_many")] == [kernel_copies.COPY_MANY, n + 1 - kernel_copies.COPY_MANY]
+    written = [(e[2], e[3] if e[0] == "copy" else None) for e in rec.log if e[0] in ("copy", "zero")]
+    assert written == [(d, s) for d, s, _ in gather] + [(f._scratch.ptr, None)]
