@@ -102,25 +102,15 @@ def make_load(kind: str, priority: str = "normal", sm_percent: int | None = None
     """(step, mark, sms): ``step()`` enqueues a few milliseconds of work on the load's stream;
     ``mark()`` records an event after it and returns a function that waits for that event; ``sms``:
     the SMs the load may use, on a green context of ``sm_percent`` of them (None: all)."""
-    if sm_percent is not None:
-        import torch
-
-        stream, sms = _green_stream(torch, sm_percent)
-        step = {"gemm": _gemm_step, "conv": _conv_step}[kind](torch, stream)
-
-        def green_mark():
-            ev = torch.cuda.Event()
-            ev.record(stream)
-            return ev.synchronize
-        return step, green_mark, sms
     try:
         import torch
 
         if not torch.cuda.is_available():
             raise ImportError("no CUDA in torch")
     except ImportError:
-        if kind != "gemm":
-            raise SystemExit(f"--gpu-load {kind} needs PyTorch with CUDA") from None
+        if kind != "gemm" or sm_percent is not None:
+            raise SystemExit(f"--gpu-load {kind}" + (" on a green context" if sm_percent is not None else "")
+                             + " needs PyTorch with CUDA") from None
         import cupy
 
         stream = cupy.cuda.Stream(non_blocking=True)
@@ -130,15 +120,18 @@ def make_load(kind: str, priority: str = "normal", sm_percent: int | None = None
             ev.record(stream)
             return ev.synchronize
         return _cupy_gemm_step(stream), cupy_mark, None
-    least, greatest = torch.cuda.Stream.priority_range()
-    stream = torch.cuda.Stream(priority=greatest if priority == "highest" else least)
+    if sm_percent is not None:
+        stream, sms = _green_stream(torch, sm_percent)
+    else:
+        least, greatest = torch.cuda.Stream.priority_range()
+        stream, sms = torch.cuda.Stream(priority=greatest if priority == "highest" else least), None
     step = {"gemm": _gemm_step, "conv": _conv_step}[kind](torch, stream)
 
     def mark():  # Event.synchronize releases the interpreter lock while it waits
         ev = torch.cuda.Event()
         ev.record(stream)
         return ev.synchronize
-    return step, mark, None
+    return step, mark, sms
 
 
 def run_load(kind: str, seconds: float, stop: threading.Event | None = None, started=None,
