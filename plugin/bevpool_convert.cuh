@@ -230,12 +230,9 @@ __device__ __forceinline__ void copy_range(const unsigned char* src, unsigned ch
   for (long long i = done + grid_start(); i < nbytes; i += grid_step()) dst[i] = src ? src[i] : 0;
 }
 }  // namespace bevconv
-extern "C" __global__ void bevconv_copy_bytes(const unsigned char* src, unsigned char* dst, long long nbytes) {
-  bevconv::copy_range(src, dst, nbytes);
-}
 // Up to BEVCONV_COPY_MANY copies (or zero fills: a null src) in one launch, passed by value: a frame's
-// gather of per-camera tensors is one kernel instead of one per camera and stream. blockIdx.y picks the
-// entry, the x dimension strides over its bytes.
+// gather of per-camera tensors is one kernel instead of one per camera and stream, a single copy a table
+// of one. blockIdx.y picks the entry, the x dimension strides over its bytes.
 #define BEVCONV_COPY_MANY 16
 struct BevconvCopyTable {
   const unsigned char* src[BEVCONV_COPY_MANY];

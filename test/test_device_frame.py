@@ -40,7 +40,7 @@ def signatures() -> dict[str, tuple[str, ...]]:
 SIGNATURES = signatures()
 # the frame's copies and fills are kernels too (backends/gpu/kernel_copies.py): (dst, src, bytes),
 # (dst, value, count) in the log
-COPY_KERNELS = {"bevconv_copy_bytes": "copy", "bevconv_fill_u32": "fill_u32"}
+COPY_KERNELS = {"bevconv_fill_u32": "fill_u32"}
 
 
 def copy_table_entries(table: bytes, count: int) -> list[tuple]:
@@ -266,7 +266,7 @@ class Done:
 
 def test_a_mapped_flag_word_is_written_by_a_kernel(rec):
     """A done target whose word is mapped into the device (the node's and BevPooler's): the frame's
-    work stays kernels only, the flags copied by bevconv_copy_bytes, no copy-engine transfer."""
+    work stays kernels only, the flags copied by bevconv_copy_many, no copy-engine transfer."""
     f = frame(rec, "fp16")
     done = Done(rec, 0x1000)
     done.device_ptr = 0x7F00_0000_1000

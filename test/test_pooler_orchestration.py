@@ -157,6 +157,7 @@ def test_one_call_in_order_on_its_stream(rig):
         "bevconv_check_f16",
         "pool",
         "bevconv_out_f32_to_f16",
+        "copy_many",  # the flag word's copy: a table of one
         "copy",
         "record",
     ]
@@ -232,7 +233,7 @@ def test_per_camera_tensors_are_gathered_first(rig):
     flags = p._device.flags.ptr
     scratch = p._device._scratch.ptr
     # one launch: every camera and stream, then the scratch words; then the flag word's copy
-    assert rig.entries("copy_many") == [("copy_many", 0x77, 2 * n + 1)]
+    assert rig.entries("copy_many") == [("copy_many", 0x77, 2 * n + 1), ("copy_many", 0x77, 1)]
     gather = [e for e in rig.log if e[0] in ("copy", "zero") and e[2] != scratch and e[3] != flags]
     assert len(gather) == 2 * n and sum(e[0] == "zero" for e in gather) == 2
     depth_slot = D * H * W * 2

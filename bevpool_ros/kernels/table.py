@@ -80,7 +80,7 @@ CONVERT_KERNELS = ("bevconv_f32_to_f16", "bevconv_e4m3_to_f16", "bevconv_check_f
                    "bevconv_out_f32_to_f16", "bevconv_out_f16_to_f16", "bevconv_out_f16_to_f32",
                    "bevconv_out_f32_to_f32",
                    "bevconv_check_out_f32", "bevconv_expand_depth_f32", "bevconv_expand_depth_f16",
-                   "bevconv_expand_depth_e4m3", "bevconv_copy_bytes", "bevconv_copy_many", "bevconv_fill_u32")
+                   "bevconv_expand_depth_e4m3", "bevconv_copy_many", "bevconv_fill_u32")
 HANDWRITTEN_KERNELS = ("bevpool_v2_fp16", "bevpool_v2do_pack10_fp16", "bevpool_v2do_pack8_fp16",
                        "bevpool_empty_kernel", *CONVERT_KERNELS)
 ALL_KERNELS = (*HANDWRITTEN_KERNELS, *V3_KERNELS)

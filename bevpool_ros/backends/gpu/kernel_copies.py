@@ -1,5 +1,5 @@
-"""Copies and fills of a frame as kernels (plugin/bevpool_convert.cuh: bevconv_copy_bytes,
-bevconv_copy_many, bevconv_fill_u32) instead of copy-engine and memset operations.
+"""Copies and fills of a frame as kernels (plugin/bevpool_convert.cuh: bevconv_copy_many,
+bevconv_fill_u32) instead of copy-engine and memset operations.
 
 Why: a frame whose work is only kernels is one run on the SMs. On a GPU shared with another
 process's networks without MPS, the GPU time-slices between the processes, and a frame that
@@ -23,9 +23,7 @@ def _blocks(rt, units: int) -> int:
 
 def copy(rt, s, dst: int, src: int, nbytes: int) -> None:
     """``nbytes`` from device address ``src`` to ``dst`` (either may be mapped host memory)."""
-    if nbytes:
-        launch_args(rt.module, "bevconv_copy_bytes", (_blocks(rt, -(-nbytes // 16)), 1, 1), (_THREADS, 1, 1),
-                    (("ptr", int(src)), ("ptr", int(dst)), ("i64", int(nbytes))), s)
+    copy_many(rt, s, [(dst, src, nbytes)])
 
 
 def fill_u32(rt, s, dst: int, value: int, count: int) -> None:
@@ -51,7 +49,8 @@ def copy_many(rt, s, entries) -> None:
     for first in range(0, len(entries), COPY_MANY):
         chunk = entries[first:first + COPY_MANY]
         largest = max(nbytes for _, _, nbytes in chunk)
-        # blocks per entry sized for the largest, all entries together within the one-copy cap
+        # blocks per entry sized for the largest entry's 16-byte vectors, all entries together
+        # within the cap of one elementwise launch (a single copy: that launch's own size)
         per_entry = max(1, min(-(-largest // (16 * _THREADS)), rt.device.sm_count * 8 // len(chunk)))
         launch_args(rt.module, "bevconv_copy_many", (per_entry, len(chunk), 1), (_THREADS, 1, 1),
                     (("bytes", copy_table(chunk)), ("i32", len(chunk))), s)
