@@ -118,7 +118,7 @@ def pool_steps() -> tuple[dict, object, object]:
     sys.path.insert(0, str(ROOT / "bench"))
     from inprocess_latency import _Framework, inputs
 
-    from bevpool_ros.backends.errors import BackendUnavailable
+    from bevpool_ros.errors import BackendUnavailable
     from bevpool_ros.inprocess import BevPooler
     from bevpool_ros.paths import default_rig_path
     from bevpool_ros.rig_yaml import load_rig
@@ -140,7 +140,7 @@ def pool_steps() -> tuple[dict, object, object]:
         pool()
     graph = next(iter(pooler._device._graphs.values()))
     steps = {"bevpool_pool": pool, "graph_launch": lambda: graph.replay(fw.stream)}
-    from bevpool_ros.backends.cuda.driver import api
+    from bevpool_ros.device.driver import api
 
     # the real driver only: under a test's stand-in (test/fake_cuda.py) handles are made up, and
     # neither libcuda nor PyTorch may be handed them
@@ -173,7 +173,7 @@ def on_device(pool, fw, calls: int) -> dict | None:
         return None
     if not torch.cuda.is_available():
         return None
-    from bevpool_ros.backends.cuda.driver import EventTimer
+    from bevpool_ros.device.driver import EventTimer
 
     timer, out = EventTimer(), []
     with torch.cuda.stream(torch.cuda.ExternalStream(fw.handle)):

@@ -22,7 +22,10 @@ from cubin_elf import parse  # noqa: E402
 
 
 def kernel_image(tree: Path, arch: str, cache: Path) -> bytes:
-    code = ("import sys; from bevpool_ros.backends.cuda.nvrtc_build import get_kernel_image; "
+    # the NVRTC build moved from backends/cuda/ to device/: each tree compiles with its own
+    module = "device" if (tree / "bevpool_ros" / "device").is_dir() else "backends.cuda"
+    code = (f"import sys, bevpool_ros; assert bevpool_ros.__file__.startswith({str(tree)!r}); "
+            f"from bevpool_ros.{module}.nvrtc_build import get_kernel_image; "
             f"sys.stdout.buffer.write(get_kernel_image({arch!r}))")
     env = dict(os.environ, BEVPOOL_KERNEL_CACHE=str(cache), PYTHONPATH=str(tree))
     return subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, check=True, cwd=tree).stdout

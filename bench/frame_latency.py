@@ -59,7 +59,7 @@ def pct(values_s) -> dict:
 
 def on_device(frame):
     """(depth, feat) as per-camera device tensors, as the input hand-off gives them."""
-    from bevpool_ros.backends.cuda.driver import DeviceCopy
+    from bevpool_ros.device.driver import DeviceCopy
 
     return tuple([DeviceCopy(a[n]) for n in range(a.shape[0])] for a in frame)
 

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from bevpool_ros.backends.cuda.driver import DeviceBuffer, EventTimer, Stream
+from bevpool_ros.device.driver import DeviceBuffer, EventTimer, Stream
 from bevpool_ros.inprocess import BevPooler
 from bevpool_ros.kernels.fp8 import pow2_scale, quantize
 from bevpool_ros.synthetic import SyntheticScene

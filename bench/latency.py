@@ -126,7 +126,7 @@ def role_handoff_publisher(args) -> int:
     the last announcement was published."""
     import rclpy
 
-    from bevpool_ros.backends.cuda.driver import DeviceCopy
+    from bevpool_ros.device.driver import DeviceCopy
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, ring_for_rig
     from bevpool_ros.rig_yaml import load_rig
     from bevpool_ros.synthetic import SyntheticScene
@@ -527,7 +527,7 @@ def main_inprocess(args, argv) -> int:
         raise SystemExit("--transport inprocess measures the device path: --backend cuda")
     info = machine()
     rig = load_rig(args.rig)
-    from bevpool_ros.backends.errors import BackendUnavailable
+    from bevpool_ros.errors import BackendUnavailable
 
     try:
         if args.gpu_load_in == "thread":

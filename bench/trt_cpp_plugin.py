@@ -36,10 +36,10 @@ import rig_variants as V  # noqa: E402
 import trt_cpp_cases as T  # noqa: E402
 from tensorrt_helpers import recalibrated  # noqa: E402
 
-from bevpool_ros.backends.cuda.runtime import get_runtime  # noqa: E402
 from bevpool_ros.backends.tensorrt import standin  # noqa: E402
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs  # noqa: E402
 from bevpool_ros.backends.tensorrt.targets import Target  # noqa: E402
+from bevpool_ros.device.runtime import get_runtime  # noqa: E402
 from bevpool_ros.scatter_map import build_scatter_map  # noqa: E402
 from bevpool_ros.workloads import base_rig  # noqa: E402
 

@@ -36,12 +36,12 @@ sys.path.insert(0, str(ROOT / "test"))
 
 from trt_cpp_cases import random_inputs  # noqa: E402  (the C++ plugin tests' inputs, the same here)
 
-from bevpool_ros.backends.cuda.runtime import get_runtime  # noqa: E402
-from bevpool_ros.backends.cuda.timing import time_graph  # noqa: E402
 from bevpool_ros.backends.tensorrt import standin  # noqa: E402
 from bevpool_ros.backends.tensorrt.builder import plugin_config_for  # noqa: E402
 from bevpool_ros.backends.tensorrt.plugin_config import map_inputs  # noqa: E402
 from bevpool_ros.backends.tensorrt.targets import Target  # noqa: E402
+from bevpool_ros.device.runtime import get_runtime  # noqa: E402
+from bevpool_ros.device.timing import time_graph  # noqa: E402
 from bevpool_ros.kernels.planning import FP8_KERNEL_OUT_SCALE  # noqa: E402
 from bevpool_ros.kernels.precision import fp8_within_tolerance  # noqa: E402
 from bevpool_ros.reference import pool_reference  # noqa: E402

@@ -38,7 +38,7 @@ rm -f "$OUT/h200_node_latency.json"  # the ROS and in-process blocks append thei
   $PY -c 'import sys, numpy, cuda.bindings; print(sys.version); print("numpy", numpy.__version__, "cuda-bindings", cuda.bindings.__version__)'
   $PY -m pip list 2>/dev/null | grep -i -E "nvrtc|cuda-runtime|pyyaml|hypothesis|pytest" || true
   t0=$(date +%s.%N)
-  $PY -c 'from bevpool_ros.backends.cuda.nvrtc_build import get_kernel_image, nvrtc_version; print("nvrtc", nvrtc_version()); print("sm_90 cubin bytes", len(get_kernel_image("sm_90")))'
+  $PY -c 'from bevpool_ros.device.nvrtc_build import get_kernel_image, nvrtc_version; print("nvrtc", nvrtc_version()); print("sm_90 cubin bytes", len(get_kernel_image("sm_90")))'
   echo "compile s: $(echo "$(date +%s.%N) - $t0" | bc 2>/dev/null)"
 } > "$OUT/env.txt" 2>&1 || status=1
 cat "$OUT/env.txt"

@@ -24,7 +24,7 @@ NUSCENES_RIG = default_rig_path()
 
 
 def _have_gpu() -> bool:
-    from bevpool_ros.backends.cuda.driver import live_l2_bytes
+    from bevpool_ros.device.driver import live_l2_bytes
 
     return live_l2_bytes() is not None
 

@@ -1,7 +1,7 @@
 """The CUDA driver without a GPU, for measuring what BevPooler's device path asks of it.
 
 ``fake_gpu()`` puts a counting stand-in where ``from cuda.bindings import driver`` finds the real
-module: the driver wrappers (bevpool_ros/backends/cuda/driver.py) then run their own code, pay
+module: the driver wrappers (bevpool_ros/device/driver.py) then run their own code, pay
 what they pay in Python (the real cuda.bindings types and enums are used: CUstream(...) costs
 what it costs), and every ``cu*`` call is counted by name and answered with success. A
 BevPooler made inside it gets a stand-in cuda backend (its pooling step is one kernel launch),
@@ -28,8 +28,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bevpool_ros.backends.cuda import driver
 from bevpool_ros.backends.gpu.device_frame import DeviceFrame
+from bevpool_ros.device import driver
 from bevpool_ros.inprocess import pooler as pooler_module
 
 DEVICE_BASE = 0x7F00_0000_0000  # fake device addresses: 1 MiB apart, so every one is aligned

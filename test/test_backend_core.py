@@ -181,8 +181,8 @@ def test_v3_operator_owns_its_schedule_plan_and_arrays():
     schedule arrays uploaded by it and freed by it (the driver faked: no GPU)."""
     from fake_cuda import _Module, fake_gpu
 
-    from bevpool_ros.backends.cuda import driver
-    from bevpool_ros.backends.cuda.operator import V3Operator
+    from bevpool_ros.device import driver
+    from bevpool_ros.device.operator import V3Operator
     from bevpool_ros.kernels.planning import plan_for
 
     smap = get_workload("small")
@@ -203,9 +203,9 @@ def test_cuda_backend_holds_one_operator_per_prepared_precision(precision, monke
     give every device allocation back."""
     from fake_cuda import _Module, fake_gpu
 
-    from bevpool_ros.backends.cuda import driver
+    from bevpool_ros.backends.cuda import CudaBackend
     from bevpool_ros.backends.gpu import base as gpu_base
-    from bevpool_ros.backends.gpu.cuda_backend import CudaBackend
+    from bevpool_ros.device import driver
 
     smap = get_workload("small")
     with fake_gpu() as fake:

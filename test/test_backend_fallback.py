@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from bevpool_ros.backends import BackendUnavailable, CpuBackend, create_backend
-from bevpool_ros.backends.cuda.driver import live_l2_bytes
+from bevpool_ros.device.driver import live_l2_bytes
 
 NO_GPU = live_l2_bytes() is None
 

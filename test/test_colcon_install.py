@@ -90,7 +90,7 @@ def test_resolver_finds_everything_in_the_install_space(install):
 
 
 def test_installed_kernel_sources_compile_with_nvrtc(install):
-    r = in_install(install, f"{VENV}/bin/python -c 'from bevpool_ros.backends.cuda import nvrtc_build as b; "
+    r = in_install(install, f"{VENV}/bin/python -c 'from bevpool_ros.device import nvrtc_build as b; "
                             "print(b.plugin_dir()); print(len(b.compile_source(\"sm_90\")[0]))'", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.strip().splitlines()
@@ -142,7 +142,7 @@ def test_node_and_occupancy_start_from_the_install_space(install):
 
 
 def test_cuda_start_without_a_gpu_fails_for_the_gpu_not_a_file(install):
-    from bevpool_ros.backends.cuda.driver import live_l2_bytes
+    from bevpool_ros.device.driver import live_l2_bytes
 
     if live_l2_bytes() is not None:
         pytest.skip("this machine has a GPU: the cuda backend starts")

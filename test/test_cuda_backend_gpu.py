@@ -39,7 +39,7 @@ def report(record: dict) -> None:
 
 @pytest.fixture(scope="session")
 def rt():
-    from bevpool_ros.backends.cuda.runtime import get_runtime
+    from bevpool_ros.device.runtime import get_runtime
 
     return get_runtime(0)
 
@@ -67,7 +67,7 @@ class Prepared:
         self.abs8 = pool_reference(np.abs(dd), np.abs(fd), smap) * self.scale8
 
     def check(self, variant, precision, acc, label, kernel=None, k_min=None, threads=None):
-        from bevpool_ros.backends.cuda.operator import operator_for
+        from bevpool_ros.device.operator import operator_for
         from bevpool_ros.kernels.precision import fp8_within_tolerance
         from bevpool_ros.kernels.table import UnsupportedShape
 
@@ -224,7 +224,7 @@ def test_random_rig_fuzz(rt, i):
 
 # ---- the backend ----------------------------------------------------------------------------
 def test_backend_fp16_frames(rt):
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
 
     smap = get_workload("canonical")
     be = CudaBackend("fp16")
@@ -243,7 +243,7 @@ def test_backend_fp16_frames(rt):
 
 
 def test_backend_rejects_bad_inputs_before_launch(rt):
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
     from bevpool_ros.scatter_map import ScatterMapError
 
     smap = get_workload("small")
@@ -267,7 +267,7 @@ def test_backend_rejects_bad_inputs_before_launch(rt):
 
 
 def test_backend_fp8_float_and_raw_inputs(rt):
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
     from bevpool_ros.kernels import fp8
     from bevpool_ros.kernels.precision import fp8_within_tolerance
 
@@ -295,7 +295,7 @@ def test_backend_auto_precision_is_cached(rt, tmp_path, monkeypatch):
     answer as a typed record; a second backend reads it instead of measuring."""
     from dataclasses import asdict
 
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
 
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))
     smap = get_workload("canonical")

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda.driver import DeviceView
 from bevpool_ros.backends.gpu import device_frame as df
 from bevpool_ros.backends.gpu import kernel_copies
+from bevpool_ros.device.driver import DeviceView
 from bevpool_ros.kernels.table import CONVERT_KERNELS
 from bevpool_ros.paths import plugin_dir
 from bevpool_ros.workloads import get_workload

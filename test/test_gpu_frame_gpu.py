@@ -24,7 +24,7 @@ FP16_ATOL = 1e-2
 
 
 def backend(precision, **kw):
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
 
     return CudaBackend(precision, autotune=False, **kw)
 
@@ -273,7 +273,7 @@ def test_pooling_worker_thread_with_a_calibration_change():
 
 
 def test_device_output_and_frame_hook_for_zero_copy_consumers():
-    from bevpool_ros.backends.cuda.driver import DeviceBuffer
+    from bevpool_ros.device.driver import DeviceBuffer
 
     smap = get_workload("small")
     be = backend("fp16")

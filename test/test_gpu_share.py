@@ -71,7 +71,7 @@ def test_a_long_kernel_is_not_a_wait():
 def test_streams_take_the_highest_priority_unless_told():
     from fake_cuda import fake_gpu
 
-    from bevpool_ros.backends.cuda import driver
+    from bevpool_ros.device import driver
 
     with fake_gpu() as fake:
         fake.log = []

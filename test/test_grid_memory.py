@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fake_cuda import device_inputs, fake_gpu
 
-from bevpool_ros.backends.cuda.streams import PER_THREAD
+from bevpool_ros.device.streams import PER_THREAD
 from bevpool_ros.inprocess import BevPooler, grid_memory
 from bevpool_ros.workloads import get_workload
 
@@ -143,7 +143,7 @@ def test_a_failed_enqueue_gives_the_buffer_back(cu, pooler, monkeypatch):
 
 def test_a_device_copy_is_one_upload_offered_as_a_cuda_array(cu):
     """driver.DeviceCopy, the benches' and GPU tests' stand-in for a network's output tensor."""
-    from bevpool_ros.backends.cuda.driver import DeviceCopy
+    from bevpool_ros.device.driver import DeviceCopy
 
     host = np.arange(12, dtype=np.float16).reshape(3, 4)
     copy = DeviceCopy(host)

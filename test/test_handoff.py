@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda.dlpack import KDL_CPU, to_capsule
+from bevpool_ros.device.dlpack import KDL_CPU, to_capsule
 from bevpool_ros.handoff import ControlBlock, RingCursor, RingError, SharedControlBlock, slot_of, unsupported_reason
 from bevpool_ros.handoff.fdpass import FdServer, fetch
 from bevpool_ros.handoff.vmm import REQUIRED_ATTRIBUTES

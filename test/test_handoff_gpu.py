@@ -51,8 +51,8 @@ READER = textwrap.dedent("""
 
 
 def test_second_process_reads_the_ring_against_the_reference(tmp_path):
-    from bevpool_ros.backends.cuda.driver import api, check
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
+    from bevpool_ros.device.driver import api, check
     from bevpool_ros.handoff.producer import HandoffRing
     from bevpool_ros.handoff.vmm import device_attributes
     from bevpool_ros.node.handoff_output import device_output, grid_bytes

@@ -23,7 +23,7 @@ DEVICE: list = []
 
 def DeviceArray(arr: np.ndarray):
     """A device copy of a host array (``__cuda_array_interface__`` v3), in device 0's primary context."""
-    from bevpool_ros.backends.cuda.driver import Device, DeviceCopy
+    from bevpool_ros.device.driver import Device, DeviceCopy
 
     if not DEVICE:
         DEVICE.append(Device(0))  # the primary context the buffers live in
@@ -62,7 +62,7 @@ def within_tolerance(out, depth, feat, smap, precision) -> bool:
 
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 def test_gpu_backend_pools_device_payloads_mixed_with_host_arrays(smap, precision):
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
 
     be = CudaBackend(precision)
     be.prepare(smap)
@@ -89,7 +89,7 @@ def test_gpu_backend_pools_device_payloads_mixed_with_host_arrays(smap, precisio
 
 def test_nan_in_a_device_payload_is_flagged_on_the_device(smap):
     from bevpool_ros.backends import NonFiniteInput
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
 
     be = CudaBackend("fp16")
     be.prepare(smap)
@@ -122,7 +122,7 @@ PRODUCER = textwrap.dedent("""
     import sys
     import numpy as np
     import rclpy
-    from bevpool_ros.backends.cuda.driver import DeviceBuffer, api, check
+    from bevpool_ros.device.driver import DeviceBuffer, api, check
     from rclpy.serialization import serialize_message
 
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher, announcement

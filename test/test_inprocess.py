@@ -16,8 +16,8 @@ import rig_variants as rv
 from fake_cuda import torch_stand_in
 
 from bevpool_ros import BevPooler
-from bevpool_ros.backends.cuda import dlpack, streams, tensors
-from bevpool_ros.backends.errors import InputError, NonFiniteInput
+from bevpool_ros.device import dlpack, streams, tensors
+from bevpool_ros.errors import InputError, NonFiniteInput
 from bevpool_ros.fp8 import decode
 from bevpool_ros.kernels.fp8 import quantize
 from bevpool_ros.reference import pool_reference
@@ -270,7 +270,7 @@ def test_bad_construction_is_refused(tri):
 
 
 def test_auto_without_a_gpu_says_so_once(tri, caplog):
-    from bevpool_ros.backends.cuda.driver import live_l2_bytes
+    from bevpool_ros.device.driver import live_l2_bytes
 
     if live_l2_bytes() is not None:
         pytest.skip("a GPU is present: auto picks cuda")

@@ -18,7 +18,7 @@ from test_gpu_frame_gpu import assert_matches, in_thread
 from test_inprocess import DOC, doc_example
 
 from bevpool_ros import BevPooler
-from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
+from bevpool_ros.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.fp8 import decode
 from bevpool_ros.kernels.fp8 import quantize
 from bevpool_ros.workloads import get_workload

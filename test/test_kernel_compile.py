@@ -8,7 +8,7 @@ import stat
 import cuda.bindings.nvrtc  # noqa: E402,F401  (pinned in requirements.txt: missing = a real failure)
 import pytest
 
-from bevpool_ros.backends.cuda import nvrtc_build  # noqa: E402
+from bevpool_ros.device import nvrtc_build  # noqa: E402
 from bevpool_ros.kernels.table import ALL_KERNELS  # noqa: E402
 
 

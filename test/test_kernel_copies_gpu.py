@@ -15,7 +15,7 @@ POISON = 0xAB
 
 @pytest.fixture(scope="module")
 def rt():
-    from bevpool_ros.backends.cuda.runtime import get_runtime
+    from bevpool_ros.device.runtime import get_runtime
 
     return get_runtime()
 
@@ -23,7 +23,7 @@ def rt():
 def run(rt, src_host: np.ndarray, dst_bytes: int, enqueue) -> np.ndarray:
     """``enqueue(stream, src_ptr, dst_ptr)`` over a device copy of ``src_host`` and a poisoned
     destination; the destination's bytes afterwards."""
-    from bevpool_ros.backends.cuda.driver import DeviceBuffer
+    from bevpool_ros.device.driver import DeviceBuffer
 
     src, dst = DeviceBuffer(src_host.nbytes), DeviceBuffer(dst_bytes)
     out = np.full(dst_bytes, POISON, np.uint8)

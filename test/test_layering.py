@@ -12,16 +12,16 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bevpool_ros"
 
 # room -> layer; a room imports only from rooms of a lower layer (or from itself).
 LAYERS = {
-    "core": 0,                # top-level modules: rig, scatter map, reference, fp8, paths, ...
+    "core": 0,                # top-level modules: rig, scatter map, reference, fp8, errors, paths, ...
     "cameras": 1,             # camera sets and live calibration, no ROS
     "kernels": 1,             # the device-free description of every kernel
     "io": 1,                  # array <-> message codecs
     "ros": 1,                 # generic ROS helpers (QoS, throttle, diagnostics, process, watchdog)
     "params": 2,              # the node's parameter table
-    "backends.errors": 2,     # the backends' public errors
-    "backends.cuda": 3,       # the device layer: driver, NVRTC, DLPack, device tensors, streams
+    "device": 3,              # the device layer: driver, NVRTC, operators, DLPack, device tensors, streams
     "backends.interface": 4,  # base.py, staging.py, cpu.py
-    "backends.gpu": 5,
+    "backends.gpu": 5,        # what the GPU backends share
+    "backends.cuda": 6,       # cuda.py, the cuda backend
     "backends.tensorrt": 6,
     "backends.factory": 7,    # backends/__init__.py: create_backend picks one of the above
     "inprocess": 8,           # BevPooler, the in-process API
@@ -42,7 +42,7 @@ def room_of(module: str) -> str:
     if parts[0] == "backends":
         if len(parts) == 1 or parts[1] == "__init__":
             return "backends.factory"
-        if parts[1] in ("cuda", "gpu", "tensorrt", "errors"):
+        if parts[1] in ("cuda", "gpu", "tensorrt"):
             return f"backends.{parts[1]}"
         return "backends.interface"
     if (PACKAGE / parts[0]).is_dir():
@@ -111,5 +111,6 @@ def test_the_rules_can_fail():
     probe = PACKAGE / "kernels" / "planning.py"
     found = {t for _, t in imports_of(probe)}
     assert "bevpool_ros.scatter_map" in found
-    assert room_of("bevpool_ros.node.main") == "node" and room_of("bevpool_ros.backends.cuda.driver") == "backends.cuda"
+    assert room_of("bevpool_ros.node.main") == "node" and room_of("bevpool_ros.device.driver") == "device"
+    assert room_of("bevpool_ros.backends.cuda") == "backends.cuda" and room_of("bevpool_ros.errors") == "core"
     assert room_of("bevpool_ros.backends") == "backends.factory" and room_of("bevpool_ros.rig") == "core"

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from test_device_frame import Recorder
 
-from bevpool_ros.backends.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.backends.gpu import device_frame as df
 from bevpool_ros.backends.gpu import kernel_copies
 from bevpool_ros.backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
+from bevpool_ros.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.inprocess import grid as grid_module
 from bevpool_ros.inprocess import grid_memory
 from bevpool_ros.inprocess import pooler as pooler_module

@@ -70,7 +70,7 @@ def test_codes_mixed_with_float_cameras_are_pooled(nuscenes_rig, scene):
 def test_cuda_nan_codes_are_non_finite(nuscenes_rig, scene, precision, mixed):
     """On the cuda backend: codes mixed with floats (decoded by the worker) and all-code sets
     (checked by the device) both count a NaN code as non_finite, never backend_input_error."""
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
 
     depth, feat = scene
     codes = [fp8.encode(f) for f in feat]

@@ -9,8 +9,8 @@ import pytest
 import rig_variants as V
 
 from bevpool_ros.backends import CpuBackend
-from bevpool_ros.backends.cuda.autotune import candidate_kernels
 from bevpool_ros.backends.staging import split_cameras
+from bevpool_ros.device.autotune import candidate_kernels
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.planning import plan_for
 from bevpool_ros.kernels.twin import v3_kernel_twin

@@ -26,7 +26,7 @@ def choice_dir(tmp_path_factory):
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 @pytest.mark.parametrize("name", sorted(V.VARIANTS))
 def test_cuda_backend_equals_the_reference_on_every_rig(name, precision, autotune, choice_dir):
-    from bevpool_ros.backends.gpu import CudaBackend
+    from bevpool_ros.backends.cuda import CudaBackend
     from bevpool_ros.backends.gpu.choices import ChoiceStore
     from bevpool_ros.kernels import table as L
 
@@ -56,7 +56,7 @@ def test_narrow_kernels_at_every_schedule(name):
     """The vec-1/vec-2 rows at several team sizes and block sizes, raw kernel launches."""
     from test_cuda_backend_gpu import Prepared
 
-    from bevpool_ros.backends.cuda.runtime import get_runtime
+    from bevpool_ros.device.runtime import get_runtime
     from bevpool_ros.kernels import table as L
 
     smap = build_scatter_map(V.rig(name))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bevpool_ros.backends.cuda.timing import rotation_sets
+from bevpool_ros.device.timing import rotation_sets
 from bevpool_ros.kernels import fp8
 from bevpool_ros.kernels import table as L
 from bevpool_ros.kernels.precision import decide, fp8_within_tolerance

@@ -27,7 +27,7 @@ from bevpool_ros.regime import MiB
 
 
 def _no_gpu() -> bool:
-    from bevpool_ros.backends.cuda.driver import live_l2_bytes
+    from bevpool_ros.device.driver import live_l2_bytes
 
     return live_l2_bytes() is None
 

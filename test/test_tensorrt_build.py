@@ -114,7 +114,7 @@ def test_creator_round_trip_through_registry(lib):
 
 def test_enqueue_binds_tensorrt_pointers_to_the_plan(lib, monkeypatch):
     """enqueue without a GPU: the launch is intercepted; checks binding, stream, and no allocation."""
-    import bevpool_ros.backends.cuda.driver as drv
+    import bevpool_ros.device.driver as drv
     from bevpool_ros.kernels import table as L
 
     smap = tiny_map()
@@ -160,7 +160,7 @@ def test_engine_does_not_deserialize_without_gpu(lib):
     built, _ = build_for(lib, tiny_map(), "fp16", known_target("sm_89"))
     register_plugin(trt)
     rt = trt.Runtime(trt.Logger(trt.Logger.INTERNAL_ERROR))
-    from bevpool_ros.backends.cuda.driver import live_l2_bytes
+    from bevpool_ros.device.driver import live_l2_bytes
 
     if live_l2_bytes() is not None:
         pytest.skip("a GPU is present")

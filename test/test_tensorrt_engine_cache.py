@@ -98,7 +98,7 @@ def test_every_key_part_separates_entries(tmp_path):
 def test_kernel_source_change_misses_and_evicts_the_stale_engine(tmp_path, monkeypatch):
     """Editing a kernel source changes the key (builder.kernel_identity): the old engine is not
     served, and storing the new one evicts it."""
-    import bevpool_ros.backends.cuda.nvrtc_build as nb
+    import bevpool_ros.device.nvrtc_build as nb
     from bevpool_ros.backends.tensorrt.builder import kernel_identity
 
     before = kernel_identity()

@@ -90,7 +90,7 @@ def test_unknown_module_name_is_a_config_error(tmp_path):
 
 def test_no_gpu_means_tensorrt_is_never_loaded(tmp_path):
     """Node start-up on a CPU machine: backend 'best' must not pay for loading TensorRT (~0.8 s)."""
-    code = ("import sys\nfrom bevpool_ros.backends.cuda.driver import live_l2_bytes\n"
+    code = ("import sys\nfrom bevpool_ros.device.driver import live_l2_bytes\n"
             "from bevpool_ros.backends import create_backend\n"
             "b = create_backend('best', 'fp16')\n"
             "print('GPU' if live_l2_bytes() else 'NOGPU', b.name, "

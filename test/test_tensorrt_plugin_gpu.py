@@ -26,7 +26,7 @@ from bevpool_ros.scatter_map import build_scatter_map
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 def test_gpu_plugin_two_calibrations_one_config(precision, nuscenes_rig):
     from bevpool_ros.backends.base import BackendUnavailable
-    from bevpool_ros.backends.cuda.runtime import get_runtime
+    from bevpool_ros.device.runtime import get_runtime
 
     try:
         rt = get_runtime(0)
@@ -68,7 +68,7 @@ def test_standin_runs_the_plugin_code_without_tensorrt(monkeypatch, nuscenes_rig
     creator round trip, on_shape_change re-binds per calibration; the launch is intercepted."""
     from tensorrt_helpers import bind_to_map
 
-    import bevpool_ros.backends.cuda.driver as drv
+    import bevpool_ros.device.driver as drv
     from bevpool_ros.backends.tensorrt.plugin import fields_to_collection, plugin_classes, register_plugin
     from bevpool_ros.backends.tensorrt.targets import known_target
 

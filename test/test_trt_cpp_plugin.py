@@ -104,7 +104,7 @@ def test_library_holds_every_kernel_for_every_architecture(builds):
 
 def test_machine_code_equals_the_nvrtc_build(builds):
     pytest.importorskip("cuda.bindings.nvrtc")
-    from bevpool_ros.backends.cuda.nvrtc_build import compile_source
+    from bevpool_ros.device.nvrtc_build import compile_source
 
     nvrtc = cubin_elf.parse(compile_source("sm_90")[0])
     ours = cubin_elf.embedded(builds["11.1"]["lib"].read_bytes())[90]
@@ -142,7 +142,7 @@ def test_ptx_does_the_same_arithmetic_as_the_nvrtc_build(tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc")
     if T.nvcc() is None:
         pytest.skip("no nvcc")
-    from bevpool_ros.backends.cuda.nvrtc_build import compile_source
+    from bevpool_ros.device.nvrtc_build import compile_source
 
     out = tmp_path / "kernels.ptx"
     defines = list(cpp_tables.kernel_table.compile_defines())  # "-D..." as NVRTC gets them
@@ -185,7 +185,7 @@ CASES = dict(cases())
 def packed(cfg, plan) -> list[str]:
     """The argument bytes driver.launch_args hands cuLaunchKernel (pointer or _SCALAR dtype),
     with input k at 0x1000 * (k + 1) and the output at 0xF000, as 8-byte hex words."""
-    from bevpool_ros.backends.cuda.driver import _SCALAR
+    from bevpool_ros.device.driver import _SCALAR
 
     address = {name: 0x1000 * (k + 1) for k, name in enumerate(cfg.inputs)} | {"out": 0xF000}
     words = []

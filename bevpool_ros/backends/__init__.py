@@ -23,7 +23,7 @@ def _construct(name: str, precision: str, **options) -> Backend:
     if name == "cpu":
         return CpuBackend(precision, **options)
     if name == "cuda":
-        from .gpu.cuda_backend import CudaBackend  # imported lazily: cuda-python may be missing
+        from .cuda import CudaBackend  # imported lazily: cuda-python may be missing
 
         return CudaBackend(precision, **options)
     if name == "tensorrt":

@@ -5,10 +5,18 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from ..device.device_payloads import download
+from ..errors import (  # noqa: F401  (re-exported: the backends' public errors)
+    BackendUnavailable,
+    InputError,
+    NonFiniteInput,
+    NonFiniteOutput,
+    all_finite,
+    check_inputs,
+    check_out,
+)
 from ..metric_depth import MetricDepth
 from ..scatter_map import ScatterMap
-from .cuda.device_payloads import download
-from .errors import BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out  # noqa: F401  (re-exported: the backends' public errors)
 from .staging import CameraStaging
 
 PRECISIONS = ("fp32", "fp16", "fp8", "auto")

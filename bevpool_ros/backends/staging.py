@@ -21,8 +21,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from ..errors import InputError
 from ..metric_depth import DepthSpec, MetricDepth
-from .errors import InputError
 
 FLOAT_WIRE = (np.dtype(np.float32), np.dtype(np.float16))
 E4M3_WIRE = np.dtype(np.uint8)  # raw E4M3 codes

@@ -3,7 +3,7 @@
 For each workload: V2 FP16, V2+DO FP16, V3 FP16, V3 FP8 (and their ratios) plus the floor
 measured in the same run = compulsory bytes / device-to-device copy bandwidth + the graph-replay
 time of an empty kernel launch. Every time is the median of >= 100 CUDA-graph replays after
-warm-up (bevpool_ros/backends/cuda/timing.py). Inputs and outputs are rotated over enough sets
+warm-up (bevpool_ros/device/timing.py). Inputs and outputs are rotated over enough sets
 to cover twice the L2, so no launch finds its frame's depth/features in L2 from its previous run
 (a real frame's inputs arrive fresh); the scatter map and schedule are shared. ``median_hot_us``
 gives the same kernel without rotation (everything L2-resident where it fits).
@@ -104,7 +104,7 @@ def references(smap, inputs: dict) -> dict:
 
 
 def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> list[dict]:
-    from ..backends.cuda.operator import operator_for
+    from ..device.operator import operator_for
 
     t0 = time.time()
     inputs = make_inputs(smap, seed=args.seed)
@@ -118,7 +118,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
         scale = inputs["fp8_out_scale"] if precision == "fp8" else 1.0
         try:
             if variant == "v3" and args.autotune:
-                from ..backends.cuda.autotune import tune_v3
+                from ..device.autotune import tune_v3
 
                 choice, table = tune_v3(rt, smap, precision, seed=args.seed + 7,
                                         exclude=tuple(args.exclude_kernels))
@@ -150,7 +150,7 @@ def bench_workload(rt, name: str, smap, args, bw: float, launch_us: float) -> li
 
 def bench_row(rt, row: dict, op, inputs: dict, refs: dict | None, args, bw: float, launch_us: float) -> dict:
     """One table row: the operator's launch, floors, checks and times."""
-    from ..backends.cuda.runtime import regime_for
+    from ..device.runtime import regime_for
     from ..regime import working_set_bytes
 
     smap, plan, precision = op.smap, op.plan, row["precision"]
@@ -186,7 +186,7 @@ def tune_workload(rt, name, smap, args) -> list[dict]:
     (recorded in the meta file; the autotuner makes the per-map choice)."""
     import itertools
 
-    from ..backends.cuda.operator import V3Operator
+    from ..device.operator import V3Operator
     from ..kernels import table as L
 
     inputs = make_inputs(smap, seed=args.seed + 1)
@@ -275,7 +275,7 @@ def _gpu_runtime():
     from ..backends import BackendUnavailable
 
     try:
-        from ..backends.cuda.runtime import get_runtime
+        from ..device.runtime import get_runtime
 
         return get_runtime(0)
     except (BackendUnavailable, ImportError, OSError) as e:
@@ -339,7 +339,7 @@ def main(argv=None) -> int:
         return 2
     dev = rt.device
     if args.ncu_once:
-        from ..backends.cuda.operator import operator_for
+        from ..device.operator import operator_for
 
         tuned = {}
         if args.ncu_from:
@@ -359,8 +359,8 @@ def main(argv=None) -> int:
                 op.free()
         return 0
 
-    from ..backends.cuda.driver import launch as launch_kernel
-    from ..backends.cuda.timing import d2d_bandwidth, time_graph
+    from ..device.driver import launch as launch_kernel
+    from ..device.timing import d2d_bandwidth, time_graph
     from ..kernels.table import plan_empty
 
     bw = d2d_bandwidth(rt.stream)

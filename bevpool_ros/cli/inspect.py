@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.cuda.driver import live_l2_bytes
 from ..camera_view import DEFAULT_WARN_LOSS, camera_views
+from ..device.driver import live_l2_bytes
 from ..regime import MiB, classify, regime_table, working_set_parts
 from ..rig import RigError
 from ..rig_yaml import load_rig

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends.cuda import streams
-from ..backends.cuda.driver import Device, Event, bind
-from ..backends.cuda.tensors import device_tensor
-from ..backends.errors import InputError
+from ..device import streams
+from ..device.driver import Device, Event, bind
+from ..device.tensors import device_tensor
+from ..errors import InputError
 from ..io.tensor_codec import DTYPE_CODES
 from .producer import HandoffRing
 from .vmm import HandoffUnsupported

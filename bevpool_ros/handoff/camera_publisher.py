@@ -84,7 +84,7 @@ def announcement(handoff, camera: str, stream: str, layout: str, stamp_ns: int, 
 def host_tensor(tensor, scale: float) -> tuple[np.ndarray, str | None]:
     """(host array, CameraTensor dtype) of a tensor the hand-off could not take: E4M3 codes
     with a scale other than 1 are decoded (CameraTensor carries no scale)."""
-    from ..backends.cuda.device_payloads import download
+    from ..device.device_payloads import download
 
     arr = download(tensor, "tensor")
     if arr.dtype != E4M3:
@@ -135,7 +135,7 @@ class CameraHandoffPublisher:
             self._warn_once()
 
     def _make_producer(self, rig, slot_bytes, ring_size, device):
-        from ..backends.errors import BackendUnavailable
+        from ..errors import BackendUnavailable
         from ..logtext import captured_log
         from .camera_producer import CameraTensorProducer
 

@@ -5,7 +5,7 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from ..backends.cuda.driver import api, check
+from ..device.driver import api, check
 from .fdpass import FdServer
 from .ring import RingCursor, SharedControlBlock
 from .signal import SignalServer, signal_path

@@ -17,9 +17,9 @@ import os
 
 import numpy as np
 
-from ..backends.cuda import dlpack
-from ..backends.cuda.driver import Device, api, check
-from ..backends.cuda.tensors import DeviceTensor
+from ..device import dlpack
+from ..device.driver import Device, api, check
+from ..device.tensors import DeviceTensor
 from .fdpass import fetch
 from .ring import RingError, SharedControlBlock
 from .vmm import IpcEvent, SharedDeviceMemory, device_uuid

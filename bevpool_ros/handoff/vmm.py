@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..backends.cuda.driver import api, check
+from ..device.driver import api, check
 
 # device attributes the hand-off needs, and what their absence means
 REQUIRED_ATTRIBUTES = {

@@ -19,11 +19,11 @@ import threading
 
 import numpy as np
 
-from ..backends.cuda import dlpack
-from ..backends.cuda.driver import Event, PinnedBuffer, api, bind, check
-from ..backends.cuda.streams import LEGACY, exported, same_stream
-from ..backends.errors import NonFiniteInput, NonFiniteOutput
 from ..backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
+from ..device import dlpack
+from ..device.driver import Event, PinnedBuffer, api, bind, check
+from ..device.streams import LEGACY, exported, same_stream
+from ..errors import NonFiniteInput, NonFiniteOutput
 
 SLOTS_PER_CHUNK = 64
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import threading
 
-from ..backends.cuda.driver import Event, api, bind, check
-from ..backends.cuda.streams import same_stream
+from ..device.driver import Event, api, bind, check
+from ..device.streams import same_stream
 
 KEPT = 4  # free buffers kept: a consumer holding a few grids at a time never allocates
 

@@ -32,8 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.base import Backend
-from ..backends.cuda import streams
-from ..backends.cuda.driver import (
+from ..backends.gpu.device_frame import Binding
+from ..backends.gpu.frame import pow2_exponent
+from ..device import streams
+from ..device.driver import (
     STREAM_PRIORITIES,
     DeviceBuffer,
     Event,
@@ -43,10 +45,8 @@ from ..backends.cuda.driver import (
     check,
     pointer_device,
 )
-from ..backends.cuda.tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
-from ..backends.errors import BackendUnavailable, InputError
-from ..backends.gpu.device_frame import Binding
-from ..backends.gpu.frame import pow2_exponent
+from ..device.tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
+from ..errors import BackendUnavailable, InputError
 from ..rig import Rig
 from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, scatter_map_for
@@ -88,7 +88,7 @@ def _create_backend(
     if name == "cpu":
         return CpuBackend(precision, check_finite=check_finite)
     try:
-        from ..backends.gpu.cuda_backend import CudaBackend
+        from ..backends.cuda import CudaBackend
 
         return CudaBackend(precision, device, check_finite=check_finite, autotune=autotune)
     except (BackendUnavailable, ImportError, OSError) as e:

@@ -1,6 +1,6 @@
 """The one derivation of a V3 launch from a map: ``v3_launch`` picks kernel, geometry and k_min
 (a ``V3Launch``), which then builds its schedule and plan. Device-free: the schedule's device
-buffers belong to whoever runs the plan (backends/cuda/operator.V3Operator; the TensorRT plugin
+buffers belong to whoever runs the plan (device/operator.V3Operator; the TensorRT plugin
 binds them as engine inputs).
 
 A tuned ``LaunchChoice`` or explicit overrides pick the kernel and its knobs, else the launch

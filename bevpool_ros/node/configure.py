@@ -62,7 +62,7 @@ def camera_tensor_topics(cfg: dict, cameras, depth_images: dict) -> list[str]:
 def make_backend(cfg: dict, logger):
     """(backend, requested name): the requested backend, or the fallback with one warning."""
     requested, fallback = cfg["backend"], cfg["backend_fallback"]
-    from ..backends.cuda import driver
+    from ..device import driver
 
     driver.default_stream_priority = cfg["gpu.stream_priority"]  # before the runtime's stream exists
     with captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS

@@ -48,8 +48,8 @@ class HandoffOutput:
 
     def _copy(self, dst: int, src: int, nbytes: int, stream_handle) -> None:
         """The grid into its ring slot by a kernel: the set's GPU work stays one run of kernels."""
-        from ..backends.cuda.driver import Stream
         from ..backends.gpu import kernel_copies
+        from ..device.driver import Stream
 
         kernel_copies.copy(self.backend.rt, Stream.wrap(int(stream_handle)), dst, src, nbytes)
 

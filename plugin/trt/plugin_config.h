@@ -41,7 +41,7 @@ struct PlanArg {
   float real;          // kF32
 };
 
-// backends/cuda/launch.LaunchPlan
+// kernels/table.LaunchPlan
 struct LaunchPlan {
   std::string kernel;
   int64_t grid[3];

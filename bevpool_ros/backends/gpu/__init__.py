@@ -1,5 +1,6 @@
-"""What the GPU backends share: the backend base (``GpuBackend``), the frame path (``frame``), the
-measured choices (``choices``), and the cuda backend built on them (kernels launched directly)."""
+"""What the GPU backends share: the backend base (``GpuBackend``), the frame path (``frame``),
+device inputs, kernel copies and the measured choices (``choices``). The backends built on them sit
+beside ``cpu.py``: ``backends/cuda.py`` (kernels launched directly) and ``backends/tensorrt/``."""
 
 
 def __getattr__(name):  # the backends need cuda-python: imported on first use, not with the package
@@ -7,11 +8,7 @@ def __getattr__(name):  # the backends need cuda-python: imported on first use, 
         from .base import GpuBackend
 
         return GpuBackend
-    if name == "CudaBackend":
-        from .cuda_backend import CudaBackend
-
-        return CudaBackend
     raise AttributeError(name)
 
 
-__all__ = ["GpuBackend", "CudaBackend"]
+__all__ = ["GpuBackend"]

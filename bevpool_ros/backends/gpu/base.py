@@ -17,12 +17,12 @@ from abc import abstractmethod
 
 import numpy as np
 
+from ...device.device_payloads import any_device
+from ...device.runtime import get_runtime
 from ...kernels.planning import LaunchChoice
 from ...kernels.precision import decide, fp8_within_tolerance
 from ...scatter_map import ScatterMap
 from ..base import Backend, BackendUnavailable
-from ..cuda.device_payloads import any_device
-from ..cuda.runtime import get_runtime
 from ..staging import ALL_WIRE, split_cameras
 from .choices import ChoiceStore, PrecisionChoice, choice_key
 from .device_frame import DeviceFrame

@@ -32,9 +32,9 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from ...device.driver import DeviceBuffer, DeviceView, Graph, Stream, launch_args
 from ...kernels.table import CONVERT_KERNELS
 from ...scatter_map import ScatterMap
-from ..cuda.driver import DeviceBuffer, DeviceView, Graph, Stream, launch_args
 from . import kernel_copies
 from .frame import _SUFFIX, _THREADS, KERNEL_INPUT, KERNEL_OUTPUT
 

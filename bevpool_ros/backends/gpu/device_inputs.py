@@ -27,10 +27,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...device.device_payloads import is_device_payload
+from ...device.driver import DeviceBuffer, DeviceView, PinnedBuffer, bind
 from ...metric_depth import MetricDepth
 from ..base import InputError, NonFiniteInput, NonFiniteOutput, check_out
-from ..cuda.device_payloads import is_device_payload
-from ..cuda.driver import DeviceBuffer, DeviceView, PinnedBuffer, bind
 from ..staging import E4M3_WIRE, FLOAT_WIRE
 from .device_frame import Binding
 from .frame import FLAG_INPUT, FLAG_OUTPUT, DeviceOutput, pow2_exponent
@@ -117,7 +117,7 @@ class DeviceInputRun:
     # --- one stream -------------------------------------------------------------------------------
     def _stream_inputs(self, cameras, i: int, stream: str):
         """([("device", DeviceTensor, obj) | ("host", ndarray) | None per camera], dtype, k)."""
-        from ..cuda.tensors import check_shape, device_tensor
+        from ...device.tensors import check_shape, device_tensor
 
         want = self.shapes[stream][1:]
         payloads, device_dtypes, host_dtypes, scales = [], set(), set(), set()
@@ -167,7 +167,7 @@ class DeviceInputRun:
         return dtype
 
     def _check_device(self, t, name: str) -> None:
-        from ..cuda.driver import pointer_device
+        from ...device.driver import pointer_device
 
         mine = self.rt.device.ordinal
         ordinal = t.device if t.device is not None else pointer_device(t.ptr)

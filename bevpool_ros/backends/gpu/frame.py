@@ -30,11 +30,11 @@ from typing import Callable
 
 import numpy as np
 
+from ...device.driver import DeviceBuffer, FrameTimer, Graph, HostRegistration, PinnedBuffer, launch_args
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...kernels.table import CONVERT_KERNELS
 from ...scatter_map import ScatterMap
 from ..base import NonFiniteInput, NonFiniteOutput, check_out
-from ..cuda.driver import DeviceBuffer, FrameTimer, Graph, HostRegistration, PinnedBuffer, launch_args
 from ..staging import ALL_WIRE, CameraStaging, Staged
 from . import kernel_copies
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cuda.driver import launch_args
+from ...device.driver import launch_args
 
 _THREADS = 256
 COPY_MANY = 16  # entries of one bevconv_copy_many launch (BEVCONV_COPY_MANY in the CUDA source)

@@ -155,7 +155,7 @@ class TensorRTBackend(GpuBackend):
                           smap=shape_class(self.smap), precision=precision, extra=(regime,))
 
     def _measure_launch(self, precision: str) -> LaunchChoice:
-        from ..cuda.autotune import tune_v3
+        from ...device.autotune import tune_v3
 
         best, _ = tune_v3(self.rt, self.smap, precision)
         return LaunchChoice(best.kernel, best.k_min, best.threads, best.median_us)

@@ -61,7 +61,7 @@ def kernel_identity() -> dict[str, str]:
     """What the engine's kernels are made from: the plugin/ sources (nvrtc_build's digest of them)
     and the NVRTC that compiles them. The plugin compiles at attach time, so an engine cached
     for other kernel sources or another NVRTC must never be served."""
-    from ..cuda.nvrtc_build import cache_key, nvrtc_version
+    from ...device.nvrtc_build import cache_key, nvrtc_version
 
     return {"kernel_sources": cache_key("engine", ()), "nvrtc": "%d.%d" % nvrtc_version()}
 

@@ -7,10 +7,10 @@ Written once against the TensorRT Python plugin API; the classes are made per im
   (fp8); map arrays INT32 of any length within the profile; output float32 (fp16) or float16
   (fp8), as regime.OUTPUT_DTYPE says.
 * runtime: ``attach_to_context`` loads the NVRTC-built kernel module (the cuda backend's,
-  compiled and disk-cached by backends/cuda/nvrtc_build.py); ``on_shape_change`` (once per
+  compiled and disk-cached by device/nvrtc_build.py); ``on_shape_change`` (once per
   calibration) binds the launch to the map inputs' lengths (plugin_config.bind_plan);
   ``enqueue`` binds TensorRT's device pointers to that plan's symbolic buffers and launches on
-  TensorRT's stream through backends/cuda/driver.launch. No allocation, no synchronisation, no
+  TensorRT's stream through device/driver.launch. No allocation, no synchronisation, no
   host reads in enqueue, so the enqueue can be captured in a CUDA graph and replayed without Python.
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ def default_kernel_module():
     """The NVRTC module of the cuda backend for the current CUDA context's device."""
     from cuda.bindings import driver as cu
 
-    from ..cuda.runtime import get_runtime
+    from ...device.runtime import get_runtime
 
     err, dev = cu.cuCtxGetDevice()
     ordinal = int(dev) if err == cu.CUresult.CUDA_SUCCESS else 0
@@ -148,7 +148,7 @@ def plugin_classes(trt):
 
         def attach_to_context(self, context):
             # everything slow happens here, once per execution context, never in enqueue
-            from ..cuda import driver
+            from ...device import driver
 
             twin = self.clone()
             if twin.module is None:

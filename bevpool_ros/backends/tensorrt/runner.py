@@ -13,8 +13,8 @@ import logging
 
 import numpy as np
 
-from ..cuda.driver import DeviceBuffer
-from ..cuda.timing import time_graph
+from ...device.driver import DeviceBuffer
+from ...device.timing import time_graph
 from .network import OUTPUT_NAME
 from .plugin import register_plugin
 from .plugin_config import PluginConfig, check_shapes

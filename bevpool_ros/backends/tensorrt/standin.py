@@ -114,7 +114,7 @@ class ExecutionContext:
     def __init__(self, rt, cfg):
         import numpy as np
 
-        from ..cuda.driver import DeviceBuffer
+        from ...device.driver import DeviceBuffer
         from .plugin import fields_to_collection, register_plugin
 
         this = sys.modules[__name__]  # this module is the ``trt`` the plugin classes are built on
@@ -138,7 +138,7 @@ class ExecutionContext:
 
     def set_map(self, arrays: dict) -> None:
         """A calibration: arrays into the bound buffers, on_shape_change, then capture one enqueue."""
-        from ..cuda.driver import Graph
+        from ...device.driver import Graph
 
         for name, a in arrays.items():
             self.stream.h2d(self.d[name], a.ctypes.data, a.nbytes)

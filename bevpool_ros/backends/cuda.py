@@ -1,18 +1,18 @@
 """The cuda backend: the V3 launch, through the driver, as the GPU frame's pooling step.
 
 prepare(map) (GpuBackend) picks the launch (autotuned per GPU and map unless a kernel is forced)
-and builds its operator (cuda/operator.V3Operator: schedule, plan, device arrays); every frame
+and builds its operator (device/operator.V3Operator: schedule, plan, device arrays); every frame
 replays one graph around ``V3Operator.enqueue``.
 """
 from __future__ import annotations
 
 import logging
 
-from ...kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
-from ...kernels.table import PRECISION_INPUT
-from ..cuda.operator import V3Operator
-from .base import GpuBackend
-from .choices import ChoiceStore
+from ..device.operator import V3Operator
+from ..kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
+from ..kernels.table import PRECISION_INPUT
+from .gpu.base import GpuBackend
+from .gpu.choices import ChoiceStore
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class CudaBackend(GpuBackend):
     # --- measurement -------------------------------------------------------------------------
     def kernel_time_us(self, reps: int = 100) -> float:
         """Graph-replay median of the prepared kernel alone (no copies): the frame's GPU floor."""
-        from ..cuda.timing import time_graph
+        from ..device.timing import time_graph
 
         self._require_map()
         f, op = self.frame, self.op
@@ -63,7 +63,7 @@ class CudaBackend(GpuBackend):
         return time_graph(self.rt.stream, lambda i, s: op.enqueue(s, bindings), reps=reps)["median_us"]
 
     def _measure_launch(self, precision: str) -> LaunchChoice:
-        from ..cuda.autotune import tune_v3
+        from ..device.autotune import tune_v3
 
         best, _ = tune_v3(self.rt, self.smap, precision)
         return LaunchChoice(best.kernel, best.k_min, best.threads, best.median_us)

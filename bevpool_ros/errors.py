@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..finite import all_finite
-from ..scatter_map import ScatterMap
+from .finite import all_finite
+from .scatter_map import ScatterMap
 
 
 class BackendUnavailable(RuntimeError):

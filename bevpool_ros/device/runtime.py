@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 from functools import lru_cache
 
-from ...kernels import table as L
-from ...regime import classify, working_set_bytes
-from ...scatter_map import ScatterMap
+from ..kernels import table as L
+from ..regime import classify, working_set_bytes
+from ..scatter_map import ScatterMap
 from .driver import Device, Module, Stream
 from .nvrtc_build import get_kernel_image
 

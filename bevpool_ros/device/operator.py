@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...kernels import table as L
-from ...kernels.planning import V3Launch, v3_launch
-from ...kernels.schedule import V3Schedule, v2do_intervals
-from ...scatter_map import ScatterMap
+from ..kernels import table as L
+from ..kernels.planning import V3Launch, v3_launch
+from ..kernels.schedule import V3Schedule, v2do_intervals
+from ..scatter_map import ScatterMap
 from .driver import DeviceArrays, DeviceBuffer, Stream
 from .driver import launch as launch_kernel
 from .runtime import KernelRuntime, regime_for

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...kernels import fp8
-from ...kernels import table as L
-from ...kernels.planning import v3_launch
+from ..kernels import fp8
+from ..kernels import table as L
+from ..kernels.planning import v3_launch
 from .operator import V3Operator
 from .runtime import regime_for
 

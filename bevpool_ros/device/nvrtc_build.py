@@ -16,7 +16,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from ... import private_cache
+from .. import private_cache
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class CompileError(RuntimeError):
 
 
 def plugin_dir() -> Path:
-    from ...paths import plugin_dir as shipped_plugin_dir  # checkout, colcon/ament or pip share
+    from ..paths import plugin_dir as shipped_plugin_dir  # checkout, colcon/ament or pip share
 
     return shipped_plugin_dir()
 
@@ -76,13 +76,13 @@ GENERATED_HEADER = "bevpool_entries.cuh"
 
 
 def generated_sources() -> dict[str, bytes]:
-    from ...kernels.table import entry_points_source
+    from ..kernels.table import entry_points_source
 
     return {GENERATED_HEADER: entry_points_source().encode()}
 
 
 def generated_options() -> tuple[str, ...]:
-    from ...kernels.table import compile_defines
+    from ..kernels.table import compile_defines
 
     return compile_defines()
 
