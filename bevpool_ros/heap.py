@@ -44,3 +44,42 @@ def keep_freed_memory() -> str:
         state = "freed buffers kept (mmap threshold 32 MiB, trim threshold 256 MiB)" if ok else \
             "unchanged (mallopt refused)"
     return state
+
+
+class _MallInfo2(ctypes.Structure):  # malloc.h, glibc 2.33 and later
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+_MALLINFO2 = getattr(_LIBC, "mallinfo2", None)
+if _MALLINFO2 is not None:
+    _MALLINFO2.restype = _MallInfo2
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (VmRSS), from /proc/self/statm; None where there is none."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def usage() -> dict | None:
+    """What malloc holds, in bytes: ``in_use`` (allocated, large mappings included; pages never
+    written count here but not in the resident memory) and ``free`` (freed, kept in the heaps
+    for reuse). None without glibc's mallinfo2."""
+    if _MALLINFO2 is None:
+        return None
+    m = _MALLINFO2()
+    return {"in_use": m.uordblks + m.hblkhd, "free": m.fordblks}
+

@@ -88,16 +88,43 @@ def test_a_stalled_thread_is_named_with_its_stack_reported_and_ends_the_process(
 
 
 def test_a_stall_holding_the_interpreter_lock_is_ended_by_the_backstop(monkeypatch):
-    """No Python thread runs then, the watchdog's included: faulthandler's C-level timer ends the
-    process (exit 1) after printing every thread's stack."""
+    """No Python thread runs then, the watchdog's included: the backstop process (ros/backstop.py)
+    hears no beat, prints every thread's stack through the node's faulthandler and kills it."""
     g = stalled_graph(monkeypatch, "executor_gil")
     try:
         rc = wait_exit(g, 40.0)
         out = g.node.output()
-        assert rc == 1, (rc, out[-3000:])
-        assert "Timeout (0:00:06)!" in out and "liveness.py" in out and "injected_stall" in out, out[-3000:]
+        assert rc == -9, (rc, out[-3000:])  # SIGKILL
+        backstop = [ln for ln in out.splitlines() if ln.startswith("bevpool backstop:")]
+        assert len(backstop) == 1 and "no Python thread ran for" in backstop[0], out[-3000:]
+        assert "liveness.py" in out and "injected_stall" in out, out[-3000:]  # the stalled thread's stack
     finally:
         g.close()
+
+
+@pytest.mark.parametrize("pause_s", [10.0])
+def test_a_paused_process_is_not_a_stuck_one(pause_s):
+    """SIGSTOP for longer than the watchdog's timeout and its backstop's (1 s and 6 s here), then
+    SIGCONT: what a debugger, a frozen container or memory pressure does. The node goes on."""
+    import signal
+
+    g = RosGraph({"diagnostics.period_s": 0.2, "watchdog.timeout_s": WATCHDOG_S})
+    try:
+        assert g.publish_and_wait(0) is not None, g.node.output()[-3000:]
+        g.node.proc.send_signal(signal.SIGSTOP)
+        try:
+            g.spin_until(lambda: False, pause_s)
+        finally:
+            g.node.proc.send_signal(signal.SIGCONT)
+        g.spin_until(lambda: False, 2.0 * WATCHDOG_S + 1.0)  # past the watchdog's next judgement
+        assert g.node.alive(), g.node.output()[-3000:]
+        for i in range(1, 4):
+            assert g.publish_and_wait(i) is not None, g.node.output()[-3000:]
+        assert not watchdog_lines(g) or all("did not run for" in ln for ln in watchdog_lines(g)), \
+            g.node.output()[-3000:]
+        assert "bevpool backstop:" not in g.node.output()
+    finally:
+        assert g.close() == 0
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])

@@ -17,6 +17,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from .session import resident_mib
 
 PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
@@ -35,6 +37,10 @@ class FloodResult:
     diagnostics_max_gap_s: float | None = None  # longest gap between the node's /diagnostics
     diagnostics_during: int = 0          # statuses the node published during the flood
     node_rss_mib: float | None = None    # the node's resident memory after the valid sets
+    stream_sent: int = 0                 # recovery: sets streamed at a steady rate, no resends,
+    stream_published: int = 0            # starting ``settle_s`` after the flood's end
+    stream_p50_ms: float | None = None   # their latency: last input published -> grid received
+    stream_p99_ms: float | None = None
     node_alive: bool = True
     failure: str = ""                    # why the node did not answer, in one line
 
@@ -64,11 +70,20 @@ def _stamp_s(arr) -> float:
     return arr.header.stamp.sec + arr.header.stamp.nanosec * 1e-9
 
 
+def stream_sets(session, sets: int, rate_hz: float) -> tuple[int, int, list[float]]:
+    """``sets`` valid sets at ``rate_hz``, none resent: (sent, published, latencies in ms)."""
+    r = session.run(sets, rate_hz, drain_s=2.0)
+    return r.sent, len(r.e2e_ms), r.e2e_ms
+
+
 def run_flood(session, rig_path: str, publishers: int = 3, seconds: float = 20.0,
-              valid_sets: int = 20, answer_s: float = 10.0, resend_s: float = 1.0) -> FloodResult:
+              valid_sets: int = 20, answer_s: float = 10.0, resend_s: float = 1.0,
+              stream: int = 0, stream_hz: float = 20.0, settle_s: float = 1.0) -> FloodResult:
     """Flood the node of ``session`` (a demo.session.PipelineSession whose publisher is ours)
     for ``seconds``, then send ``valid_sets`` sets, each resent with a fresh stamp every
-    ``resend_s`` until its grid comes back (``answer_s`` at most)."""
+    ``resend_s`` until its grid comes back (``answer_s`` at most). ``stream`` > 0: recovery,
+    measured instead: ``settle_s`` after the flood's end, ``stream`` sets at ``stream_hz``, none
+    resent (what a camera rig sends), counted and timed; the resent sets follow them."""
     result = FloodResult(seconds=seconds, publishers=publishers)
     con, pub = session.con, session.pub
     statuses: list[float] = []  # the node's /diagnostics header stamps
@@ -95,6 +110,11 @@ def run_flood(session, rig_path: str, publishers: int = 3, seconds: float = 20.0
         result.diagnostics_during = len(during)
         if len(during) > 1:
             result.diagnostics_max_gap_s = max(b - a for a, b in zip(during, during[1:]))
+        if stream:
+            session.spin_until(lambda: False, max(0.0, flood_end + settle_s - time.monotonic()))
+            result.stream_sent, result.stream_published, ms = stream_sets(session, stream, stream_hz)
+            if ms:
+                result.stream_p50_ms, result.stream_p99_ms = (float(v) for v in np.percentile(ms, (50, 99)))
         stamp = time.time_ns()
         for i in range(valid_sets):
             sent: list[int] = []

@@ -11,6 +11,7 @@ from .. import heap
 from ..logtext import clip
 from ..ros.diagnostics import RecentCounts, diagnostic_array, health
 from ..ros.housekeeping import HousekeepingTimer, PeriodicThread
+from ..ros.process import reader_memory_policy
 from ..ros.throttle import ThrottledLog
 from .gpu_share import GpuShareWatch
 from .latency import RollingStats
@@ -174,9 +175,10 @@ class Report:
             "pending_sets": pending, "worker_queue": node.worker.queued,
             "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
             "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
-            "executor": node.executor_kind, "heap": heap.state,
+            "executor": node.executor_kind, "heap": heap.state, "dds_reader_memory": reader_memory_policy(),
             "pid": os.getpid(),  # which process this is: two graphs may share a domain by mistake
         }
+        values.update(self.memory_values())
         values.update(self.gpu.values())  # gpu_wait_*: the set's wait for a shared GPU
         for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
             if key in d:
@@ -194,6 +196,16 @@ class Report:
         for cam, why in list(node.calibration.invalid.items()):  # the executor may change it
             values[f"invalid_calibration_{cam}"] = why
         values.update(sorted(list(self.publisher_problems.items())))
+        return values
+
+    @staticmethod
+    def memory_values() -> dict:
+        """Resident memory and what malloc holds of it (in use, freed but kept), MiB."""
+        rss, held = heap.resident_bytes(), heap.usage()
+        values = {} if rss is None else {"memory_rss_mib": round(rss / 2**20, 1)}
+        if held is not None:
+            values.update({"memory_heap_in_use_mib": round(held["in_use"] / 2**20, 1),
+                           "memory_heap_free_mib": round(held["free"] / 2**20, 1)})
         return values
 
     def publish_diagnostics(self, stuck: str = "") -> None:

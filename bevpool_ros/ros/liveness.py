@@ -12,15 +12,20 @@ On a stall it logs one line naming the thread and where it is (its Python stack,
 publishes an ERROR status on /diagnostics (from its own thread, waiting at most 0.5 s for it),
 and exits with EXIT_STUCK.
 
-Two cases no Python thread can see, covered by ``faulthandler``'s C-level timer (it needs no
-GIL): a thread stuck while holding the GIL (then no Python runs at all, this thread included),
-and an exit that does not finish. The watchdog re-arms that timer on every tick; if the timer
-ever fires, faulthandler prints every thread's stack to stderr and ends the process with exit
-code 1.
+A pause is not a hang: SIGSTOP / SIGCONT, a frozen container or a host under memory pressure stop
+every thread together, the watchdog's too. The watchdog knows its own tick: when it wakes more
+than PAUSE_S late, it was not running either, so it cannot say what the others did meanwhile; it
+starts watching over (one log line) instead of judging the pause as theirs. A thread that is
+really stuck is still caught one timeout later.
+
+A thread stuck while holding the GIL stops every Python thread, this one included: the backstop
+(backstop.py), a small process of its own that the watchdog beats to, prints every thread's stack
+and kills the process; it, too, waits out a pause.
 
 Stop signals: SIGINT/SIGTERM only ask the spin loop to stop (process.StopSignals); a loop stuck in a
 callback never sees that. Their C-level handler also wakes this thread (``signal.set_wakeup_fd``),
-which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK).
+which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK);
+faulthandler's C-level timer ends an exit that does not finish (exit code 1).
 
 Fault injection for supervisors' own tests: ``BEVPOOL_INJECT_STALL=executor|pooling|executor_gil``
 stalls that thread for good: the executor after the node's first published grid, the pooling
@@ -40,16 +45,19 @@ from contextlib import contextmanager
 
 EXIT_STUCK = 70        # sysexits' EX_SOFTWARE: an internal error, restart me
 STOP_GRACE_S = 1.5     # a stop signal -> forced exit (the process gone within 2 s of SIGINT/SIGTERM)
-BACKSTOP_MARGIN_S = 5.0  # faulthandler's timer: this much after the watchdog would have spoken
+BACKSTOP_MARGIN_S = 5.0  # the backstop: this much after the watchdog would have spoken
+PAUSE_S = 1.0          # the watchdog woke this much after its tick: the process was paused (or starved)
 STACK_FRAMES = 4
 INJECT_ENV = "BEVPOOL_INJECT_STALL"
 INJECTED_STALL = os.environ.get(INJECT_ENV, "")
 
 # Steps allowed to take long (a configure, a re-prepare: kernels compiled, an engine built), by
-# thread: the watchdog does not judge that thread meanwhile, and the backstop is off (the step
-# may hold the GIL). The lock orders "no long step -> arm" against "register -> disarm".
+# thread: the watchdog does not judge that thread meanwhile, and the backstop does not judge the
+# process (the step may hold the GIL). The lock orders "no long step -> beat" against
+# "register -> long-step beat".
 _long_steps: dict[int, str] = {}
 _long_lock = threading.Lock()
+_backstop = None  # the running watchdog's Backstop (one per process)
 
 
 @contextmanager
@@ -58,7 +66,8 @@ def long_step(what: str):
     with _long_lock:
         outer = _long_steps.get(ident)
         _long_steps[ident] = what
-        faulthandler.cancel_dump_traceback_later()
+        if _backstop is not None:
+            _backstop.beat(long_step=True)
     try:
         yield
     finally:
@@ -91,12 +100,13 @@ def stack_of(ident: int | None) -> str:
 
 class Watchdog:
     def __init__(self, node, timeout_s: float, stop_fd: int | None = None, fault_fd: int = 2,
-                 before_exit=None, exit=os._exit):
+                 before_exit=None, exit=os._exit, backstop: bool = True):
         """``node``: its logger, ``report`` (the last status) and ``worker`` (the pooling
         thread) are watched; ``timeout_s`` > 0; ``stop_fd``: the read end of the signal wake-up
         pipe (process.StopSignals); ``fault_fd``: where the backstop prints stacks (a descriptor that
         needs no Python thread: the original stderr, stderr_filter.py); ``before_exit()``: lets
-        the last line out; ``exit``: how the process ends (tests pass their own)."""
+        the last line out; ``exit``: how the process ends (tests pass their own); ``backstop``:
+        start the backstop process (backstop.py) with the watchdog."""
         self.node = node
         self.fault_fd = fault_fd
         self.before_exit = before_exit or (lambda: None)
@@ -107,14 +117,22 @@ class Watchdog:
         self._executor_beat = time.monotonic()
         self._stop_asked: float | None = None
         self._running = True
+        self._watching_since = time.monotonic()  # the last start-over (a pause): no stall is older
+        self.pauses = 0
         self._tick_s = min(1.0, max(0.05, self.timeout_s / 4))
+        self._with_backstop = backstop
         self._thread = threading.Thread(target=self._loop, name="bevpool-watchdog", daemon=True)
 
     # what the watched threads call ------------------------------------------------------------
     def start(self) -> None:
+        global _backstop
         self._executor_ident = threading.get_ident()  # the thread that spins
         self._executor_beat = time.monotonic()
-        self._arm_backstop()
+        if self._with_backstop:
+            from .backstop import Backstop
+
+            _backstop = Backstop(self.timeout_s + BACKSTOP_MARGIN_S, self.fault_fd)
+        self._beat_backstop()
         self._thread.start()
 
     def beat(self) -> None:
@@ -129,17 +147,20 @@ class Watchdog:
         self._running = False
 
     # the watchdog thread -----------------------------------------------------------------------
-    def _arm_backstop(self) -> None:
+    def _beat_backstop(self) -> None:
         with _long_lock:
-            if not _long_steps:
-                faulthandler.dump_traceback_later(self.timeout_s + BACKSTOP_MARGIN_S, exit=True,
-                                                  file=self.fault_fd)
+            if _backstop is not None:
+                _backstop.beat(long_step=bool(_long_steps))
 
     def _loop(self) -> None:
         while True:
             asked = self._stop_asked
-            self._wait(self._tick_s if asked is None else max(0.0, asked + STOP_GRACE_S - time.monotonic()))
+            wait = self._tick_s if asked is None else max(0.0, asked + STOP_GRACE_S - time.monotonic())
+            before = time.monotonic()
+            self._wait(wait)
             now = time.monotonic()
+            if asked is None and self._stop_asked is None and now - before - wait > PAUSE_S:
+                self._start_over(now, now - before - wait)
             if self._stop_asked is not None:
                 if now - self._stop_asked >= STOP_GRACE_S:
                     self._end(f"a stop was asked {now - self._stop_asked:.1f} s ago and the process "
@@ -148,7 +169,7 @@ class Watchdog:
                 continue
             if not self._running:
                 continue  # a clean teardown is under way: only the stop deadline counts
-            self._arm_backstop()
+            self._beat_backstop()
             stuck = self.stuck(now)
             if stuck:
                 self._end(stuck, publish=True)
@@ -167,6 +188,19 @@ class Watchdog:
         except (OSError, ValueError):  # the pipe went away: keep the timing, lose the early wake
             self.stop_fd = None
 
+    def _start_over(self, now: float, late_s: float) -> None:
+        """The watchdog itself was not running for ``late_s``: a pause of the whole process (or a
+        host that starved it). What the others did meanwhile is unknown: watch them afresh."""
+        self.pauses += 1
+        self._watching_since = now
+        self._executor_beat = max(self._executor_beat, now)
+        try:
+            self.node.get_logger().warning(
+                f"watchdog: this process did not run for {late_s:.1f} s (paused or starved); "
+                f"watching its threads afresh")
+        except Exception:  # noqa: BLE001 - a log line is not worth a watchdog thread
+            pass
+
     def stuck(self, now: float) -> str:
         """One line describing a stalled thread, or ''."""
         age = now - self._executor_beat
@@ -179,6 +213,8 @@ class Watchdog:
         if not worker.thread_alive():
             return "pooling thread has ended; no set can be pooled"
         since, ident, doing = worker.in_progress()
+        if since is not None:
+            since = max(since, self._watching_since)
         if since is not None and now - since > self.timeout_s and ident not in _long_steps:
             name = "pooling thread" if ident == worker.thread_ident else "thread pooling a set inline"
             return f"{name} made no progress for {now - since:.1f} s ({doing}): at {stack_of(ident)}"

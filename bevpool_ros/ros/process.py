@@ -7,10 +7,15 @@ import os
 import sys
 
 PROFILE_VARS = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
+QOS_FROM_XML = "RMW_FASTRTPS_USE_QOS_FROM_XML"
+
+
 def use_large_data_profile() -> str | None:
     """Point Fast DDS at config/dds/fastdds_large_data.xml unless another profile is configured;
     returns the shipped profile's path when it is the one in use (set here or by a parent
-    process), None otherwise.
+    process), None otherwise. With it, ``RMW_FASTRTPS_USE_QOS_FROM_XML=1`` unless the environment
+    says otherwise: the profile's reader memory policy (DYNAMIC: a payload lives as long as its
+    sample) is then the one in force (reader_memory_policy).
 
     Must run before rclpy.init. Opt out with BEVPOOL_DDS_PROFILE=0; another RMW ignores it.
     Also frees the segments of killed processes first: each holds 64 MiB of RAM under this profile.
@@ -27,8 +32,24 @@ def use_large_data_profile() -> str | None:
         if os.path.exists("DEFAULT_FASTDDS_PROFILES.xml") or os.path.exists("DEFAULT_FASTRTPS_PROFILES.xml"):
             return None
         os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = path
+    os.environ.setdefault(QOS_FROM_XML, "1")
     free_dead_segments()
     return path
+
+
+def reader_memory_policy() -> str:
+    """What this process's DDS readers do with payloads (reported in /diagnostics)."""
+    from ..paths import config_dir
+    from .dds_guard import GUARD_ENV, uses_fast_dds
+
+    if not uses_fast_dds():
+        return f"{os.environ.get('RMW_IMPLEMENTATION')}'s own"
+    shipped = str(config_dir() / "dds" / "fastdds_large_data.xml")
+    if os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE") != shipped and not os.environ.get(GUARD_ENV):
+        return "your Fast DDS profile's (bevpool_ros's is not in use)"
+    if os.environ.get(QOS_FROM_XML) != "1":
+        return f"rmw's PREALLOCATED_WITH_REALLOC ({QOS_FROM_XML} is not 1): readers keep the largest payloads"
+    return "dynamic: a payload lives as long as its sample"
 
 
 def free_dead_segments() -> None:

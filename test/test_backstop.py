@@ -1,0 +1,158 @@
+"""The watchdog and its backstop tell a paused process from a stuck one (ros/liveness.py,
+ros/backstop.py). Rules with explicit clocks, and the backstop process on real processes: one
+that is stopped (SIGSTOP) and one whose beats stop."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import types
+
+from bevpool_ros.ros import backstop, liveness
+from bevpool_ros.ros.backstop import BEAT, LONG_STEP, Judge, process_state
+
+
+def test_the_judge_ends_a_node_whose_beats_stop():
+    j = Judge(limit_s=6.0, now=0.0)
+    assert j.tick(5.0, 0.0, "S") == ""
+    assert "no Python thread ran for 6.5 s" in j.tick(6.5, 0.0, "S")
+
+
+def test_a_beat_or_a_long_step_keeps_it_quiet():
+    j = Judge(limit_s=6.0, now=0.0)
+    j.heard(BEAT, 5.0)
+    assert j.tick(10.0, 0.0, "R") == ""
+    j.heard(BEAT + LONG_STEP, 10.0)  # the last byte counts: a long step began
+    assert j.tick(100.0, 0.0, "R") == ""
+    j.heard(LONG_STEP + BEAT, 100.0)
+    assert j.tick(107.0, 0.0, "R") != ""
+
+
+def test_a_stopped_node_or_a_late_judge_starts_the_clock_over():
+    j = Judge(limit_s=6.0, now=0.0)
+    assert j.tick(60.0, 0.0, "T") == ""       # SIGSTOP: stopped, not stuck
+    assert j.tick(65.0, 0.0, "R") == ""       # running again: 5 s since the pause ended
+    assert j.tick(67.0, 0.0, "R") != ""
+    j = Judge(limit_s=6.0, now=0.0)
+    assert j.tick(60.0, 59.0, "R") == ""      # the judge slept 59 s past its tick: frozen too
+    assert j.tick(66.5, 0.0, "S") != ""
+
+
+def test_process_state_reads_a_stopped_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert process_state(child.pid) in ("R", "S")
+        child.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while process_state(child.pid) != "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_state(child.pid) == "T"
+        child.send_signal(signal.SIGCONT)
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) == ""  # gone
+
+
+def run_watcher(target_pid: int, limit_s: float):
+    """The backstop process on ``target_pid``; returns (proc, the write end of its beats)."""
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.ros.backstop", str(target_pid), str(limit_s)],
+                            stdin=r, stderr=subprocess.PIPE, text=True)
+    os.close(r)
+    return proc, w
+
+
+def test_the_backstop_process_waits_out_a_stopped_target_and_kills_a_silent_one():
+    target = subprocess.Popen([sys.executable, "-c", "import faulthandler, signal, time; "
+                               "faulthandler.register(signal.SIGUSR2, all_threads=True); time.sleep(60)"],
+                              stderr=subprocess.PIPE, text=True)
+    watcher, beats = run_watcher(target.pid, 1.0)
+    try:
+        target.send_signal(signal.SIGSTOP)
+        time.sleep(3.0)  # three limits long, but stopped
+        assert watcher.poll() is None and target.poll() is None
+        target.send_signal(signal.SIGCONT)
+        assert target.wait(10.0) == -signal.SIGKILL  # running and silent: killed after the limit
+        assert watcher.wait(5.0) == 1
+        assert "no Python thread ran for" in watcher.stderr.read()
+        assert "most recent call first" in target.stderr.read()  # its stacks, printed first
+    finally:
+        target.kill()
+        os.close(beats)
+
+
+def test_the_backstop_process_ends_with_the_pipe():
+    watcher, beats = run_watcher(os.getpid(), 60.0)
+    os.write(beats, BEAT)
+    os.close(beats)
+    assert watcher.wait(5.0) == 0
+
+
+class FakeWorker:
+    thread_ident = 1
+
+    def __init__(self, since):
+        self.since = since
+
+    def thread_alive(self):
+        return True
+
+    def in_progress(self):
+        return self.since, self.thread_ident, "pooling a set"
+
+
+def quiet_node(worker=None):
+    logs = []
+    logger = types.SimpleNamespace(warning=logs.append, fatal=logs.append)
+    return types.SimpleNamespace(get_logger=lambda: logger, worker=worker), logs
+
+
+def test_the_watchdog_starts_over_after_its_own_late_wake():
+    """A pause stops the watchdog thread too: after it, the old beat and the set in progress are
+    not judged as stalls; a stall that goes on after the pause still is, one timeout later."""
+    now = time.monotonic()
+    node, logs = quiet_node(FakeWorker(since=now - 30.0))
+    dog = liveness.Watchdog(node, 2.0, backstop=False)
+    dog._executor_beat = now - 30.0
+    assert "made no progress for 30" in dog.stuck(now)  # without the start-over: a stall
+    dog._start_over(now, 29.0)
+    assert dog.stuck(now + 1.0) == "" and dog.pauses == 1
+    assert "did not run for 29.0 s" in logs[0]
+    assert "made no progress for 2.5 s" in dog.stuck(now + 2.5)  # the executor, first
+
+
+def test_a_late_wake_in_the_running_watchdog_is_a_pause(monkeypatch):
+    """The watchdog's own loop measures its lateness: a wait that returns PAUSE_S late starts over."""
+    node, logs = quiet_node()
+    dog = liveness.Watchdog(node, 0.2, backstop=False, exit=lambda code: None)
+    real_wait, slept = dog._wait, []
+
+    def late_once(seconds):
+        real_wait(seconds)
+        if not slept:
+            slept.append(seconds)
+            time.sleep(liveness.PAUSE_S + 0.3)  # as if the process had been stopped here
+    monkeypatch.setattr(dog, "_wait", late_once)
+    dog._executor_beat = time.monotonic()
+    dog._executor_ident = threading.get_ident()
+    dog._thread.start()
+    deadline = time.monotonic() + 5
+    while dog.pauses == 0 and time.monotonic() < deadline:
+        dog.beat()
+        time.sleep(0.02)
+    dog.stop()
+    assert dog.pauses == 1 and "watching its threads afresh" in logs[0], logs
+
+
+def test_a_long_step_reaches_the_backstop(monkeypatch):
+    sent = []
+    heard = types.SimpleNamespace(beat=lambda long_step=False: sent.append(long_step))
+    monkeypatch.setattr(liveness, "_backstop", heard)
+    with liveness.long_step("compiling"):
+        pass
+    assert sent == [True]
+    assert backstop.LONG_STEP != backstop.BEAT
