@@ -195,14 +195,15 @@ class PipelineSession:
                 last["bev"], last["index"] = r, index
 
         self.con.on_bev = on_bev
+        received_before = self.con.count  # a session may stream several runs
         self.pub.start(rate_hz, frames, on_frame=on_frame)
         self.spin_until(lambda: self.pub.done, frames / rate_hz * 3 + 10)
         expected = len(sent_at)
-        self.spin_until(lambda: self.con.count >= expected, drain_s)
+        self.spin_until(lambda: self.con.count - received_before >= expected, drain_s)
         # one more diagnostics period so the node's statistics cover the whole run
         self.con.diagnostics.clear()
         self.spin_until(lambda: self.con.latest_diagnostics() is not None, 5.0)
-        return RunResult(sent=self.pub.sent, received=self.con.count, e2e_ms=e2e,
+        return RunResult(sent=len(sent_at), received=self.con.count - received_before, e2e_ms=e2e,
                          diagnostics=self.con.latest_diagnostics() or {}, last_bev=last.get("bev"),
                          last_index=last.get("index", -1))
 

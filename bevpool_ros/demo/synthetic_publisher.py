@@ -105,14 +105,19 @@ class SyntheticRigPublisher(Node):
         return stamp_ns
 
     def start(self, rate_hz: float, frames: int = 0, on_frame=None) -> None:
-        """Publish at ``rate_hz`` from a timer; ``frames`` > 0 stops after that many."""
+        """Publish at ``rate_hz`` from a timer; ``frames`` > 0 stops after that many (counted from
+        this start: a session streams several runs through one publisher)."""
+        first = self.sent
+
         def tick():
-            if frames and self.sent >= frames:
+            if frames and self.sent - first >= frames:
                 self._timer.cancel()
                 return
             stamp = self.publish_frame(self.sent)
             if on_frame:
                 on_frame(self.sent - 1, stamp, self.last_send_time)
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
         self._timer = self.create_timer(1.0 / rate_hz, tick)
 
     @property
