@@ -26,8 +26,6 @@ from ..progress import track
 log = logging.getLogger("bevpool.bench")
 
 TABLE_VARIANTS = (("v2", "fp16"), ("v2do", "fp16"), ("v3", "fp16"), ("v3", "fp8"))
-LABEL = {("v2", "fp16"): "V2 FP16", ("v2do", "fp16"): "V2+DO FP16", ("v3", "fp16"): "V3 FP16",
-         ("v3", "fp8"): "V3 FP8"}
 
 
 def make_inputs(smap, seed: int):
