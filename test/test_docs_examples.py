@@ -20,6 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tokenize
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -401,7 +402,7 @@ def test_named_modules_and_files_exist(doc):
 # --- reader-facing text -------------------------------------------------------------------------
 LABEL = re.compile(
     r"\b(?:issue|session|round)s? ?#?\d+\b"                      # issue 15, session 26, round 2
-    r"|\bcalls? \d+(?![\d.]|[-\d.]*\s*(?:us|ms|s)\b)"          # call 7 (not "a call 13 us")
+    r"|\b(?:call|stop)s? \d+(?![\d.]|[-\d.]*\s*(?:us|ms|s)\b)"   # call 7, stop 34 (not "a call 13 us")
     r"|\b(?:first|second|third|fourth|fifth|sixth|previous|this|that) session\b"
     r"|\b(?:before|after) the fix\b", re.IGNORECASE)
 CODE_SPAN = re.compile(r"`[^`]*`")
@@ -413,6 +414,29 @@ def test_no_history_labels(doc):
     state what is true now (file names in code spans are left alone)."""
     bad = [f"{doc.name}:{n}: {m.group(0)!r}" for n, line in prose(doc)
            for m in LABEL.finditer(CODE_SPAN.sub("", line))]
+    assert not bad, "\n".join(bad)
+
+
+def code_prose(path: Path):
+    """(line, text) of every comment and docstring of a Python file."""
+    source = path.read_text()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                    first.value.value, str):
+                for n, line in enumerate(first.value.value.splitlines()):
+                    yield first.lineno + n, line
+
+
+def test_no_history_labels_in_the_code():
+    """The package's comments and docstrings say what the code does, not when it changed."""
+    package = REPO / "bevpool_ros"
+    bad = [f"{path.relative_to(REPO)}:{n}: {m.group(0)!r}" for path in sorted(package.rglob("*.py"))
+           for n, line in code_prose(path) for m in LABEL.finditer(CODE_SPAN.sub("", line))]
     assert not bad, "\n".join(bad)
 
 
