@@ -8,7 +8,7 @@ to cover twice the L2, so no launch finds its frame's depth/features in L2 from 
 (a real frame's inputs arrive fresh); the scatter map and schedule are shared. ``median_hot_us``
 gives the same kernel without rotation (everything L2-resident where it fits).
 
-    bevpool-bench --json bench/results/h200.json --md bench/results/h200.md
+    bevpool-bench --json bench/results/kernels_h200.json --md bench/results/kernels_h200.md
 """
 from __future__ import annotations
 
