@@ -1,6 +1,6 @@
 """CPU benchmark: scatter-map build time and CPU-backend pool time for every workload.
 
-    .venv/bin/python bench/cpu_bench.py [--repeat 7] [--out bench/results/cpu]
+    .venv/bin/python bench/cpu_bench.py [--repeat 7] [--out bench/results/cpu_backend_cpu]
 
 Writes <out>.json and <out>.md. Times are wall-clock medians on this machine (build: the
 full rig -> five arrays path; pool: one frame through CpuBackend, validation included).
@@ -33,7 +33,7 @@ def median_s(fn, repeat: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--out", default="bench/results/cpu")
+    p.add_argument("--out", default="bench/results/cpu_backend_cpu")
     args = p.parse_args()
     rows = []
     for name in WORKLOADS:

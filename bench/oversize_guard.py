@@ -7,7 +7,7 @@ without the Fast DDS size guard (bounded CameraTensor type + PREALLOCATED reader
 For each mode the node (cpu backend, default parameters) receives the synthetic 6-camera rig at
 --rate Hz for --seconds, and once per second a --big-mib MiB CameraTensor (raw CDR, as a hostile
 publisher sends it) on one camera's feature topic. Reports the node's RSS before, peak and after,
-and the valid sets published. Writes bench/results/oversize_guard.json and .md.
+and the valid sets published. Writes bench/results/oversize_guard_cpu.json and .md.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=12.0)
     ap.add_argument("--big-mib", type=int, default=200)
     ap.add_argument("--rate", type=float, default=20.0)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "oversize_guard"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "oversize_guard_cpu"))
     args = ap.parse_args()
     results = {mode: run(mode == "guarded", args.seconds, args.big_mib, args.rate)
                for mode in ("guarded", "unguarded")}

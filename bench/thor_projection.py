@@ -1,6 +1,6 @@
 """DRIVE Thor on paper: each workload's floor and an expected V3 time, projected from the H200 run.
 
-    python3 bench/thor_projection.py bench/results/h200.json   # prints the markdown table
+    python3 bench/thor_projection.py bench/results/kernels_h200.json   # prints the markdown table
 
 Figures used (docs/kernels.md names their sources and which are assumptions):
 * DRAM: 273 GB/s peak (256-bit LPDDR5X); effective copy bandwidth assumed at the H200's measured
@@ -60,7 +60,7 @@ def markdown(proj: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    path = Path((argv or sys.argv[1:] or ["bench/results/h200.json"])[0])
+    path = Path((argv or sys.argv[1:] or ["bench/results/kernels_h200.json"])[0])
     rows = json.loads(path.read_text())
     meta = json.loads(path.with_name(path.stem + "_meta.json").read_text())["meta"]
     proj = project(rows, meta)

@@ -14,7 +14,7 @@ host time per enqueue call. Each output is also compared with the NVRTC build's 
 plugin's enqueue through backends/tensorrt/standin.py on the same inputs): identical bits, and
 so is the graph replay. A static V2 plan (memset + the atomic baseline kernel) runs once at FP16
 against the reference only (atomics sum in no fixed order).
-Writes h200_trt_cpp_plugin.json (trt_cpp_plugin.json on another GPU) with all_ok under --out.
+Writes trt_cpp_plugin_h200.json (trt_cpp_plugin.json on another GPU) with all_ok under --out.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
         "results": results,
         "all_ok": all(r["ok"] for r in results.values()),
     }
-    name = "h200_trt_cpp_plugin.json" if "H200" in dev.name else "trt_cpp_plugin.json"
+    name = "trt_cpp_plugin_h200.json" if "H200" in dev.name else "trt_cpp_plugin.json"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / name).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {args.out / name}; all_ok={report['all_ok']}")

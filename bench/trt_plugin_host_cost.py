@@ -16,7 +16,7 @@ rig served by ONE plugin config (the map is an input, not a constant):
   * the tensorrt backend's real frame path: the shared GpuFrame (staging, device conversion and
     checks, epilogue) with the plugin's enqueue as its pooling step, captured in the frame graph,
     against the FP64 reference, and its wall time per frame.
-Writes h200_trt_plugin.json (or trt_plugin.json elsewhere) under --out.
+Writes trt_plugin_h200.json (or trt_plugin.json elsewhere) under --out.
 """
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     ok = all(c["ok"] and c["replay_equals_eager"] for r in report["results"].values() for c in r["calibrations"])
     ok = ok and all(r["gpu_frame"]["ok"] for r in report["results"].values())
     report["all_ok"] = ok
-    name = "h200_trt_plugin.json" if "H200" in rt.device.name else "trt_plugin.json"
+    name = "trt_plugin_h200.json" if "H200" in rt.device.name else "trt_plugin.json"
     out = Path(args.out) / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")

@@ -80,7 +80,7 @@ fi
 # No TensorRT on this machine: the plugin's runtime half runs through a stand-in of the TensorRT base
 # classes (backends/tensorrt/standin.py): two calibrations through one plugin config vs the FP64
 # reference, host cost per frame eager vs CUDA graph, the plugin inside the shared GpuFrame.
-# Writes $OUT/h200_trt_plugin.json (commit as bench/results/h200_trt_plugin.json). Skip: RUN_TRT=0.
+# Writes $OUT/trt_plugin_h200.json (commit as bench/results/trt_plugin_h200.json). Skip: RUN_TRT=0.
 if [ "${RUN_TRT:-1}" = 1 ]; then
   timeout 100 $PY -m pytest -q --no-header -p no:cacheprovider -m gpu -rs test/test_tensorrt_plugin_gpu.py \
       2>&1 | tee "$OUT/trt_plugin_pytest.log" | tail -4 || status=1
@@ -93,8 +93,8 @@ fi
 # (two calibrations, one config) and two rig variants, fp16 and fp8, enqueue eager and from a CUDA
 # graph over NaN-poisoned outputs vs the FP64 reference and bitwise vs the NVRTC build; host time per
 # enqueue. Needs the TensorRT headers: BEVPOOL_TRT_HEADERS (the folder holding 10.13/include), else
-# shared/, ../shared/ or .carry/ third_party copies. Writes $OUT/h200_trt_cpp_plugin.json (commit as
-# bench/results/h200_trt_cpp_plugin.json). Skip: RUN_TRT_CPP=0.
+# shared/, ../shared/ or .carry/ third_party copies. Writes $OUT/trt_cpp_plugin_h200.json (commit as
+# bench/results/trt_cpp_plugin_h200.json). Skip: RUN_TRT_CPP=0.
 if [ "${RUN_TRT_CPP:-1}" = 1 ]; then
   trt_headers=""
   for d in "${BEVPOOL_TRT_HEADERS:-}" shared/third_party/tensorrt-oss-headers \

@@ -30,7 +30,7 @@ def _have_gpu() -> bool:
 
 
 # Seconds each of the slowest files took in a serial run on the 2-core CI machine (2026-12-04,
-# bench/results/suite_durations.txt): under pytest-xdist (scripts/test.sh: --dist loadfile
+# bench/results/suite_durations_cpu.txt): under pytest-xdist (scripts/test.sh: --dist loadfile
 # --no-loadscope-reorder) whole files go to the workers in this order, the longest first, so that
 # no long file starts last and leaves the other workers idle; the files marked ``alone`` go before
 # them (a worker waits for the machine to itself: cheapest while the other workers start).

@@ -49,5 +49,6 @@ _.lost_stamps
 _.domain_held  # bag/evaluate.py EvalReport: report.json's claim -> release of the task's DDS domain
 # read by a test's subprocess script (test_handoff_input.py, test_tensorrt_import.py, test_colcon_install.py)
 _.sent_tensors
+_.handed_off
 _.libfix
 _.shipped_data

@@ -71,3 +71,18 @@ def test_fallback_note_only_for_what_was_asked():
     assert "cuda unavailable (the node's log says why)" in fallback_note("cuda", "auto", cpu, "")
     assert fallback_note("best", "fp8", {"backend": "cuda", "precision": "fp16"}, "").endswith(
         "fp8 not available on cuda here")
+
+
+def test_fallback_cites_the_function_that_writes_the_warning():
+    """demo/fallback.py names where the warning it quotes comes from: that function exists and
+    writes the mark the demo looks for."""
+    import importlib
+    import inspect
+    import re
+
+    from bevpool_ros.demo import fallback
+
+    (cited,) = re.findall(r"# the node's start-up warning \(([\w.]+)\)", inspect.getsource(fallback))
+    module, name = cited.rsplit(".", 1)
+    writer = getattr(importlib.import_module(f"bevpool_ros.{module}"), name)
+    assert fallback.FALLBACK_MARK in inspect.getsource(writer)

@@ -8,7 +8,7 @@ to cover twice the L2, so no launch finds its frame's depth/features in L2 from 
 (a real frame's inputs arrive fresh); the scatter map and schedule are shared. ``median_hot_us``
 gives the same kernel without rotation (everything L2-resident where it fits).
 
-    bevpool-bench --json bench/results/h200.json --md bench/results/h200.md
+    bevpool-bench --json bench/results/kernels_h200.json --md bench/results/kernels_h200.md
 """
 from __future__ import annotations
 
@@ -26,8 +26,6 @@ from ..progress import track
 log = logging.getLogger("bevpool.bench")
 
 TABLE_VARIANTS = (("v2", "fp16"), ("v2do", "fp16"), ("v3", "fp16"), ("v3", "fp8"))
-LABEL = {("v2", "fp16"): "V2 FP16", ("v2do", "fp16"): "V2+DO FP16", ("v3", "fp16"): "V3 FP16",
-         ("v3", "fp8"): "V3 FP8"}
 
 
 def make_inputs(smap, seed: int):

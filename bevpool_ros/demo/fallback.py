@@ -6,7 +6,7 @@ node's start-up warning, which is quoted here.
 """
 from __future__ import annotations
 
-# the node's start-up warning (node.BevPoolNode._create_backend)
+# the node's start-up warning (node.configure.make_backend)
 FALLBACK_MARK = "unavailable here, running"
 
 

@@ -1,6 +1,6 @@
 """The per-tensor wake-up of the input hand-off on one host, next to the ROS message.
 
-One DDS hop of a small message costs ~0.5 ms at p50 on the H200 host (issue 15), a Unix-socket
+One DDS hop of a small message costs ~0.5 ms at p50 on the H200 host, a Unix-socket
 ping between two Python processes tens of microseconds. So the producer also sends each
 announcement's serialised bytes over a SOCK_SEQPACKET socket (one datagram per announcement,
 order kept) to every consumer that connected; the ROS message still goes out (discovery, tools,

@@ -159,7 +159,10 @@ PARAMS: tuple[Param, ...] = (
           choices=("float32", "float16")),
     Param("output.qos_reliability", "string", "reliable", "Output QoS reliability.",
           choices=("best_effort", "reliable"), read_only=True),
-    Param("output.qos_depth", "integer", 2, "Output history depth (KEEP_LAST).", low=1, high=100, read_only=True),
+    Param("output.qos_depth", "integer", 2, "Output history depth (KEEP_LAST), grids kept per output topic: a "
+          "reliable consumer may fall this many behind before the oldest grid it lacks is dropped for it; a lagging "
+          "consumer makes the node hold up to depth x grid bytes. 2: the freshest grid wins (a planner); a "
+          "recorder that must get every grid raises it.", low=1, high=100, read_only=True),
     Param("output.gpu_handoff", "bool", False, "Also hand each grid to same-host GPU consumers without "
           "copying it off the GPU (bevpool_msgs/BevHandoff on output.handoff_topic; cuda backend, devices "
           "with POSIX-fd memory handles; docs/gpu_handoff.md).", read_only=True),

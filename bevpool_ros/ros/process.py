@@ -91,7 +91,7 @@ class StopSignals:
 # How long a Python thread may hold the GIL while another waits (CPython's default: 5 ms). The
 # node's threads hand each set over: the executor (or the hand-off signal thread) completes it,
 # the pooling thread pools it. At 5 ms a set could wait that long for a busy executor to yield;
-# at 0.5 ms it waits at most that (issue 15: queue wait p50 2.0 / p99 5.2 ms on the H200 host).
+# at 0.5 ms it waits at most that (at 5 ms: queue wait p50 2.0 / p99 5.2 ms on the H200 host).
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
