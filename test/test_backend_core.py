@@ -212,7 +212,7 @@ def test_cuda_backend_holds_one_operator_per_prepared_precision(precision, monke
         dev = SimpleNamespace(name="fake", arch="sm_90", l2_bytes=50 << 20, sm_count=132, integrated=False,
                               can_map_host=True, ordinal=0, ctx=driver._default_ctx, dev=0, make_current=lambda: None)
         rt = SimpleNamespace(device=dev, stream=driver.Stream(), module=_Module())
-        monkeypatch.setattr(gpu_base, "get_runtime", lambda ordinal: rt)
+        monkeypatch.setattr(gpu_base, "get_runtime", lambda ordinal, stream_priority="highest": rt)
         be = CudaBackend(precision, autotune=False, choice_store=ChoiceStore(tmp_path))
         be.prepare(smap)
         assert list(be.ops) == [be.precision] and be.plan is be.op.plan

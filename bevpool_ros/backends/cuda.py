@@ -23,9 +23,10 @@ class CudaBackend(GpuBackend):
     def __init__(self, precision: str = "fp16", device: int = 0, accumulate: str = "f32",
                  kernel: str | None = None, k_min: int = 16, threads: int = 256, autotune: bool = True,
                  check_finite: bool = True, host_memory: str = "auto", fp8_scales=(1.0, 1.0),
-                 choice_store: ChoiceStore | None = None, **_ignored):
+                 stream_priority: str = "highest", choice_store: ChoiceStore | None = None, **_ignored):
         super().__init__(precision, device, autotune=autotune and kernel is None, check_finite=check_finite,
-                         host_memory=host_memory, fp8_scales=fp8_scales, choice_store=choice_store)
+                         host_memory=host_memory, fp8_scales=fp8_scales, stream_priority=stream_priority,
+                         choice_store=choice_store)
         self.accumulate, self.kernel_override, self.k_min, self.threads = accumulate, kernel, k_min, threads
         self.ops: dict[str, V3Operator] = {}  # per precision: auto builds both, keeps one
 

@@ -36,11 +36,12 @@ class GpuBackend(Backend):
     checks_values_on_device = True  # NaN/Inf and range checks are flag bits of the frame graph
 
     def __init__(self, precision: str, device: int = 0, *, autotune: bool = True, check_finite: bool = True,
-                 host_memory: str = "auto", fp8_scales=(1.0, 1.0), choice_store: ChoiceStore | None = None):
+                 host_memory: str = "auto", fp8_scales=(1.0, 1.0), stream_priority: str = "highest",
+                 choice_store: ChoiceStore | None = None):
         super().__init__(precision, check_finite)
         if precision == "fp32":
             raise BackendUnavailable(f"{self.name} backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
-        self.rt = get_runtime(int(device))  # raises BackendUnavailable without a GPU
+        self.rt = get_runtime(int(device), stream_priority)  # raises BackendUnavailable without a GPU
         self.autotune = autotune
         self.host_memory = host_memory
         self._fp8_scales = (float(fp8_scales[0]), float(fp8_scales[1]))

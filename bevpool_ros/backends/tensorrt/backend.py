@@ -40,7 +40,8 @@ from .targets import Target, TargetError, check_runnable, fp8_supported
 from .trt_import import TensorRTMissing, load_tensorrt
 
 log = logging.getLogger(__name__)
-_GPU_OPTIONS = ("check_finite", "host_memory", "fp8_scales", "choice_store")  # GpuBackend's own options
+# GpuBackend's own options
+_GPU_OPTIONS = ("check_finite", "host_memory", "fp8_scales", "stream_priority", "choice_store")
 
 
 class TensorRTBackend(GpuBackend):
