@@ -10,7 +10,7 @@ import logging
 
 from ..device.operator import V3Operator
 from ..kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
-from ..kernels.table import PRECISION_INPUT
+from ..kernels.table import PRECISION_DTYPES
 from .gpu.base import GpuBackend
 from .gpu.choices import ChoiceStore
 
@@ -77,7 +77,7 @@ class CudaBackend(GpuBackend):
         if op is not None and frame is not None:
             d.update(regime=op.regime, **op.describe(),
                      launch_choice=[choice.kernel, choice.k_min, choice.threads] if choice else None,
-                     input_dtype=PRECISION_INPUT[self.precision], output_dtype=op.plan.out_dtype,
+                     input_dtype=PRECISION_DTYPES[self.precision].input_name, output_dtype=op.plan.out_dtype,
                      host_memory=frame.host_memory, check_finite=self.check_finite)
         return d
 

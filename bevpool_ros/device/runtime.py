@@ -49,5 +49,5 @@ def _runtime(ordinal: int, stream_priority: str) -> KernelRuntime:
 
 
 def regime_for(smap: ScatterMap, precision: str, l2_bytes: int) -> str:
-    dtype = L.PRECISION_INPUT[precision]
+    dtype = L.PRECISION_DTYPES[precision].input_name
     return classify(working_set_bytes(smap, dtype), l2_bytes)
