@@ -6,7 +6,7 @@ import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; mis
 import pytest
 from ros_harness import isolate_ros_env, spin_until  # noqa: E402
 
-from bevpool_ros.ros.diagnostics import FAILING_AFTER, RecentCounts, health  # noqa: E402
+from bevpool_ros.node_health import FAILING_AFTER, RecentCounts, health  # noqa: E402
 
 
 def test_a_backend_failing_every_set_is_an_error_with_its_reason():

@@ -172,6 +172,15 @@ class GpuBackend(Backend):
     def remove_frame_hook(self, hook) -> None:
         self._hooks.remove(hook)
 
+    def device_copy(self, dst: int, src: int, nbytes: int, stream_handle) -> None:
+        """``nbytes`` from ``src`` to ``dst`` (device addresses) by a kernel on ``stream_handle``: a
+        frame hook's copy (the grid into a hand-off ring slot) keeps the set's GPU work one run of
+        kernels."""
+        from ...device.driver import Stream
+        from . import kernel_copies
+
+        kernel_copies.copy(self.rt, Stream.wrap(int(stream_handle)), dst, src, nbytes)
+
     # --- measured choices ---------------------------------------------------------------------
     def _tuned_launch(self, precision: str) -> LaunchChoice:
         key = self._launch_key(precision)
