@@ -125,7 +125,7 @@ def pool_steps() -> tuple[dict, object, object]:
 
     rig = load_rig(default_rig_path())
     try:
-        pooler = BevPooler(rig, precision="fp16", grid_dtype="float16", backend="cuda")
+        pooler = BevPooler(rig, precision="fp16", grid_dtype="float16", backend="cuda", fallback=False)
     except BackendUnavailable as e:
         raise SystemExit(f"cold_path.py --pool: {e}") from None
     fw = _Framework("driver")

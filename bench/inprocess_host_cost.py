@@ -88,7 +88,7 @@ def torch_if(wanted: bool):
 
 def measure(name: str, calls: int, smap, profile: bool = False) -> dict:
     with fake_gpu() as cu, torch_if(name == "torch"):
-        pooler = BevPooler(smap, precision="fp16", grid_dtype="float16", backend="cuda")
+        pooler = BevPooler(smap, precision="fp16", grid_dtype="float16", backend="cuda", fallback=False)
         (depth, feat), kw, hold = scenario(name, pooler)
         grid = None
         for i in range(8):  # bindings seen twice are captured: the steady state from then on

@@ -122,9 +122,9 @@ class _Module:
         return self._functions[name]
 
 
-def _backend(name, precision, device, check_finite, autotune):
-    """The cuda backend as BevPooler uses it: its device frame (the real DeviceFrame around a
-    one-launch pooling step), describe."""
+def _backend(name, precision, fallback=True, *, check_finite=True, **options):
+    """``create_backend`` as BevPooler calls it, answered with the cuda backend as BevPooler uses
+    it: its device frame (the real DeviceFrame around a one-launch pooling step), describe."""
     rt = SimpleNamespace(
         device=SimpleNamespace(ordinal=0, ctx=driver._default_ctx, dev=0, sm_count=132),
         module=_Module(),
@@ -161,7 +161,7 @@ def fake_gpu():
     saved = {
         "ctx": driver._default_ctx,
         "bound": getattr(driver._bound, "ctx", None),
-        "backend": pooler_module._create_backend,
+        "backend": pooler_module.create_backend,
     }
     cached = hasattr(driver, "_cu")  # the driver wrappers may keep the module they imported
 
@@ -174,14 +174,14 @@ def fake_gpu():
     use(fake)
     driver._default_ctx = fake.CUcontext(0xC0)
     driver._bound.ctx = None
-    pooler_module._create_backend = _backend
+    pooler_module.create_backend = _backend
     try:
         yield fake
     finally:
         use(real)
         driver._default_ctx = saved["ctx"]
         driver._bound.ctx = saved["bound"]
-        pooler_module._create_backend = saved["backend"]
+        pooler_module.create_backend = saved["backend"]
 
 
 class ArrayInterface:

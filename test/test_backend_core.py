@@ -212,7 +212,7 @@ def test_cuda_backend_holds_one_operator_per_prepared_precision(precision, monke
         dev = SimpleNamespace(name="fake", arch="sm_90", l2_bytes=50 << 20, sm_count=132, integrated=False,
                               can_map_host=True, ordinal=0, ctx=driver._default_ctx, dev=0, make_current=lambda: None)
         rt = SimpleNamespace(device=dev, stream=driver.Stream(), module=_Module())
-        monkeypatch.setattr(gpu_base, "get_runtime", lambda ordinal: rt)
+        monkeypatch.setattr(gpu_base, "get_runtime", lambda ordinal, stream_priority="highest": rt)
         be = CudaBackend(precision, autotune=False, choice_store=ChoiceStore(tmp_path))
         be.prepare(smap)
         assert list(be.ops) == [be.precision] and be.plan is be.op.plan
@@ -645,3 +645,33 @@ def test_callbacks_can_wait_for_the_worker_to_finish_its_set():
     finally:
         release.set()
         worker.stop()
+
+
+# --- a precision's dtypes: one table -----------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["fp16", "fp8"])
+def test_a_precisions_dtypes_come_from_one_table(precision, monkeypatch):
+    """The launch plan, the operator's buffers and both frames read kernels.table.PRECISION_DTYPES."""
+    from fake_cuda import _Module, fake_gpu
+
+    from bevpool_ros.backends.gpu.device_frame import DeviceFrame
+    from bevpool_ros.device import driver
+    from bevpool_ros.device.operator import V3Operator
+    from bevpool_ros.kernels.planning import v3_launch
+    from bevpool_ros.kernels.table import PRECISION_DTYPES
+
+    dtypes, smap = PRECISION_DTYPES[precision], get_workload("small")
+    launch = v3_launch(smap, precision, "DRAM-bound")
+    assert launch.plan(smap, launch.schedule(smap)).out_dtype == dtypes.output.name
+    with fake_gpu():
+        dev = SimpleNamespace(ordinal=0, ctx=driver._default_ctx, dev=0, sm_count=132, l2_bytes=50 << 20)
+        rt = SimpleNamespace(device=dev, stream=driver.Stream(), module=_Module())
+        op = V3Operator(rt, smap, precision, launch)
+        io = op.io_buffers()
+        assert io["depth"].nbytes == smap.num_depth * dtypes.input.itemsize
+        assert io["out"].nbytes == smap.num_cells * smap.channels * dtypes.output.itemsize
+        frame = DeviceFrame(rt, smap, precision, op.enqueue)
+        assert (frame.kin, frame.kout) == (dtypes.input, dtypes.output)
+        frame.close()
+        for b in io.values():
+            b.free()
+        op.free()

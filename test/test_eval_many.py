@@ -283,3 +283,14 @@ def test_eval_many_refuses_ray_client_without_grpcio(two_bags, tmp_path):
                         "ray://127.0.0.1:10001", "--out", str(tmp_path / "out")], capture_output=True, text=True,
                        timeout=60, env={**os.environ, "PYTHONPATH": str(hide.parent)})
     _one_line_error(r, "Ray Client needs grpcio")
+
+
+def test_drops_by_reason_counts_what_the_nodes_health_rule_counts():
+    """One drop vocabulary (node_health.py): a synchroniser drop the node's level counts is a drop
+    in the bag report too, and what the synchroniser took is not."""
+    from bevpool_ros.node_health import health
+
+    d = {"sync_stray_stamp": "2", "sync_clock_reset": "1", "sync_accepted_messages": "40", "sets_published": "9"}
+    assert drops_by_reason(d) == {"sync_stray_stamp": 2, "sync_clock_reset": 1}
+    level, text = health({"published": 9, "sync_stray_stamp": 2, "sync_accepted_messages": 40}, {})
+    assert level == "WARN" and "sync_stray_stamp+2" in text and "accepted" not in text

@@ -85,6 +85,40 @@ def test_streams_take_the_highest_priority_unless_told():
         driver.stream_priority_value("urgent")
 
 
+def test_a_reconfigure_with_another_stream_priority_reaches_the_driver(monkeypatch):
+    """gpu.stream_priority is a backend option, not a module global read once: the node's second
+    configure with another value creates its backend on a stream of that priority (the module
+    stays loaded once per device)."""
+    from types import SimpleNamespace
+
+    from fake_cuda import _Module, fake_gpu
+
+    from bevpool_ros.device import driver, runtime
+    from bevpool_ros.node import configure
+    from bevpool_ros.params import table as P
+
+    loads = []
+
+    def loaded(ordinal):
+        loads.append(ordinal)
+        dev = SimpleNamespace(name="fake", arch="sm_90", l2_bytes=50 << 20, sm_count=132, integrated=False,
+                              can_map_host=True, ordinal=ordinal, ctx=driver._default_ctx, dev=0,
+                              make_current=lambda: None)
+        return dev, _Module()
+
+    cfg = {**P.defaults(), "backend": "cuda", "backend_fallback": False}
+    logger = SimpleNamespace(warning=lambda text: None)
+    with fake_gpu() as fake:
+        monkeypatch.setattr(runtime, "_loaded", runtime.lru_cache(maxsize=None)(loaded))
+        monkeypatch.setattr(runtime, "_runtime", runtime.lru_cache(maxsize=None)(runtime._runtime.__wrapped__))
+        fake.log = []
+        first, _ = configure.make_backend({**cfg, "gpu.stream_priority": "highest"}, logger)
+        second, _ = configure.make_backend({**cfg, "gpu.stream_priority": "normal"}, logger)
+        created = [call[2] for call in fake.log if call[0] == "cuStreamCreateWithPriority"]
+    assert (first.rt.stream.priority, second.rt.stream.priority) == ("highest", "normal")
+    assert created == [-5, 0] and loads == [0]
+
+
 def test_the_pooler_checks_its_stream_priority():
     from bevpool_ros.inprocess import BevPooler
     from bevpool_ros.rig_yaml import load_rig

@@ -298,3 +298,30 @@ def test_a_failing_ring_copy_never_breaks_the_frame_and_surfaces_at_publish():
     with pytest.raises(RuntimeError, match="INVALID_CONTEXT"):
         h.publish(header=None, rig=None)
     assert h._written is None
+
+
+def test_the_ring_copy_is_the_backends_device_work():
+    """HandoffOutput asks the backend for the grid's copy into the ring (GpuBackend.device_copy),
+    never reaching into the backend's runtime itself."""
+    from types import SimpleNamespace
+
+    from bevpool_ros.backends.gpu.base import GpuBackend
+    from bevpool_ros.backends.gpu.frame import DeviceOutput
+    from bevpool_ros.node.handoff_output import HandoffOutput
+
+    copies, writes = [], []
+
+    class Ring:
+        def write(self, ptr, nbytes, stream, copy):
+            writes.append((ptr, nbytes, stream))
+            copy(0xD000, ptr, nbytes, stream)
+            return "written"
+
+    backend = SimpleNamespace(name="cuda", precision="fp16", device_copy=lambda *a: copies.append(a))
+    h = HandoffOutput.__new__(HandoffOutput)
+    h.ring, h.backend, h._written = Ring(), backend, None
+    out = DeviceOutput(0xA000, 8, np.dtype(np.float32), (2,), 0x77, "d")
+    h._on_frame(out)
+    assert h._written == ("written", out) and writes == [(0xA000, 8, 0x77)]
+    assert copies == [(0xD000, 0xA000, 8, 0x77)]
+    assert callable(GpuBackend.device_copy)

@@ -17,7 +17,7 @@ from fake_cuda import torch_stand_in
 
 from bevpool_ros import BevPooler
 from bevpool_ros.device import dlpack, streams, tensors
-from bevpool_ros.errors import InputError, NonFiniteInput
+from bevpool_ros.errors import BackendUnavailable, InputError, NonFiniteInput
 from bevpool_ros.fp8 import decode
 from bevpool_ros.kernels.fp8 import quantize
 from bevpool_ros.reference import pool_reference
@@ -269,16 +269,47 @@ def test_bad_construction_is_refused(tri):
         BevPooler(smap, backend="cpu", fp8_scales=(0.0, 1.0))
 
 
-def test_auto_without_a_gpu_says_so_once(tri, caplog):
+def test_without_a_gpu_the_default_says_so_once(tri, caplog):
+    """BevPooler's backend is create_backend's decision: cuda, else cpu with its one warning."""
     from bevpool_ros.device.driver import live_l2_bytes
 
     if live_l2_bytes() is not None:
-        pytest.skip("a GPU is present: auto picks cuda")
+        pytest.skip("a GPU is present: the default runs cuda")
     _, smap = tri
     with caplog.at_level("WARNING"):
         pooler = BevPooler(smap)
     assert not pooler.on_gpu and pooler.backend.name == "cpu"
-    assert [r.getMessage() for r in caplog.records if "cpu backend" in r.getMessage()] != []
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "'cuda' unavailable" in warnings[0] and "using 'cpu'" in warnings[0]
+    with pytest.raises(BackendUnavailable, match="cuda"):
+        BevPooler(smap, fallback=False)
+
+
+def test_the_old_backend_name_auto_is_refused_naming_the_new_one(tri):
+    _, smap = tri
+    with pytest.raises(ValueError, match=r"'auto' is now 'cuda'"):
+        BevPooler(smap, backend="auto")
+
+
+def test_a_backend_that_cannot_run_the_map_hands_over_to_cpu(tri, caplog, monkeypatch):
+    """The prepare-time rule is create_backend's room's too (backends.cpu_instead), as in the node."""
+    from bevpool_ros.backends.cpu import CpuBackend
+    from bevpool_ros.inprocess import pooler as pooler_module
+
+    class Refusing(CpuBackend):
+        name = "cuda"
+
+        def prepare(self, smap):
+            raise RuntimeError("no kernel for C = 17")
+
+    monkeypatch.setattr(pooler_module, "create_backend", lambda name, precision, fallback, **o: Refusing())
+    _, smap = tri
+    with caplog.at_level("WARNING"):
+        pooler = BevPooler(smap)
+    assert pooler.backend.name == "cpu"
+    assert any("backend 'cuda' cannot run the map (C = 17" in r.getMessage() for r in caplog.records)
+    with pytest.raises(BackendUnavailable, match="cannot run the map"):
+        BevPooler(smap, fallback=False)
 
 
 # --- reading device tensors (descriptions only: nothing is dereferenced) -------------------------

@@ -43,7 +43,7 @@ def cupy():
 
 
 def pooler(source, precision="fp16", **kw) -> BevPooler:
-    p = BevPooler(source, precision=precision, backend="cuda", autotune=False, **kw)
+    p = BevPooler(source, precision=precision, backend="cuda", fallback=False, autotune=False, **kw)
     assert p.on_gpu and p.precision == precision
     return p
 

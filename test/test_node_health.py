@@ -6,7 +6,7 @@ import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; mis
 import pytest
 from ros_harness import isolate_ros_env, spin_until  # noqa: E402
 
-from bevpool_ros.ros.diagnostics import FAILING_AFTER, RecentCounts, health  # noqa: E402
+from bevpool_ros.node_health import FAILING_AFTER, RecentCounts, health  # noqa: E402
 
 
 def test_a_backend_failing_every_set_is_an_error_with_its_reason():
@@ -88,3 +88,23 @@ def test_diagnostics_go_to_error_while_the_backend_fails_and_recover(nuscenes_ri
         for n in (con, pub, node):
             n.destroy_node()
         rclpy.try_shutdown(context=ctx)
+
+
+def test_the_status_is_composed_from_each_components_own_status():
+    """Report.snapshot reads no node attribute: each component's status() in order, then the
+    report's own counters (a drop counter under its contract name)."""
+    from types import SimpleNamespace
+
+    from bevpool_ros.node.reporting import Report, backend_status
+
+    node = SimpleNamespace(get_logger=lambda: SimpleNamespace(warning=lambda *a: None))
+    report = Report(node)
+    broken = SimpleNamespace(name="cuda", precision="fp16", describe=lambda: 1 / 0)
+    report.compose(lambda: {"state": "active"}, lambda: backend_status(broken, "best"),
+                   lambda: {"worker_queue": 3})
+    report.count("worker_busy")
+    report.count("calibration_changes")
+    values = report.snapshot()
+    assert list(values)[:3] == ["state", "backend", "backend_requested"]
+    assert values["describe_error"].startswith("ZeroDivisionError") and values["worker_queue"] == 3
+    assert values["dropped_worker_busy"] == 1 and values["calibration_changes"] == 1

@@ -14,7 +14,7 @@ import pytest
 from test_device_frame import Recorder
 
 from bevpool_ros.backends.gpu import device_frame as df
-from bevpool_ros.backends.gpu import kernel_copies
+from bevpool_ros.backends.gpu import device_intake, kernel_copies
 from bevpool_ros.backends.gpu.frame import FLAG_INPUT, FLAG_OUTPUT
 from bevpool_ros.errors import InputError, NonFiniteInput, NonFiniteOutput
 from bevpool_ros.inprocess import grid as grid_module
@@ -98,13 +98,13 @@ def rig(monkeypatch):
         (df, "Graph", rec.Graph),
         (df, "launch_args", rec.launch),
         (kernel_copies, "launch_args", rec.launch),
-        (pooler_module, "DeviceBuffer", rec.Buffer),
-        (pooler_module, "Event", Event),
+        (device_intake, "DeviceBuffer", rec.Buffer),
+        (device_intake, "Event", Event),
         (pooler_module, "Stream", Stream),
         (grid_memory, "StreamOrderedBuffer", OwnGrid),
         (grid_memory, "Event", Event),
         (pooler_module, "bind", lambda ctx: None),
-        (pooler_module, "pointer_device", lambda ptr: 0),
+        (device_intake, "pointer_device", lambda ptr: 0),
         (grid_module, "Event", Event),
         (grid_module, "PinnedBuffer", Pinned),
         (pooler_module, "check", lambda result, what: 1),
@@ -119,7 +119,7 @@ def rig(monkeypatch):
     ):
         monkeypatch.setattr(module, name, value)
 
-    def backend(name, precision, device, check_finite, autotune):
+    def backend(name, precision, fallback=True, *, check_finite=True, **options):
         device = SimpleNamespace(ordinal=0, ctx=None, dev=0, sm_count=132)
         rt = SimpleNamespace(device=device, module=SimpleNamespace(function=lambda name: name))
         be = SimpleNamespace(name="cuda", precision=precision, check_finite=check_finite, close=lambda: None)
@@ -127,7 +127,7 @@ def rig(monkeypatch):
         be.device_frame = lambda: df.DeviceFrame(rt, be.smap, precision, rec.pool, check_finite=check_finite)
         return be
 
-    monkeypatch.setattr(pooler_module, "_create_backend", backend)
+    monkeypatch.setattr(pooler_module, "create_backend", backend)
     return rec
 
 
@@ -179,7 +179,7 @@ def test_another_stream_waits_for_the_previous_call_and_producers(rig):
     previous = rig.entries("record")[-1][1]  # the latest call's grid event
     rig.log.clear()
     grids.append(p.pool(*inputs(p, stream=0x99), stream=0x88))  # CuPy says: written on 0x99
-    sync = p._producer_sync.id
+    sync = p._intake._producer_sync.id
     assert rig.entries("wait") == [("wait", previous, 0x88), ("wait", sync, 0x88)]
     assert ("record", sync, 0x99) in rig.log
     assert kinds(rig.log).index("wait") < kinds(rig.log).index("copy_many")  # before any work
@@ -237,10 +237,10 @@ def test_per_camera_tensors_are_gathered_first(rig):
     gather = [e for e in rig.log if e[0] in ("copy", "zero") and e[2] != scratch and e[3] != flags]
     assert len(gather) == 2 * n and sum(e[0] == "zero" for e in gather) == 2
     depth_slot = D * H * W * 2
-    assert gather[0] == ("copy", 0x77, p._gather_buffers["depth"].ptr, cams[0][0].ptr, depth_slot)
-    assert gather[1] == ("zero", 0x77, p._gather_buffers["depth"].ptr + depth_slot, depth_slot)
+    assert gather[0] == ("copy", 0x77, p._intake._stacked["depth"].ptr, cams[0][0].ptr, depth_slot)
+    assert gather[1] == ("zero", 0x77, p._intake._stacked["depth"].ptr + depth_slot, depth_slot)
     assert kinds(rig.log).index("pool") > kinds(rig.log).index("copy")
-    assert rig.entries("pool")[0][2] == p._gather_buffers["depth"].ptr
+    assert rig.entries("pool")[0][2] == p._intake._stacked["depth"].ptr
     mixed = [(Tensor((D, H, W), "<f4"), c[1]) if i == 0 else c for i, c in enumerate(cams)]
     with pytest.raises(InputError, match="mixed"):
         p.pool_cameras(mixed, stream=0x77)

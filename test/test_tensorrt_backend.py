@@ -44,7 +44,7 @@ def test_no_tensorrt_raises_backend_unavailable(monkeypatch):
         raise TensorRTMissing("no TensorRT Python module: tensorrt: not installed")
 
     monkeypatch.setattr(B, "load_tensorrt", missing)
-    monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(GB, "get_runtime", lambda ordinal, stream_priority="highest": fake_rt("sm_89"))
     with pytest.raises(BackendUnavailable, match="no TensorRT"):
         TensorRTBackend("fp16")
 
@@ -122,7 +122,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("BEVPOOL_KERNEL_CACHE", str(tmp_path / "kc"))  # measured choices
 
     def make(arch="sm_89", precision="fp16", **kw):
-        monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt(arch))
+        monkeypatch.setattr(GB, "get_runtime", lambda ordinal, stream_priority="highest": fake_rt(arch))
         kw.setdefault("autotune", False)  # tuning measures on a GPU; tested with a fake below
         return TensorRTBackend(precision, cache_dir=tmp_path / "engines", **kw)
 
@@ -325,7 +325,7 @@ def test_unsafe_parser_or_missing_onnx_is_unavailable(monkeypatch):
 
     lib = trt_rtx_or_skip()
     unsafe = TrtLib(lib.trt, lib.module_name, lib.version, onnx_parser_safe=False)
-    monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(GB, "get_runtime", lambda ordinal, stream_priority="highest": fake_rt("sm_89"))
     monkeypatch.setattr(B, "load_tensorrt", lambda _=None: unsafe)
     with pytest.raises(BackendUnavailable, match="would abort"):
         TensorRTBackend("fp16")

@@ -141,7 +141,7 @@ def test_backend_reports_the_plugin_and_refuses_a_missing_library(library, monke
     import bevpool_ros.backends.tensorrt.backend as B
     from bevpool_ros.backends.tensorrt import TensorRTBackend
 
-    monkeypatch.setattr(GB, "get_runtime", lambda ordinal: fake_rt("sm_89"))
+    monkeypatch.setattr(GB, "get_runtime", lambda ordinal, stream_priority="highest": fake_rt("sm_89"))
     monkeypatch.setattr(B, "_check_network_route", lambda lib: None)
     lib = full_tensorrt()
     monkeypatch.setattr(B, "load_tensorrt", lambda module=None: lib)

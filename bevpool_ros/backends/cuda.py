@@ -10,7 +10,7 @@ import logging
 
 from ..device.operator import V3Operator
 from ..kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
-from ..kernels.table import PRECISION_INPUT
+from ..kernels.table import PRECISION_DTYPES
 from .gpu.base import GpuBackend
 from .gpu.choices import ChoiceStore
 
@@ -23,9 +23,10 @@ class CudaBackend(GpuBackend):
     def __init__(self, precision: str = "fp16", device: int = 0, accumulate: str = "f32",
                  kernel: str | None = None, k_min: int = 16, threads: int = 256, autotune: bool = True,
                  check_finite: bool = True, host_memory: str = "auto", fp8_scales=(1.0, 1.0),
-                 choice_store: ChoiceStore | None = None, **_ignored):
+                 stream_priority: str = "highest", choice_store: ChoiceStore | None = None, **_ignored):
         super().__init__(precision, device, autotune=autotune and kernel is None, check_finite=check_finite,
-                         host_memory=host_memory, fp8_scales=fp8_scales, choice_store=choice_store)
+                         host_memory=host_memory, fp8_scales=fp8_scales, stream_priority=stream_priority,
+                         choice_store=choice_store)
         self.accumulate, self.kernel_override, self.k_min, self.threads = accumulate, kernel, k_min, threads
         self.ops: dict[str, V3Operator] = {}  # per precision: auto builds both, keeps one
 
@@ -76,7 +77,7 @@ class CudaBackend(GpuBackend):
         if op is not None and frame is not None:
             d.update(regime=op.regime, **op.describe(),
                      launch_choice=[choice.kernel, choice.k_min, choice.threads] if choice else None,
-                     input_dtype=PRECISION_INPUT[self.precision], output_dtype=op.plan.out_dtype,
+                     input_dtype=PRECISION_DTYPES[self.precision].input_name, output_dtype=op.plan.out_dtype,
                      host_memory=frame.host_memory, check_finite=self.check_finite)
         return d
 

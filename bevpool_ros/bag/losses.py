@@ -14,7 +14,7 @@ import argparse
 import math
 from dataclasses import dataclass
 
-from ..ros.diagnostics import SET_LOSSES
+from ..node_health import SET_LOSSES
 
 # set-level counters, named as /diagnostics names them (without the "dropped_" prefix)
 SET_LEVEL = tuple(k.removeprefix("dropped_") for k in SET_LOSSES) + ("skipped_no_subscribers",)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..demo import domain as domain_ids
+from ..node_health import is_drop
 from ..progress import progress_bar
 from .io import BagError
 from .ray_cluster import check_fits, start_ray, where_am_i
@@ -91,11 +92,11 @@ def _default_sigint() -> None:
 
 
 def drops_by_reason(diagnostics: dict) -> dict[str, int]:
-    """Non-zero drop counters of the node's final diagnostics (dropped_*, sync losses)."""
+    """Non-zero drop counters of the node's final diagnostics (dropped_*, sync losses): what the
+    node's health rule counts as drops (node_health.is_drop)."""
     out = {}
     for k, v in diagnostics.items():
-        if k.startswith("dropped_") or k in ("sync_incomplete_timeout", "sync_evicted", "sync_late",
-                                              "sync_duplicate", "sync_out_of_order", "sync_superseded"):
+        if is_drop(k):
             try:
                 n = int(float(v))
             except ValueError:

@@ -39,6 +39,11 @@ class LiveCalibration:
     def camera_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self._rig.cameras)
 
+    def status(self) -> dict:
+        """What /diagnostics says of the calibration: the rig's digest, each invalid camera's why."""
+        return {"calibration": self.rig.digest(),
+                **{f"invalid_calibration_{cam}": why for cam, why in list(self.invalid.items())}}
+
     def camera(self, name: str) -> Camera:
         return next(c for c in self._rig.cameras if c.name == name)
 

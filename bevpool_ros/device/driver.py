@@ -222,11 +222,10 @@ class HostRegistration:
             pass
 
 
+# "highest" by default (node parameter gpu.stream_priority, BevPooler's stream_priority), so a
+# set's few microseconds of kernels go ahead of the queued work of networks on normal-priority
+# streams of the same context (or of the same MPS server).
 STREAM_PRIORITIES = ("highest", "normal")
-# What new Streams get unless told otherwise (node parameter gpu.stream_priority, BevPooler's
-# stream_priority): "highest", so a set's few microseconds of kernels go ahead of the queued work
-# of networks on normal-priority streams of the same context (or of the same MPS server).
-default_stream_priority = "highest"
 
 
 def stream_priority_value(priority: str) -> int:
@@ -241,11 +240,11 @@ def stream_priority_value(priority: str) -> int:
 
 
 class Stream:
-    def __init__(self, priority: str | None = None):
-        """A non-blocking stream at ``priority`` (default: ``default_stream_priority``)."""
+    def __init__(self, priority: str = STREAM_PRIORITIES[0]):
+        """A non-blocking stream at ``priority`` (STREAM_PRIORITIES)."""
         bind()
         cu = api()
-        self.priority = priority or default_stream_priority
+        self.priority = priority
         self.handle = check(cu.cuStreamCreateWithPriority(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING),
                                                           stream_priority_value(self.priority)),
                             "cuStreamCreateWithPriority")

@@ -20,8 +20,6 @@ from .driver import DeviceArrays, DeviceBuffer, Stream
 from .driver import launch as launch_kernel
 from .runtime import KernelRuntime, regime_for
 
-INPUT_ITEMSIZE = {"fp16": 2, "fp8": 1}
-OUTPUT_ITEMSIZE = {"float32": 4, "float16": 2}
 IO = ("depth", "feat", "out")  # the caller's bindings; every other buffer is the operator's
 
 
@@ -44,10 +42,10 @@ class Operator:
         launch_kernel(self.rt.module, self.plan, {**self.buffers, **io}, stream)
 
     def io_buffers(self) -> dict:
-        s, n_in = self.smap, INPUT_ITEMSIZE[self.precision]
+        s, n_in = self.smap, L.PRECISION_DTYPES[self.precision].input.itemsize
         return {"depth": DeviceBuffer(s.num_depth * n_in),
                 "feat": DeviceBuffer(s.num_feat_rows * s.channels * n_in),
-                "out": DeviceBuffer(s.num_cells * s.channels * OUTPUT_ITEMSIZE[self.plan.out_dtype])}
+                "out": DeviceBuffer(s.num_cells * s.channels * np.dtype(self.plan.out_dtype).itemsize)}
 
     def run(self, depth: np.ndarray, feat: np.ndarray, poison: bool = True) -> np.ndarray:
         """Upload, poison the output (NaN bytes), run once, download: for tests and checks."""

@@ -1,6 +1,7 @@
 """GPU-side state shared by the backends, the benchmark and the GPU tests.
 
-``KernelRuntime``: device + stream + the NVRTC-built module (one per process and device).
+``KernelRuntime``: device + the NVRTC-built module (one per process and device) + a stream of the
+priority asked for (one per process, device and priority).
 What runs on it, a plan with the device arrays it binds, is an operator (operator.py).
 """
 from __future__ import annotations
@@ -18,19 +19,35 @@ log = logging.getLogger(__name__)
 
 
 class KernelRuntime:
-    def __init__(self, ordinal: int = 0):
-        self.device = Device(ordinal)
-        self.stream = Stream()  # driver.default_stream_priority when the runtime is first made
-        self.module = Module(get_kernel_image(self.device.arch))
-        log.info("cuda runtime: %s (%s, %d SMs, L2 %.0f MiB)", self.device.name, self.device.arch,
-                 self.device.sm_count, self.device.l2_bytes / 2**20)
+    """A device, its loaded module and one stream. The device and module are made once per
+    process and device, a stream once per priority: backends of another ``gpu.stream_priority``
+    share the module and run on a stream of theirs."""
+
+    def __init__(self, device: Device, module: Module, stream: Stream):
+        self.device, self.module, self.stream = device, module, stream
 
 
 @lru_cache(maxsize=None)
-def get_runtime(ordinal: int = 0) -> KernelRuntime:
-    return KernelRuntime(ordinal)
+def _loaded(ordinal: int) -> tuple[Device, Module]:
+    device = Device(ordinal)
+    module = Module(get_kernel_image(device.arch))
+    log.info("cuda runtime: %s (%s, %d SMs, L2 %.0f MiB)", device.name, device.arch, device.sm_count,
+             device.l2_bytes / 2**20)
+    return device, module
+
+
+def get_runtime(ordinal: int = 0, stream_priority: str = "highest") -> KernelRuntime:
+    """The runtime of GPU ``ordinal`` whose stream runs at ``stream_priority`` (highest | normal)."""
+    return _runtime(int(ordinal), stream_priority)
+
+
+@lru_cache(maxsize=None)
+def _runtime(ordinal: int, stream_priority: str) -> KernelRuntime:
+    device, module = _loaded(ordinal)
+    device.make_current()
+    return KernelRuntime(device, module, Stream(stream_priority))
 
 
 def regime_for(smap: ScatterMap, precision: str, l2_bytes: int) -> str:
-    dtype = L.PRECISION_INPUT[precision]
+    dtype = L.PRECISION_DTYPES[precision].input_name
     return classify(working_set_bytes(smap, dtype), l2_bytes)

@@ -14,8 +14,9 @@ or float16) or memory of its own, allocated in stream order. Nothing waits on th
 ``sync=True`` or the caller asks the grid.
 
 Host inputs (numpy, or a DLPack CPU tensor) go through the node's path (pinned staging, one CUDA
-graph, one wait) and come back as numpy. Without a GPU (``backend="auto"``) the cpu backend pools
-host inputs in float32, with one warning: the same code runs everywhere, at CPU speed.
+graph, one wait) and come back as numpy. Without a GPU (``backend="cuda"``, ``fallback=True``: the
+defaults) the cpu backend pools host inputs in float32, with one warning: the same code runs
+everywhere, at CPU speed. Which backend runs is ``create_backend``'s decision, as in the node.
 
 Any thread may call ``pool``: the device's context is made current in the calling thread, and
 calls are serialised (they share the pooler's buffers); calls on different streams are ordered
@@ -31,13 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends import create_backend, prepared
 from ..backends.gpu.device_frame import Binding
+from ..backends.gpu.device_intake import E4M3, DeviceIntake
 from ..backends.gpu.frame import pow2_exponent
 from ..device import streams
-from ..device.driver import STREAM_PRIORITIES, DeviceBuffer, Event, Stream, api, bind, check, pointer_device
+from ..device.driver import STREAM_PRIORITIES, Stream, api, bind, check
 from ..device.tensors import DeviceTensor, check_shape, device_tensor, host_array, is_device
-from ..errors import BackendUnavailable, InputError
+from ..errors import InputError
 from ..rig import Rig
 from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, scatter_map_for
@@ -46,10 +48,7 @@ from .grid_memory import GridBuffers
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "cuda", "cpu")
-E4M3 = np.dtype(np.uint8)  # E4M3 codes travel as uint8
 GRID_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float16)))
-INPUT_DTYPES = frozenset((np.dtype(np.float32), np.dtype(np.float16), E4M3))
 
 
 def scatter_map_of(source) -> ScatterMap:
@@ -63,25 +62,10 @@ def scatter_map_of(source) -> ScatterMap:
         if path.suffix == ".npz":
             return ScatterMap.load(path)
         return scatter_map_for(load_rig(path))
-    raise TypeError(f"BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, got {type(source).__name__}")
-
-
-def _create_backend(name: str, precision: str, device: int, check_finite: bool, autotune: bool) -> Backend:
-    from ..backends.cpu import CpuBackend
-
-    if name not in BACKENDS:
-        raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")
-    if name == "cpu":
-        return CpuBackend(precision, check_finite=check_finite)
-    try:
-        from ..backends.cuda import CudaBackend
-
-        return CudaBackend(precision, device, check_finite=check_finite, autotune=autotune)
-    except (BackendUnavailable, ImportError, OSError) as e:
-        if name == "cuda":
-            raise BackendUnavailable(f"BevPooler: the cuda backend is unavailable ({e})") from e
-        log.warning("BevPooler: no usable GPU (%s); pooling host arrays on the cpu backend in float32", e)
-        return CpuBackend(precision, check_finite=check_finite)
+    raise TypeError(
+        "BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, "
+        f"got {type(source).__name__}"
+    )
 
 
 class BevPooler:
@@ -89,18 +73,34 @@ class BevPooler:
 
     ``precision``: fp16 | fp8 | auto (GPU; the cpu backend always computes float32);
     ``grid_dtype``: float16 | float32, the dtype of grids the pooler allocates itself;
-    ``backend``: auto (cuda when a GPU is usable, else cpu with a warning) | cuda | cpu;
+    ``backend``: as ``create_backend`` names them: cuda | cpu | tensorrt | best;
+    ``fallback``: a backend that cannot run here (no GPU) or cannot run the map hands over to the
+    next simpler one (cuda -> cpu) with one warning; False: BackendUnavailable instead;
     ``fp8_scales``: the power-of-two scales of raw E4M3 inputs (depth, feat), per call too;
     ``stream_priority``: highest | normal, the pooler's own stream (calls whose tensors name no
     stream run there); a call on the caller's stream runs at that stream's priority.
     """
 
-    def __init__(self, source, *, precision: str = "fp16", grid_dtype="float16", backend: str = "auto",
-                 device: int = 0, check_finite: bool = True, fp8_scales=(1.0, 1.0), autotune: bool = True,
-                 stream_priority: str = "highest"):
+    def __init__(
+        self,
+        source,
+        *,
+        precision: str = "fp16",
+        grid_dtype="float16",
+        backend: str = "cuda",
+        fallback: bool = True,
+        device: int = 0,
+        check_finite: bool = True,
+        fp8_scales=(1.0, 1.0),
+        autotune: bool = True,
+        stream_priority: str = "highest",
+    ):
         self.smap = scatter_map_of(source)
         # shapes every call checks, as tuples once (the map's properties build them per read)
-        self._depth_shape, self._feat_shape = tuple(self.smap.depth_shape), tuple(self.smap.feat_shape)
+        self._depth_shape, self._feat_shape = (
+            tuple(self.smap.depth_shape),
+            tuple(self.smap.feat_shape),
+        )
         self._grid_shape = tuple(self.smap.bev_shape)
         self.grid_dtype = np.dtype(grid_dtype)
         self._grid_cells = math.prod(self.smap.bev_shape)  # elements: per call, no numpy
@@ -110,8 +110,13 @@ class BevPooler:
         if stream_priority not in STREAM_PRIORITIES:
             raise ValueError(f"stream_priority: expected one of {STREAM_PRIORITIES}, got {stream_priority!r}")
         self.stream_priority = stream_priority
-        self.backend = _create_backend(backend, precision, int(device), check_finite, autotune)
-        self.backend.prepare(self.smap)
+        if backend == "auto":
+            raise ValueError("backend: 'auto' is now 'cuda' (the default: the cpu backend with one "
+                             "warning when no GPU is usable; fallback=False refuses instead)")
+        options = dict(device=int(device), check_finite=check_finite, autotune=autotune,
+                       stream_priority=stream_priority)
+        self.backend = prepared(create_backend(backend, precision, fallback, **options), self.smap, fallback,
+                                **options)
         self._lock = threading.Lock()
         self._device = None
         self._closed = False
@@ -119,25 +124,31 @@ class BevPooler:
             self._open_device_path()
 
     def _open_device_path(self) -> None:
-        self._gather_buffers = {  # pool_cameras' stacked inputs, sized for float32
-            name: DeviceBuffer(int(np.prod(shape)) * 4)
-            for name, shape in (("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))
-        }
         self._device = self.backend.device_frame()  # the backend's pooling step, for device tensors
         dev = self._device.device
         self._ctx, self._ordinal = dev.ctx, dev.ordinal
+        self._intake = DeviceIntake(self.smap, dev, "the pooler")
         self._slots = CallSlots(dev.ctx)
-        self._producer_sync = Event(dev.ctx)
         self._last_event = None  # the previous call's grid event, and its stream
         self._last_stream: int | None = None
         self._own_stream = Stream(self.stream_priority)  # for device inputs no framework names a stream for
         self._own_handle = int(self._own_stream.handle)
         self._wrapped: dict[int, Stream] = {}
         cu = api()
-        self._pools = bool(check(cu.cuDeviceGetAttribute(
-            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev.dev), "attr"))
-        self._own_grids = GridBuffers(self._grid_cells * self.grid_dtype.itemsize, dev.ctx, self._pools,
-                                      self._own_handle)
+        self._pools = bool(
+            check(
+                cu.cuDeviceGetAttribute(
+                    cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev.dev
+                ),
+                "attr",
+            )
+        )
+        self._own_grids = GridBuffers(
+            self._grid_cells * self.grid_dtype.itemsize,
+            dev.ctx,
+            self._pools,
+            self._own_handle,
+        )
 
     # --- description -----------------------------------------------------------------------------
     @property
@@ -158,9 +169,15 @@ class BevPooler:
         return self._grid_shape
 
     def describe(self) -> dict:
-        d = dict(self.backend.describe(), grid_dtype=self.grid_dtype.name, grid_shape=list(self.grid_shape))
+        d = dict(
+            self.backend.describe(),
+            grid_dtype=self.grid_dtype.name,
+            grid_shape=list(self.grid_shape),
+        )
         if self._device is not None:
-            d.update(graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames)
+            d.update(
+                graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames
+            )
         return d
 
     # --- pooling ---------------------------------------------------------------------------------
@@ -178,8 +195,10 @@ class BevPooler:
         scales = self.fp8_scales if fp8_scales is None else _scales(fp8_scales)
         on_device = is_device(depth), is_device(feat)
         if on_device[0] != on_device[1]:
-            raise InputError("depth and feat: one is a device tensor, the other a host array; pass both "
-                             "on the device or both on the host")
+            raise InputError(
+                "depth and feat: one is a device tensor, the other a host array; pass both "
+                "on the device or both on the host"
+            )
         if on_device[0]:
             return self._pool_device(depth, feat, out, stream, sync, scales)
         return self._pool_host(depth, feat, out, scales)
@@ -210,7 +229,10 @@ class BevPooler:
         target = out if out is not None else np.empty(self.grid_shape, self.grid_dtype)
         with self._lock:
             if self.backend.name == "cpu" or (self.precision == "fp16" and scales != (1.0, 1.0)):
-                hosts = [tuple(None if a is None else _decode_e4m3(a, sc) for a, sc in zip(c, scales)) for c in hosts]
+                hosts = [
+                    tuple(None if a is None else _decode_e4m3(a, sc) for a, sc in zip(c, scales))
+                    for c in hosts
+                ]
             elif tuple(self.backend.fp8_scales) != scales:
                 self.backend.fp8_scales = scales
             return self.backend.pool_cameras(hosts, out=target)
@@ -218,20 +240,18 @@ class BevPooler:
     def _pool_device_cameras(self, cameras, first, out, stream, sync, scales):
         s, dl_stream, keep = self._begin_device(stream, first)
         stacked, gather, sources = [], [], []
-        for i, (name, shape) in enumerate((("depth", self.smap.depth_shape), ("feat", self.smap.feat_shape))):
-            per_camera = [None if cam[i] is None else self._tensor(cam[i], f"{name}[{n}]", shape[1:], dl_stream)
-                          for n, cam in enumerate(cameras)]
-            dtypes = {t.dtype for t in per_camera if t is not None} or {np.dtype(np.float16)}
-            if len(dtypes) > 1:
-                raise InputError(f"{name}: cameras in {sorted(d.name for d in dtypes)} mixed")
-            dtype = dtypes.pop()
-            buf = self._gather_buffers[name]
-            slot = int(np.prod(shape[1:])) * dtype.itemsize
-            for n, t in enumerate(per_camera):
-                gather.append((buf.ptr + n * slot, None if t is None else t.ptr, slot))
+        for i, (name, shape) in enumerate(self._intake.shapes.items()):
+            per_camera = [
+                None if cam[i] is None else self._intake.tensor(cam[i], f"{name}[{n}]", shape[1:], dl_stream)
+                for n, cam in enumerate(cameras)
+            ]
+            dtype = self._intake.one_dtype(name, {t.dtype for t in per_camera if t is not None})
+            tensor, copies = self._intake.gather(name, dtype, per_camera)
+            stacked.append(tensor)
+            gather += copies
             sources += [t for t in per_camera if t is not None]
-            stacked.append(DeviceTensor(buf.ptr, dtype, tuple(shape), self.device))
-        return self._enqueue(s, dl_stream, *stacked, out, sync, scales, gather, sources, keep=keep)
+        payloads = [obj for cam in cameras for obj in cam if obj is not None]
+        return self._enqueue(s, dl_stream, *stacked, out, sync, scales, gather, sources, payloads, keep=keep)
 
     def _pool_host(self, depth, feat, out, scales) -> np.ndarray:
         d, f = host_array(depth, "depth"), host_array(feat, "feat")
@@ -249,22 +269,25 @@ class BevPooler:
 
     def _pool_device(self, depth, feat, out, stream, sync, scales):
         s, dl_stream, keep = self._begin_device(stream, depth)
-        td = self._tensor(depth, "depth", self._depth_shape, dl_stream)
-        tf = self._tensor(feat, "feat", self._feat_shape, dl_stream)
+        td = self._intake.tensor(depth, "depth", self._depth_shape, dl_stream)
+        tf = self._intake.tensor(feat, "feat", self._feat_shape, dl_stream)
         return self._enqueue(s, dl_stream, td, tf, out, sync, scales, keep=keep)
 
     def _begin_device(self, stream, tensor) -> tuple[int, int, object]:
         """(CUstream, the same as the array protocols carry it, the stream's owner) of a device call."""
         if not self.on_gpu:
-            raise InputError("device tensors need the cuda backend; this pooler runs the cpu backend "
-                             "(no GPU): pass numpy arrays")
+            raise InputError(
+                "device tensors need the cuda backend; this pooler runs the cpu backend "
+                "(no GPU): pass numpy arrays"
+            )
         bind(self._ctx)  # this thread's current context: the pooler's device
         s, owner = self._stream_for(stream, tensor)
         return s, streams.exported(s), owner
 
-    def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=(), keep=None):
+    def _enqueue(self, s, dl_stream, td, tf, out, sync, scales, gather=(), sources=(), payloads=(), keep=None):
         """Enqueue one frame of ``td``, ``tf`` on ``s`` after the ``gather`` copies (dst, src or
-        None for zeros, bytes); ``sources``: further producers' tensors to order after."""
+        None for zeros, bytes); ``sources``, ``payloads``: further producers' tensors and the
+        objects they came from (a hand-off view waits for its producer) to order after."""
         to = None if out is None else self._out_tensor(out, dl_stream)
         out_dtype = to.dtype if to is not None else self.grid_dtype
         k_depth = pow2_exponent(scales[0]) if td.dtype == E4M3 else 0
@@ -272,10 +295,15 @@ class BevPooler:
         with self._lock:
             if self._device is None:
                 raise RuntimeError("BevPooler: the pooler was closed")
-            self._order_after_producers(s, (td, tf, to, *sources))
+            # the previous call (shared buffers) and every producer: device-side waits, no host wait
+            if self._last_event is not None and not streams.same_stream(self._last_stream, s):
+                self._last_event.wait(s)
+            self._intake.order_after(s, (td, tf, to, *sources), payloads)
             memory = self._own_grids.take(s) if to is None else None
             out_ptr = to.ptr if to is not None else memory.ptr
-            binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat)
+            binding = Binding(
+                td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat
+            )
             slot = self._slots.take()
             handle = self._wrap(s)
             try:
@@ -288,21 +316,35 @@ class BevPooler:
                     memory.give_back(s)
                 raise
             self._last_event, self._last_stream = slot.event, s
-        grid = DeviceGrid(out_ptr, self.grid_shape, out_dtype, s, self._ordinal, slot, self._slots,
-                          owner=memory, out=out, keep=keep)
+        grid = DeviceGrid(
+            out_ptr,
+            self.grid_shape,
+            out_dtype,
+            s,
+            self._ordinal,
+            slot,
+            self._slots,
+            owner=memory,
+            out=out,
+            keep=keep,
+        )
         return grid.check() if sync else grid
 
     def _out_tensor(self, out, dl_stream: int) -> DeviceTensor:
         """The caller's grid: a writable float32/float16 device tensor of the grid's shape."""
         if not is_device(out):
-            raise InputError("out: device inputs pool into a device tensor; got a host array "
-                             "(use grid.numpy() for a host copy)")
+            raise InputError(
+                "out: device inputs pool into a device tensor; got a host array "
+                "(use grid.numpy() for a host copy)"
+            )
         to = device_tensor(out, "out", dl_stream)
         check_shape(to, "out", self.grid_shape)
         if to.dtype not in GRID_DTYPES or to.readonly:
-            raise InputError(f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
-                             + (" (read-only)" if to.readonly else ""))
-        self._check_device(to, "out")
+            raise InputError(
+                f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
+                + (" (read-only)" if to.readonly else "")
+            )
+        self._intake.check_device(to, "out")
         return to
 
     # --- helpers ---------------------------------------------------------------------------------
@@ -325,38 +367,6 @@ class BevPooler:
             handle = self._wrapped[s] = Stream.wrap(s)
         return handle
 
-    def _tensor(self, obj, name: str, shape, dl_stream: int) -> DeviceTensor:
-        t = device_tensor(obj, name, dl_stream)
-        check_shape(t, name, shape)
-        if t.dtype not in INPUT_DTYPES:
-            raise InputError(f"{name}: dtype {t.dtype.name} is not float32, float16 or E4M3 codes (uint8)")
-        self._check_device(t, name)
-        return t
-
-    def _check_device(self, t: DeviceTensor, name: str) -> None:
-        if t.ptr % t.dtype.itemsize:  # DLPack's byte_offset can say so; no kernel may read it
-            raise InputError(f"{name}: address {t.ptr:#x} is not aligned to its {t.dtype.name} elements")
-        mine = self._ordinal
-        ordinal = t.device if t.device is not None else pointer_device(t.ptr)
-        if ordinal is None:
-            raise InputError(f"{name}: address {t.ptr:#x} is not memory of a CUDA device")
-        if ordinal != mine:
-            raise InputError(f"{name}: lives on GPU {ordinal}, the pooler on GPU {mine}")
-
-    def _order_after_producers(self, s: int, tensors) -> None:
-        """The call's stream waits for the previous call (shared buffers) and for every stream a
-        producer named (``__cuda_array_interface__`` v3): device-side waits, no host wait."""
-        if self._last_event is not None and not streams.same_stream(self._last_stream, s):
-            self._last_event.wait(s)
-        waited = set()
-        for t in tensors:
-            if t is None or t.stream is None or t.stream in waited:
-                continue
-            waited.add(t.stream)
-            if not streams.same_stream(t.stream, s):
-                self._producer_sync.record(t.stream)
-                self._producer_sync.wait(s)
-
     # --- teardown --------------------------------------------------------------------------------
     def close(self) -> None:
         """Free the device buffers once the device is done with every call (grids already
@@ -367,11 +377,9 @@ class BevPooler:
                 if self._last_event is not None:  # calls are chained: the last one covers all
                     self._last_event.synchronize()
                 self._device.close()
-                for buf in self._gather_buffers.values():
-                    buf.free()
+                self._intake.close()
                 self._slots.close()
                 self._own_grids.close()
-                self._producer_sync.destroy()
                 self._device = None
             self.backend.close()
 
@@ -388,7 +396,9 @@ def _scales(scales) -> tuple[float, float]:
     try:
         d, f = (float(x) for x in scales)
     except (TypeError, ValueError):
-        raise InputError(f"fp8_scales: expected two numbers (depth, feat), got {scales!r}") from None
+        raise InputError(
+            f"fp8_scales: expected two numbers (depth, feat), got {scales!r}"
+        ) from None
     for x in (d, f):
         if not (x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5):
             raise InputError(f"fp8_scales: expected powers of two, got {scales!r}")

@@ -15,7 +15,21 @@ from ..scatter_map import ScatterMap
 from .schedule import TEAM_FLAG_SHIFT, V3Schedule
 
 VARIANTS = ("v2", "v2do", "v3")
-PRECISION_INPUT = {"fp16": "float16", "fp8": "float8_e4m3"}
+
+
+@dataclass(frozen=True)
+class PrecisionDtypes:
+    """What the kernels of one precision read and write (E4M3 codes travel as uint8)."""
+    input: np.dtype
+    output: np.dtype
+    input_name: str     # the input by its own name: the working-set rule's, the TensorRT plugin's
+
+
+# the one table: the frames, the operators, the launch plans, the TensorRT plugins read it
+PRECISION_DTYPES = {
+    "fp16": PrecisionDtypes(np.dtype(np.float16), np.dtype(np.float32), "float16"),
+    "fp8": PrecisionDtypes(np.dtype(np.uint8), np.dtype(np.float16), "float8_e4m3"),
+}
 REGIMES = ("DRAM-bound", "L2-resident")
 
 V2_BLOCK = 256          # BEVDet's launch
@@ -189,7 +203,7 @@ def plan_v3(smap: ScatterMap, sched: V3Schedule, kernel: KernelInfo, geom: V3Geo
             ("i32", int(sched.empty_cells.size)), ("i32", sched.compute_blocks), ("i32", C), ("i32", geom.G),
             ("i32", sched.pair_stride), ("f32", float(out_scale)), ("buf", "out"))
     return LaunchPlan(kernel.name, grid, (geom.threads, 1, 1), args, False,
-                      "float32" if kernel.precision == "fp16" else "float16", geom.shared_bytes)
+                      PRECISION_DTYPES[kernel.precision].output.name, geom.shared_bytes)
 
 
 def plan_v2(smap: ScatterMap) -> LaunchPlan:

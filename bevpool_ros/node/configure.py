@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import backends
 from ..backends import BackendUnavailable, create_backend
 from ..cameras.calibration import LiveCalibration
 from ..logtext import captured_log
@@ -12,6 +13,7 @@ from ..params import table as P
 from ..paths import default_rig_path
 from ..rig import RigError
 from ..rig_yaml import load_rig
+from ..scatter_map import scatter_map_for
 
 STREAMS = ("depth", "feat")
 
@@ -59,28 +61,22 @@ def camera_tensor_topics(cfg: dict, cameras, depth_images: dict) -> list[str]:
             if not (stream == "depth" and cam in depth_images)]
 
 
-def make_backend(cfg: dict, logger):
-    """(backend, requested name): the requested backend, or the fallback with one warning."""
-    requested, fallback = cfg["backend"], cfg["backend_fallback"]
-    from ..device import driver
+def backend_options(cfg: dict) -> dict:
+    """What every backend of the node is made with (the cpu backend ignores the GPU's)."""
+    return dict(check_finite=cfg["input.check_finite"], host_memory=cfg["gpu.host_memory"],
+                stream_priority=cfg["gpu.stream_priority"], trt_plugin=cfg["tensorrt.plugin"],
+                trt_plugin_library=cfg["tensorrt.plugin_library"])
 
-    driver.default_stream_priority = cfg["gpu.stream_priority"]  # before the runtime's stream exists
+
+def make_backend(cfg: dict, logger):
+    """(backend, requested name): what ``create_backend`` decides, its warning said via ROS."""
+    requested = cfg["backend"]
     with captured_log("bevpool_ros.backends") as reasons:  # re-said once below, via ROS
         try:
-            backend = create_backend(requested, cfg["precision"], fallback=fallback,
-                                     check_finite=cfg["input.check_finite"],
-                                     host_memory=cfg["gpu.host_memory"],
-                                     trt_plugin=cfg["tensorrt.plugin"],
-                                     trt_plugin_library=cfg["tensorrt.plugin_library"])
+            backend = create_backend(requested, cfg["precision"], fallback=cfg["backend_fallback"],
+                                     **backend_options(cfg))
         except (BackendUnavailable, ValueError) as e:
             raise StartupError(f"backend {requested!r}: {e}") from None
-        except Exception as e:  # a backend that breaks while probing must not take the node down
-            if not fallback:
-                raise StartupError(f"backend {requested!r} failed to start: "
-                                   f"{type(e).__name__}: {e}") from None
-            logger.warning(f"backend {requested!r} failed to start ({type(e).__name__}: {e}); "
-                           "falling back to 'cpu'")
-            return create_backend("cpu", cfg["precision"]), requested
     if requested not in ("best", backend.name):
         why = "; ".join(reasons) or "unavailable"
         logger.warning(f"backend {requested!r} unavailable here, running {backend.name!r} "
@@ -89,15 +85,14 @@ def make_backend(cfg: dict, logger):
 
 
 def cpu_instead(cfg: dict, logger, backend, error: Exception, rig):
-    """A GPU backend that cannot run ``rig`` hands over to the cpu backend with one warning that
-    names the rig's sizes; with backend_fallback off (or on the cpu backend) the error stands."""
-    what = (f"rig {rig.name} (C = {rig.channels}, depth {list(rig.depth_shape)}, grid "
-            f"{list(rig.grid_shape)}): {type(error).__name__}: {error}")
-    if backend.name == "cpu" or not cfg["backend_fallback"]:
-        raise StartupError(f"backend {backend.name!r} cannot run {what}") from None
-    logger.warning(f"backend {backend.name!r} cannot run {what}; falling back to 'cpu'")
-    try:
-        backend.close()
-    except Exception as e:  # a half-prepared backend: whatever it holds goes with the process
-        logger.warning(f"closing backend {backend.name!r}: {type(e).__name__}: {e}")
-    return create_backend("cpu", cfg["precision"], check_finite=cfg["input.check_finite"])
+    """A GPU backend that cannot run ``rig`` hands over to the cpu backend (backends.cpu_instead
+    decides, its warning said via ROS); a refusal is a StartupError."""
+    with captured_log("bevpool_ros.backends") as said:
+        try:
+            cpu = backends.cpu_instead(backend, error, scatter_map_for(rig), cfg["backend_fallback"],
+                                       f"rig {rig.name}", **backend_options(cfg))
+        except BackendUnavailable as e:
+            raise StartupError(str(e)) from None
+    for line in said:
+        logger.warning(line)
+    return cpu

@@ -46,18 +46,11 @@ class HandoffOutput:
         if self._hooked:
             backend.add_frame_hook(self._on_frame)
 
-    def _copy(self, dst: int, src: int, nbytes: int, stream_handle) -> None:
-        """The grid into its ring slot by a kernel: the set's GPU work stays one run of kernels."""
-        from ..backends.gpu import kernel_copies
-        from ..device.driver import Stream
-
-        kernel_copies.copy(self.backend.rt, Stream.wrap(int(stream_handle)), dst, src, nbytes)
-
     def _on_frame(self, out) -> None:
         """Inside pool, before the host waits: the copy joins the frame's own stream work.
         A failure here must not cost the frame its BevFeature: it is kept and raised by publish."""
         try:
-            copy = self._copy if hasattr(self.backend, "rt") else None
+            copy = getattr(self.backend, "device_copy", None)  # the backend's device work, its own
             self._written = (self.ring.write(out.ptr, grid_bytes(out), out.stream, copy), out)
         except Exception as e:
             self._written = e

@@ -206,8 +206,17 @@ class Inputs:
     def uses_message_filters(self) -> bool:
         return self.mf_sync is not None
 
-    def handoff_state(self) -> str:
-        return "none" if self.handoff is None else self.handoff.state()
+    def status(self) -> dict:
+        """What /diagnostics says of the inputs: cameras, sets pending, the synchroniser's counters
+        (sync_*), cameras missing from sets (missing_*), the input hand-off."""
+        with self.lock:
+            sync_counts = dict(self.sync.counts)
+            missing = dict(self.sync.missing_by_camera)
+            pending = self.sync.pending_sets
+        return {"cameras": len(self.cameras), "pending_sets": pending,
+                "input_handoff": "none" if self.handoff is None else self.handoff.state(),
+                **{f"sync_{k}": v for k, v in sorted(sync_counts.items())},
+                **{f"missing_{cam}": v for cam, v in sorted(missing.items())}}
 
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:

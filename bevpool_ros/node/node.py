@@ -14,13 +14,17 @@ lifecycle manager drives it over ``<node>/change_state``. Parameters: parameters
 """
 from __future__ import annotations
 
+import os
+
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 
+from .. import heap
 from ..logtext import clip, shown
 from ..params.files import ros_params_files
 from ..ros import dds_guard
 from ..ros.liveness import long_step
+from ..ros.process import reader_memory_policy
 from . import configure
 from .configure import StartupError
 from .graph_watch import PublisherWatch
@@ -36,7 +40,7 @@ from .parameters import (
 )
 from .pooling import PoolingWorker
 from .publishing import Outputs
-from .reporting import Report
+from .reporting import Report, backend_status
 
 SUCCESS, FAILURE = TransitionCallbackReturn.SUCCESS, TransitionCallbackReturn.FAILURE
 INPUT_TYPES = {"depth": "bevpool_msgs/msg/CameraTensor", "feat": "bevpool_msgs/msg/CameraTensor",
@@ -92,6 +96,12 @@ class BevPoolNode(LifecycleNode):
     def snapshot(self) -> dict:
         return self.report.snapshot()
 
+    def status(self) -> dict:
+        """The node's own /diagnostics values (its components report theirs: Report.compose)."""
+        return {"state": self.state_label, "input_size_guard": self.input_size_guard,
+                "executor": self.executor_kind, "heap": heap.state, "dds_reader_memory": reader_memory_policy(),
+                "pid": os.getpid()}  # which process this is: two graphs may share a domain by mistake
+
     # transitions ------------------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
         try:
@@ -126,6 +136,8 @@ class BevPoolNode(LifecycleNode):
             out_dtype=lambda: self.cfg["output.bev_dtype"], out_buffer=self.outputs.payload,
             on_prepare_error=self._cpu_instead, host_grid=self.outputs.host_grid_needed,
             warm_device_inputs=cfg["input.handoff"] != "none", on_warning=self.report.warn)
+        self.report.compose(self.status, lambda: backend_status(self._backend_now(), self.backend_requested),
+                            self.calibration.status, self.inputs.status, self.worker.status, self.outputs.status)
         self.worker.start()  # prepares the backend: the map, kernels or engines, before any data
         self.outputs.start_handoff(self.backend)
         self.report.start(cfg["diagnostics.period_s"])

@@ -206,6 +206,9 @@ class PoolingWorker:
     def queued(self) -> int:
         return len(self._queue)
 
+    def status(self) -> dict:
+        return {"worker_queue": self.queued}
+
     # what the watchdog reads (ros/liveness.py) -----------------------------------------------
     @property
     def thread_ident(self) -> int | None:

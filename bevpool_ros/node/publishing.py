@@ -72,12 +72,14 @@ class Outputs:
             return True
         return bool(self.cfg["output.publish_image"]) and self.image_pub.get_subscription_count() > 0
 
-    def handoff_state(self) -> str:
+    def status(self) -> dict:
         if self.handoff is not None:
-            return "on"
-        if not self.cfg["output.gpu_handoff"]:
-            return "off"
-        return f"refused: {self.handoff_off_reason}"[:200]
+            state = "on"
+        elif not self.cfg["output.gpu_handoff"]:
+            state = "off"
+        else:
+            state = f"refused: {self.handoff_off_reason}"[:200]
+        return {"gpu_handoff": state}
 
     def publish(self, r: PoolResult) -> None:
         """Runs in the pooling thread."""

@@ -1,25 +1,21 @@
 """bevpool_node's accounting: every counter, throttled drop logs, latency windows, the state
-snapshot and the /diagnostics message built from it (level rules: ``diagnostics.health``)."""
+status composed from each component's own ``status()`` and the /diagnostics message built from
+it (the level: ``node_health.health``, the node's contract)."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter
 
 from .. import heap
 from ..logtext import clip
-from ..ros.diagnostics import RecentCounts, diagnostic_array, health
+from ..node_health import RecentCounts, counter_key, health
+from ..ros.diagnostics import diagnostic_array
 from ..ros.housekeeping import HousekeepingTimer, PeriodicThread
-from ..ros.process import reader_memory_policy
 from ..ros.throttle import ThrottledLog
 from .gpu_share import GpuShareWatch
 from .latency import RollingStats
 
-# counters that are events, not dropped data
-NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
-             "handoff_only_grids", "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
-             "dds_incompatible_type")
 STAGES = ("queue_wait", "assemble", "handoff", "message", "publish")
 
 
@@ -35,6 +31,7 @@ class Report:
         self._recent = RecentCounts(2.0, time.monotonic())  # counter growth behind the level
         self.windows(1000)
         self.diag_pub = None
+        self.sources = ()  # compose(): the components' status()
         self._pub_lock = threading.Lock()  # three threads may publish; a transition destroys
         self._publishing = threading.Lock()
         self._timer = self._late_watch = None
@@ -145,56 +142,35 @@ class Report:
                 self.node.destroy_publisher(self.diag_pub)
                 self.diag_pub = None
 
+    def compose(self, *sources) -> None:
+        """The components whose own ``status()`` (a dict of /diagnostics values) makes the status,
+        in this order, ahead of the report's own counters and latencies (as diagnostic_updater
+        composes its tasks)."""
+        self.sources = sources
+
     def snapshot(self) -> dict:
-        node = self.node
+        values = {}
+        for source in self.sources:
+            values.update(source())
         with self._lock:
             counts = Counter(self.counts)
-        with node.inputs.lock:
-            sync_counts = Counter(node.inputs.sync.counts)
-            missing = Counter(node.inputs.sync.missing_by_camera)
-            pending = node.inputs.sync.pending_sets
-        backend = node.backend
-        try:  # the pooling thread may be re-preparing the backend right now (a calibration change)
-            d = backend.describe()
-        except Exception as e:  # diagnostics must never take the node down
-            d = {"backend": backend.name, "precision": backend.precision,
-                 "describe_error": clip(f"{type(e).__name__}: {e}")}
         lat, pool, over = (self.latency.percentiles(), self.pool_time.percentiles(),
                            self.overhead.percentiles())
-        values = {
-            "state": node.state_label, "backend": d.get("backend", backend.name),
-            "backend_requested": node.backend_requested,
-            "precision": d.get("precision", ""), "regime": d.get("regime", "n/a"),
-            "device": d.get("device", ""),
-            "cameras": len(node.cameras), "calibration": node.calibration.rig.digest(),
+        values.update({
             "sets_published": counts["published"] + counts["published_partial"],
             "sets_published_partial": counts["published_partial"],
             "latency_p50_ms": lat[50], "latency_p95_ms": lat[95], "latency_p99_ms": lat[99],
             "pool_p50_ms": pool[50], "pool_p99_ms": pool[99],
             "overhead_p50_ms": over[50], "overhead_p99_ms": over[99],
-            "pending_sets": pending, "worker_queue": node.worker.queued,
-            "gpu_handoff": node.outputs.handoff_state(), "input_size_guard": node.input_size_guard,
-            "input_handoff": node.inputs.handoff_state() if node.inputs else "none",
-            "executor": node.executor_kind, "heap": heap.state, "dds_reader_memory": reader_memory_policy(),
-            "pid": os.getpid(),  # which process this is: two graphs may share a domain by mistake
-        }
+        })
         values.update(self.memory_values())
         values.update(self.gpu.values())  # gpu_wait_*: the set's wait for a shared GPU
-        for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
-            if key in d:
-                values[key] = d[key]
         for k, st in self.stages.items():
             pk = st.percentiles((50, 99))
             values[f"{k}_p50_ms"], values[f"{k}_p99_ms"] = pk[50], pk[99]
-        for k, v in sorted(sync_counts.items()):
-            values[f"sync_{k}"] = v
         for k, v in sorted(counts.items()):
             if k not in ("published", "published_partial"):
-                values[k if k in NOT_DROPS else f"dropped_{k}"] = v
-        for cam, v in sorted(missing.items()):
-            values[f"missing_{cam}"] = v
-        for cam, why in list(node.calibration.invalid.items()):  # the executor may change it
-            values[f"invalid_calibration_{cam}"] = why
+                values[counter_key(k)] = v
         values.update(sorted(list(self.publisher_problems.items())))
         return values
 
@@ -223,32 +199,54 @@ class Report:
         if self.diag_pub is None or node.cfg is None:  # stopped (a late tick may still come)
             return
         values = self.snapshot()
-        totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
-        totals["published"] = int(values["sets_published"])
-        # a drop stays visible a few periods, so a monitor polling slower than us still sees it
-        self._recent.window_s = max(2.0, 3 * node.cfg["diagnostics.period_s"])
-        level, text = health(self._recent.update(time.monotonic(), totals), self.last_drop_detail)
-        listening = node.outputs.anyone_listening()
-        if node.calibration.invalid:
-            level, text = "ERROR", f"no usable calibration for {sorted(node.calibration.invalid)}"
-        elif not node.active:
-            level, text = "OK", "inactive: configured, not subscribed to its inputs"
-        elif self.publisher_problems and level != "ERROR":
-            level, text = "WARN", "publisher(s) DDS never delivers on input topics: " + clip(
-                "; ".join(f"{k}: {v}" for k, v in sorted(self.publisher_problems.items())), 300)
-        elif level == "OK" and node.backend_requested not in ("best", node.backend.name):
-            level = "WARN"
-            text = f"running {node.backend.name}, {node.backend_requested} unavailable"
-        elif level == "OK" and node.cfg["processing.skip_without_subscribers"] and not listening:
-            skipped = values.get("skipped_no_subscribers", 0)
-            text = f"idle: no subscriber to the BEV ({skipped} sets skipped)"
-        elif level == "OK":
-            text = f"{values['sets_published']} sets published"
-        if stuck:
-            level, text = "ERROR", stuck
+        level, text = self.level(values, stuck)
         msg = diagnostic_array(node.get_clock().now().to_msg(), f"{node.get_name()}: bev pooling",
                                str(values["device"]), level, text, values)
         with self._pub_lock:
             if self.diag_pub is not None:
                 self.diag_pub.publish(msg)
                 self._published_at = time.monotonic()
+
+    def level(self, values: dict, stuck: str = "") -> tuple[str, str]:
+        """(level, message) of a snapshot: the health rule (node_health.health) over the counters'
+        recent growth, then what the components' values say."""
+        cfg = self.node.cfg
+        totals = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_"))}
+        totals["published"] = int(values["sets_published"])
+        # a drop stays visible a few periods, so a monitor polling slower than us still sees it
+        self._recent.window_s = max(2.0, 3 * cfg["diagnostics.period_s"])
+        level, text = health(self._recent.update(time.monotonic(), totals), self.last_drop_detail)
+        invalid = sorted(k.removeprefix("invalid_calibration_") for k in values
+                         if k.startswith("invalid_calibration_"))
+        if stuck:
+            return "ERROR", stuck
+        if invalid:
+            return "ERROR", f"no usable calibration for {invalid}"
+        if values["state"] != "active":
+            return "OK", "inactive: configured, not subscribed to its inputs"
+        if self.publisher_problems and level != "ERROR":
+            return "WARN", "publisher(s) DDS never delivers on input topics: " + clip(
+                "; ".join(f"{k}: {v}" for k, v in sorted(self.publisher_problems.items())), 300)
+        if level != "OK":
+            return level, text
+        if values["backend_requested"] not in ("best", values["backend"]):
+            return "WARN", f"running {values['backend']}, {values['backend_requested']} unavailable"
+        if cfg["processing.skip_without_subscribers"] and not self.node.outputs.anyone_listening():
+            skipped = values.get("skipped_no_subscribers", 0)
+            return "OK", f"idle: no subscriber to the BEV ({skipped} sets skipped)"
+        return "OK", f"{values['sets_published']} sets published"
+
+
+def backend_status(backend, requested: str) -> dict:
+    """What /diagnostics says of the backend running now (``requested``: what was asked for)."""
+    try:  # the pooling thread may be re-preparing the backend right now (a calibration change)
+        d = backend.describe()
+    except Exception as e:  # diagnostics must never take the node down
+        d = {"backend": backend.name, "precision": backend.precision,
+             "describe_error": clip(f"{type(e).__name__}: {e}")}
+    values = {"backend": d.get("backend", backend.name), "backend_requested": requested,
+              "precision": d.get("precision", ""), "regime": d.get("regime", "n/a"), "device": d.get("device", "")}
+    for key in ("describe_error", "trt_plugin"):  # trt_plugin: the plugin TensorRT runs
+        if key in d:
+            values[key] = d[key]
+    return values

@@ -36,11 +36,12 @@ class GpuBackend(Backend):
     checks_values_on_device = True  # NaN/Inf and range checks are flag bits of the frame graph
 
     def __init__(self, precision: str, device: int = 0, *, autotune: bool = True, check_finite: bool = True,
-                 host_memory: str = "auto", fp8_scales=(1.0, 1.0), choice_store: ChoiceStore | None = None):
+                 host_memory: str = "auto", fp8_scales=(1.0, 1.0), stream_priority: str = "highest",
+                 choice_store: ChoiceStore | None = None):
         super().__init__(precision, check_finite)
         if precision == "fp32":
             raise BackendUnavailable(f"{self.name} backend runs fp16, fp8 or auto (fp32 is the cpu backend's)")
-        self.rt = get_runtime(int(device))  # raises BackendUnavailable without a GPU
+        self.rt = get_runtime(int(device), stream_priority)  # raises BackendUnavailable without a GPU
         self.autotune = autotune
         self.host_memory = host_memory
         self._fp8_scales = (float(fp8_scales[0]), float(fp8_scales[1]))
@@ -170,6 +171,15 @@ class GpuBackend(Backend):
 
     def remove_frame_hook(self, hook) -> None:
         self._hooks.remove(hook)
+
+    def device_copy(self, dst: int, src: int, nbytes: int, stream_handle) -> None:
+        """``nbytes`` from ``src`` to ``dst`` (device addresses) by a kernel on ``stream_handle``: a
+        frame hook's copy (the grid into a hand-off ring slot) keeps the set's GPU work one run of
+        kernels."""
+        from ...device.driver import Stream
+        from . import kernel_copies
+
+        kernel_copies.copy(self.rt, Stream.wrap(int(stream_handle)), dst, src, nbytes)
 
     # --- measured choices ---------------------------------------------------------------------
     def _tuned_launch(self, precision: str) -> LaunchChoice:

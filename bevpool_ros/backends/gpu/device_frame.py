@@ -33,10 +33,10 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ...device.driver import DeviceBuffer, DeviceView, Graph, Stream, launch_args
-from ...kernels.table import CONVERT_KERNELS
+from ...kernels.table import CONVERT_KERNELS, PRECISION_DTYPES
 from ...scatter_map import ScatterMap
 from . import kernel_copies
-from .frame import _SUFFIX, _THREADS, KERNEL_INPUT, KERNEL_OUTPUT
+from .frame import _SUFFIX, _THREADS
 
 E4M3 = np.dtype(np.uint8)
 F32 = np.dtype(np.float32)
@@ -65,7 +65,7 @@ class DeviceFrame:
     """Device buffers and graphs of one map at one kernel precision, for device inputs.
 
     ``enqueue_kernel(stream, bindings)`` is the pooling step GpuFrame takes (bindings 'depth',
-    'feat' in the kernel input dtype, 'out' in KERNEL_OUTPUT).
+    'feat' in the kernel input dtype, 'out' in its output dtype: PRECISION_DTYPES).
     """
 
     def __init__(
@@ -81,7 +81,7 @@ class DeviceFrame:
         self.device = rt.device  # the driver.Device it runs on (its context, ordinal)
         self.enqueue_kernel = enqueue_kernel
         self.check_finite = bool(check_finite)
-        self.kin, self.kout = KERNEL_INPUT[precision], KERNEL_OUTPUT[precision]
+        self.kin, self.kout = PRECISION_DTYPES[precision].input, PRECISION_DTYPES[precision].output
         self.n = {
             "depth": smap.num_depth,
             "feat": smap.num_feat_rows * smap.channels,

@@ -28,14 +28,13 @@ from typing import NamedTuple
 import numpy as np
 
 from ...device.device_payloads import is_device_payload
-from ...device.driver import DeviceBuffer, DeviceView, PinnedBuffer, bind
+from ...device.driver import DeviceBuffer, PinnedBuffer, bind
 from ...metric_depth import MetricDepth
 from ..base import InputError, NonFiniteInput, NonFiniteOutput, check_out
-from ..staging import E4M3_WIRE, FLOAT_WIRE
+from ..staging import E4M3_WIRE
 from .device_frame import Binding
+from .device_intake import STREAMS, DeviceIntake
 from .frame import FLAG_INPUT, FLAG_OUTPUT, DeviceOutput, pow2_exponent
-
-STREAMS = ("depth", "feat")
 
 
 class FlagWord(NamedTuple):
@@ -54,9 +53,7 @@ class DeviceInputRun:
         self.backend, self.frame = backend, frame
         self.rt, self.smap = backend.rt, backend.smap
         self.device = backend.device_frame()
-        self.shapes = {"depth": tuple(self.smap.depth_shape), "feat": tuple(self.smap.feat_shape)}
-        # stacked inputs, sized for float32 (the widest wire dtype)
-        self._stacked = {s: DeviceBuffer(int(np.prod(shape)) * 4) for s, shape in self.shapes.items()}
+        self.intake = DeviceIntake(self.smap, self.rt.device, "the backend runs")
         self._grids: dict[np.dtype, DeviceBuffer] = {}
         self._flags = PinnedBuffer((1,), np.uint32, mapped=True)
         self._done = FlagWord(self._flags.ptr, self._flags.device_ptr)  # the frame's flag word lands here
@@ -69,8 +66,9 @@ class DeviceInputRun:
         ``device_output`` keeps naming the last real grid."""
         if out is not None:
             check_out(self.smap, out)
-        if len(cameras) != self.shapes["depth"][0]:
-            raise InputError(f"{len(cameras)} cameras for a map of {self.shapes['depth'][0]}")
+        n = self.intake.shapes["depth"][0]
+        if len(cameras) != n:
+            raise InputError(f"{len(cameras)} cameras for a map of {n}")
         target = out if out is not None else self.frame.own_output(np.float32).array
         # page-locked, as GpuFrame's (the caller's array registered once): a pageable D2H of a
         # 2.6 MB grid is a staged, synchronous copy of about a millisecond
@@ -79,25 +77,21 @@ class DeviceInputRun:
         per_stream = [self._stream_inputs(cameras, i, s) for i, s in enumerate(STREAMS)]
         self.device.check_finite = self.frame.check_finite
         s = self.rt.stream
-        for payloads, _, _ in per_stream:
-            for p in payloads:
-                if p is not None and p[0] == "device" and hasattr(p[2], "wait"):
-                    p[2].wait(s.handle)  # the producer's write, ordered on the device
+        # the producers' writes, ordered on the device
+        self.intake.order_after(s.handle, payloads=[obj for cam in cameras for obj in cam if is_device_payload(obj)])
         grid = self._grid(target.dtype)
-        (_, d_dtype, k_d), (_, f_dtype, k_f) = per_stream
         nbytes = target.nbytes
         output = DeviceOutput(grid.ptr, nbytes, target.dtype, tuple(self.smap.bev_shape), s.handle,
                               self.rt.device)
         # one submission and one host wait per set: a GPU shared with another process's work is
         # given to this one in time slices, and each separate burst of work waits for a slice
         with self.frame.timed(s):
-            gather = []
-            for (payloads, dtype, _), stream in zip(per_stream, STREAMS):
-                gather += self._gather(s, stream, payloads, dtype)
+            (td, gd, k_d), (tf, gf, k_f) = (self.intake.gather(stream, dtype, payloads, s) + (k,)
+                                            for (payloads, dtype, k), stream in zip(per_stream, STREAMS))
             # the device copies and the flag word's copy replay with the frame: a ring's slot
             # pattern seen before is one graph launch
-            self.device.enqueue(s, Binding(self._stacked["depth"].ptr, d_dtype, self._stacked["feat"].ptr,
-                                           f_dtype, grid.ptr, target.dtype, k_d, k_f), self._done, tuple(gather))
+            self.device.enqueue(s, Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, grid.ptr, target.dtype, k_d, k_f),
+                                self._done, (*gd, *gf))
             if publish:
                 self.frame.last_output = output
                 for hook in self.frame.after_frame:
@@ -116,80 +110,33 @@ class DeviceInputRun:
 
     # --- one stream -------------------------------------------------------------------------------
     def _stream_inputs(self, cameras, i: int, stream: str):
-        """([("device", DeviceTensor, obj) | ("host", ndarray) | None per camera], dtype, k)."""
-        from ...device.tensors import check_shape, device_tensor
-
-        want = self.shapes[stream][1:]
+        """([DeviceTensor | host ndarray | None per camera], dtype, k: the E4M3 scale's exponent)."""
+        want = self.intake.shapes[stream][1:]
         payloads, device_dtypes, host_dtypes, scales = [], set(), set(), set()
         for n, cam in enumerate(cameras):
             obj, name = cam[i], f"{stream}[{n}]"
             if obj is None:
                 payloads.append(None)
             elif is_device_payload(obj):
-                t = device_tensor(obj, name)
-                check_shape(t, name, want)
-                self._check_device(t, name)
+                t = self.intake.tensor(obj, name, want)
                 device_dtypes.add(t.dtype)
                 if t.dtype == E4M3_WIRE:
                     scales.add(float(getattr(obj, "scale", 1.0) or 1.0))
-                payloads.append(("device", t, obj))
+                payloads.append(t)
             else:
                 a = obj.distribution() if isinstance(obj, MetricDepth) else np.asarray(obj)
                 if a.shape != want:
                     raise InputError(f"{name}: shape {a.shape} != expected {want}")
                 host_dtypes.add(a.dtype)
-                payloads.append(("host", a))
-        dtype = self._stream_dtype(stream, device_dtypes, host_dtypes)
+                payloads.append(a)
+        dtype = self.intake.one_dtype(stream, device_dtypes, host_dtypes)
         if dtype == E4M3_WIRE and not scales:
             scales.add(self.backend.fp8_scales[i])
         if len(scales) > 1:
             raise InputError(f"{stream}: E4M3 cameras with different scales {sorted(scales)} in one set")
         k = pow2_exponent(scales.pop()) if dtype == E4M3_WIRE else 0
-        payloads = [("host", np.ascontiguousarray(p[1], dtype)) if p and p[0] == "host" else p
-                    for p in payloads]
+        payloads = [np.ascontiguousarray(p, dtype) if isinstance(p, np.ndarray) else p for p in payloads]
         return payloads, dtype, k
-
-    @staticmethod
-    def _stream_dtype(stream: str, device_dtypes: set, host_dtypes: set) -> np.dtype:
-        """The device payloads' one dtype (CameraTensor cameras of the set are cast to it on the
-        host: float32 <-> float16 rounds as the device conversion would); E4M3 codes never mix."""
-        allowed = (*FLOAT_WIRE, E4M3_WIRE)
-        for d in device_dtypes | host_dtypes:
-            if d not in allowed:
-                raise InputError(f"{stream}: dtype {d.name} is not float32, float16 or E4M3 codes")
-        if len(device_dtypes) > 1:
-            raise InputError(f"{stream}: device cameras in {sorted(d.name for d in device_dtypes)} "
-                             "mixed in one set")
-        dtypes = device_dtypes or host_dtypes or {np.dtype(np.float16)}
-        dtype = next(iter(dtypes)) if len(dtypes) == 1 else np.dtype(np.float32)
-        if (E4M3_WIRE in device_dtypes | host_dtypes) and len(device_dtypes | host_dtypes) > 1:
-            raise InputError(f"{stream}: E4M3 codes and float tensors mixed in one set")
-        return dtype
-
-    def _check_device(self, t, name: str) -> None:
-        from ...device.driver import pointer_device
-
-        mine = self.rt.device.ordinal
-        ordinal = t.device if t.device is not None else pointer_device(t.ptr)
-        if ordinal != mine:
-            raise InputError(f"{name}: lives on GPU {ordinal}, the backend runs on GPU {mine}")
-
-    def _gather(self, s, stream: str, payloads, dtype: np.dtype) -> list:
-        """The device cameras' copies (dst, src or None for zeros, bytes) for the frame's graph;
-        a CameraTensor camera in the same set is copied from its host bytes now (an address
-        that changes every set: no graph)."""
-        buf = self._stacked[stream]
-        slot = int(np.prod(self.shapes[stream][1:])) * dtype.itemsize
-        gather = []
-        for n, p in enumerate(payloads):
-            dst = buf.ptr + n * slot
-            if p is None:  # a missing camera: zero weights add nothing to the grid
-                gather.append((dst, None, slot))
-            elif p[0] == "device":
-                gather.append((dst, p[1].ptr, slot))
-            else:
-                s.h2d(DeviceView(dst, slot), p[1].ctypes.data, slot)
-        return gather
 
     def _grid(self, dtype) -> DeviceBuffer:
         dtype = np.dtype(dtype)
@@ -200,7 +147,8 @@ class DeviceInputRun:
     def close(self) -> None:
         self.rt.stream.synchronize()
         self.device.close()
-        for buf in (*self._stacked.values(), *self._grids.values()):
+        self.intake.close()
+        for buf in self._grids.values():
             buf.free()
         self._flags.free()
-        self._stacked, self._grids = {}, {}
+        self._grids = {}

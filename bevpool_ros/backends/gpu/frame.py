@@ -32,7 +32,7 @@ import numpy as np
 
 from ...device.driver import DeviceBuffer, FrameTimer, Graph, HostRegistration, PinnedBuffer, launch_args
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE
-from ...kernels.table import CONVERT_KERNELS
+from ...kernels.table import CONVERT_KERNELS, PRECISION_DTYPES
 from ...scatter_map import ScatterMap
 from ..base import NonFiniteInput, NonFiniteOutput, check_out
 from ..staging import ALL_WIRE, CameraStaging, Staged
@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 
 FLAG_INPUT = 1    # bevpool_convert.cuh: BEVPOOL_FLAG_INPUT_NONFINITE
 FLAG_OUTPUT = 2   # BEVPOOL_FLAG_OUTPUT_NONFINITE
-KERNEL_INPUT = {"fp16": np.dtype(np.float16), "fp8": np.dtype(np.uint8)}
-KERNEL_OUTPUT = {"fp16": np.dtype(np.float32), "fp8": np.dtype(np.float16)}
 _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.uint8): "e4m3"}
 _THREADS = 256
 HOST_MEMORY = ("auto", "copy", "mapped")
@@ -118,7 +116,7 @@ class GpuFrame:
     """Device buffers, staging and frame graphs of one map at one kernel precision.
 
     ``enqueue_kernel(stream, bindings)`` records the pooling step reading ``bindings['depth']``,
-    ``bindings['feat']`` (kernel input dtype) and writing ``bindings['out']`` (KERNEL_OUTPUT); an
+    ``bindings['feat']`` (kernel input dtype) and writing ``bindings['out']`` (its output dtype, PRECISION_DTYPES); an
     FP8 step must run with out_scale FP8_KERNEL_OUT_SCALE.
     """
 
@@ -144,8 +142,7 @@ class GpuFrame:
         self.staging = CameraStaging(smap.depth_shape, smap.feat_shape, alloc, allowed=ALL_WIRE,
                                      metric_dtype=np.float16)
         self._region_buf = dict(zip(self.staging.regions, self._pinned))
-        self.kin = KERNEL_INPUT[precision]
-        self.kout = KERNEL_OUTPUT[precision]
+        self.kin, self.kout = PRECISION_DTYPES[precision].input, PRECISION_DTYPES[precision].output
         n_in = {"depth": smap.num_depth, "feat": smap.num_feat_rows * smap.channels}
         self.n = {**n_in, "out": smap.num_cells * smap.channels}
         self._kin = {s: DeviceBuffer(n * self.kin.itemsize) for s, n in n_in.items()}
@@ -429,4 +426,4 @@ class GpuFrame:
 
 
 __all__ = ["GpuFrame", "DeviceOutput", "FrameTiming", "choose_host_memory", "pow2_exponent", "FP8_KERNEL_OUT_SCALE",
-           "KERNEL_INPUT", "KERNEL_OUTPUT", "HOST_MEMORY"]
+           "HOST_MEMORY"]

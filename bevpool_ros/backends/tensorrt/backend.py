@@ -28,7 +28,7 @@ import logging
 import numpy as np
 
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
-from ...kernels.table import PRECISION_INPUT, V3_KERNELS
+from ...kernels.table import PRECISION_DTYPES, V3_KERNELS
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
 from ..base import BackendUnavailable
@@ -40,7 +40,8 @@ from .targets import Target, TargetError, check_runnable, fp8_supported
 from .trt_import import TensorRTMissing, load_tensorrt
 
 log = logging.getLogger(__name__)
-_GPU_OPTIONS = ("check_finite", "host_memory", "fp8_scales", "choice_store")  # GpuBackend's own options
+# GpuBackend's own options
+_GPU_OPTIONS = ("check_finite", "host_memory", "fp8_scales", "stream_priority", "choice_store")
 
 
 class TensorRTBackend(GpuBackend):
@@ -150,7 +151,7 @@ class TensorRTBackend(GpuBackend):
     def _launch_key(self, precision: str) -> str:
         """Keyed by the rig's shape class instead of the map: a new calibration of the rig reuses
         the choice, hence the engine."""
-        regime = classify(working_set_bytes(self.smap, PRECISION_INPUT[precision]), self.target.l2_bytes)
+        regime = classify(working_set_bytes(self.smap, PRECISION_DTYPES[precision].input_name), self.target.l2_bytes)
         return choice_key(LaunchChoice, backend=self.name, device=self.rt.device.name,
                           smap=shape_class(self.smap), precision=precision, extra=(regime,))
 

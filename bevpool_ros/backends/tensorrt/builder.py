@@ -99,7 +99,7 @@ def _shape_name(depth_shape, grid_shape, channels: int) -> str:
 def plugin_config_for(smap: ScatterMap, precision: str, target: Target, **launch_options
                       ) -> tuple[PluginConfig, V3Schedule]:
     """Plugin config + this calibration's schedule for ``target``: the regime comes from the target's L2."""
-    regime = classify(working_set_bytes(smap, L.PRECISION_INPUT[precision]), target.l2_bytes)
+    regime = classify(working_set_bytes(smap, L.PRECISION_DTYPES[precision].input_name), target.l2_bytes)
     return config_for_v3(smap, precision, regime, **launch_options)
 
 

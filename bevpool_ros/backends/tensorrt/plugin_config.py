@@ -54,7 +54,7 @@ class PluginConfig:
     # --- derived ------------------------------------------------------------------------------
     @property
     def input_dtype(self) -> str:
-        return L.PRECISION_INPUT[self.precision]
+        return L.PRECISION_DTYPES[self.precision].input_name
 
     @property
     def output_dtype(self) -> str:
