@@ -142,9 +142,9 @@ class EvalReport:
         return f"wrote {out_bag}: {size_text(self.out_bag_bytes)} ({held})"
 
     def summary(self) -> str:
-        """One line: mode, what ran, sets and grids, and the verdict with its reasons."""
+        """One line: mode, what ran on which rig, sets and grids, and the verdict with its reasons."""
         verdict = "ok" if self.ok else "FAILED: " + "; ".join(self.failures())
-        return (f"({self.mode}, {self.backend} {self.precision}): {self.published_complete} of "
+        return (f"({self.mode}, {self.backend} {self.precision}, rig {self.rig_name}): {self.published_complete} of "
                 f"{self.complete_sets} complete sets published, {self.within_tolerance} of "
                 f"{self.compared} grids within tolerance: {verdict}")
 
