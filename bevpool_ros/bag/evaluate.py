@@ -193,12 +193,12 @@ def node_parameter(name: str, node_params: dict | None, params_file: str | None)
 def rig_path(rig: str | None, node_params: dict | None, params_file: str | None) -> str:
     """The rig an evaluation runs: ``rig`` (--rig), else the node's ``rig_file`` (-p, then the
     params file), else the default rig. The node and the scorer must pool on the same one."""
-    from ..paths import default_rig_path
+    from ..paths import rig_path as shipped_or_path  # as the node resolves it: a bare name is a shipped rig
 
     named = (node_params or {}).get("rig_file")
     if rig and named and named != rig:
         raise BagError(f"--rig {rig} and -p rig_file:={named} name different rigs: give one")
-    return rig or str(node_parameter("rig_file", node_params, params_file) or default_rig_path())
+    return rig or str(shipped_or_path(node_parameter("rig_file", node_params, params_file) or ""))
 
 
 def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport,
