@@ -47,8 +47,24 @@ def camera_view(rig: Rig, camera: Camera, warn_loss: float = DEFAULT_WARN_LOSS) 
         view["warning"] = (
             f"{camera.name} loses {100 * v:.0f}% of the {axis} field of view the rig's input "
             f"transform keeps (source window x {left:.0f}-{right:.0f}, y {top:.0f}-{bottom:.0f} "
-            f"of {w}x{h}): check its image_size, intrinsics and input")
+            f"of {w}x{h}): " + _why_lost(rig, camera, axis))
     return view
+
+
+def _why_lost(rig: Rig, camera: Camera, axis: str) -> str:
+    """What makes a camera lose field of view: another aspect ratio than the image the rig's
+    transform is written for (its shape, nothing to fix), or its own transform."""
+    w, h = camera.width, camera.height
+    rw, rh = rig.image_size
+    if camera.transform:
+        return (f"its own input (resize {camera.transform.resize:g}, crop {camera.transform.crop_left},"
+                f"{camera.transform.crop_top}) keeps less than the rig's; check that it is written for "
+                f"its {w}x{h} image")
+    fitted = "width" if axis == "vertical" else "height"
+    return (f"its {w}x{h} image ({w / h:.2f}:1) is another shape than the {rw}x{rh} ({rw / rh:.2f}:1) "
+            f"the rig's transform is written for, which is scaled to fit its {fitted}, so the rest of "
+            f"its {'height' if fitted == 'width' else 'width'} does not reach the network. Expected "
+            "for a camera of this shape; give it its own cameras[].input to choose another part")
 
 
 def camera_views(rig: Rig, warn_loss: float = DEFAULT_WARN_LOSS) -> dict[str, dict]:

@@ -77,6 +77,24 @@ def default_rig_path() -> Path:
     return config_dir() / DEFAULT_RIG
 
 
+def rig_path(value: str) -> Path:
+    """A ``rig_file`` value as the node reads it: empty -> the default rig; a bare name that is
+    no file in the working directory -> that rig shipped in config/rigs/ (``.yaml`` optional), as
+    the launch file's ``rig_file`` argument takes it; anything else as given."""
+    if not value:
+        return default_rig_path()
+    path = Path(value)
+    if path.parent == Path(".") and not path.exists():
+        shipped = rigs_dir() / (value if path.suffix else f"{value}.yaml")
+        if shipped.is_file():
+            return shipped
+    return path
+
+
+def shipped_rigs() -> list[str]:
+    return sorted(p.name for p in rigs_dir().glob("*.yaml"))
+
+
 def plugin_dir() -> Path:
     """CUDA kernel sources compiled at run time by NVRTC."""
     return shared_dir("plugin", must_contain="bevpool_kernels.cu")

@@ -104,6 +104,13 @@ def test_a_node_that_cannot_keep_up_fails_the_run(bag40, tmp_path):
     assert rep["lost"] > 0 and rep["lost"] == 40 - rep["published_complete"]
     assert sum(rep["lost_by_cause"].values()) >= rep["lost"], rep["lost_by_cause"]
     assert rep["lost_stamps"] and len(rep["lost_stamps"]) == min(20, rep["lost"])
+    # what it ran with, in rate mode too
+    assert rep["rig_name"] == "nuscenes_bevdet_r50" and rep["rig"].endswith("nuscenes_bevdet_r50.yaml")
+    assert rep["params_file"] is None
+    assert rep["node_parameters"] == {"backend": "cpu", "diagnostics.period_s": 0.2, "rig_file": rep["rig"]}
+    assert set(rep["latency_definitions"]) == {"e2e_ms", "node_latency_ms", "evaluator_wait_ms"}
+    assert rep["node_latency_ms"]["p50"] == float(rep["diagnostics"]["latency_p50_ms"])
+    assert rep["e2e_ms"]["p50"] > 0 and rep["evaluator_wait_ms"]["p50"] >= 0
     # what was published is still right
     assert rep["compared"] == rep["within_tolerance"] == rep["published"]
     last = r.stderr.strip().splitlines()[-1]
@@ -162,8 +169,61 @@ def test_depth_camera_bag_is_scored_by_the_nodes_rule(tmp_path, nuscenes_rig):
     why.update({k: v for k, v in rep.get("diagnostics", {}).items()
                 if k.startswith(("sync_", "dropped_", "sets_published"))})
     assert rep["published"] == rep["complete_sets"] == 6, (why, r.stderr[-3000:])
+    # the params file named, and what the node got from it beside -p and the mode's
+    assert rep["params_file"] == str(params)
+    given = rep["node_parameters"]
+    assert given["input.depth_image_distribution"] == "gaussian" and given["input.depth_image_sigma_m"] == 0.8
+    assert given["backend"] == "cpu" and given["sync.camera_timeout_s"] == 5.0 and given["rig_file"] == rep["rig"]
     assert rep["compared"] == rep["within_tolerance"] == rep["published"]
     assert rep["max_abs_err"] < 1e-4
+
+
+@pytest.mark.ros
+def test_a_grid_arrives_when_dds_receives_it_not_when_the_evaluation_gets_to_it(nuscenes_rig):
+    """The report's end-to-end latency ends where the grid reached the evaluation's process: a busy
+    evaluation (here: not spinning for 1.5 s) adds its own wait, reported apart, not to the latency."""
+    import time
+
+    import rclpy
+    from bevpool_msgs.msg import BevFeature
+    from rclpy.executors import SingleThreadedExecutor
+    from ros_harness import isolate_ros_env
+
+    from bevpool_ros.demo.consumer import BevConsumer
+    from bevpool_ros.io.bev_message import bev_feature_msg
+    from bevpool_ros.ros.qos import make_qos
+
+    isolate_ros_env()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    executor = SingleThreadedExecutor(context=ctx)
+    con = BevConsumer(context=ctx, subscribe_image=False)
+    src = rclpy.create_node("grid_source", context=ctx)
+    pub = src.create_publisher(BevFeature, "bev/features", make_qos("reliable", 10))
+    got = []
+    con.on_bev = got.append
+    try:
+        executor.add_node(con)
+        executor.add_node(src)
+        deadline = time.monotonic() + 30
+        while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+        bev = np.zeros((*nuscenes_rig.grid_shape, nuscenes_rig.channels), np.float32)
+        msg = bev_feature_msg(bev, nuscenes_rig, 1, "base_link", ["CAM_FRONT"], [1], [], "cpu", "fp32")
+        sent_ns, sent = time.time_ns(), time.perf_counter()
+        pub.publish(msg)
+        time.sleep(1.5)  # the evaluation is busy: nothing spins
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.05)
+    finally:
+        executor.shutdown()
+        con.destroy_node()
+        src.destroy_node()
+        rclpy.try_shutdown(context=ctx)
+    assert got, "no grid received"
+    assert got[0].received - sent >= 1.5                 # the callback ran after the wait
+    assert 0 <= (got[0].arrived_ns - sent_ns) / 1e9 < 1.0  # DDS had it long before
 
 
 def test_scorer_reads_node_parameters_like_the_node(tmp_path, nuscenes_rig):

@@ -42,6 +42,9 @@ def test_demo_runs_end_to_end(tmp_path):
     png = tmp_path / "bev.png"
     r = _demo(png)
     assert "fell back" not in r.stdout  # 'best' is whatever runs here
+    # what the node did with the sets, from its own counters, by name
+    (counted,) = [ln for ln in r.stdout.splitlines() if ln.startswith("[demo] bevpool_node counted ")]
+    assert " complete sets of the 8 sent and published " in counted, counted
     _assert_is_the_shared_figure(png)
 
 

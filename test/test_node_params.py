@@ -152,6 +152,13 @@ def test_unavailable_backend_falls_back_with_exactly_one_warning():
 
 
 @pytest.mark.ros
+def test_a_shipped_rig_by_its_bare_name_as_the_launch_file_takes_it():
+    for name in ("nuscenes_bevdet_r50", "nuscenes_bevdet_r50.yaml"):
+        rc, text = run_until_ready("-p", f"rig_file:={name}", "-p", "backend:=cpu")
+        assert rc == 0 and "ready:" in text and "rig nuscenes_bevdet_r50," in text, text
+
+
+@pytest.mark.ros
 def test_node_starts_with_every_shipped_config_then_exits_cleanly():
     """Each config through rcl's YAML parser; here tensorrt/cuda fall back to cpu with a warning."""
     for config in CONFIGS:

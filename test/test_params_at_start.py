@@ -88,6 +88,36 @@ def test_node_refuses_unknown_names_in_one_line(tmp_path, capfd, ros_env, args, 
     assert line == f"bevpool_node: invalid configuration: {expect.format(**files)}"
 
 
+CHOICES = "['best', 'tensorrt', 'cuda', 'cpu']"
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize("args, expect", [
+    (["-p", "sync.slop_s:=1"], "sync.slop_s: expected double (write 1.0, not 1), got integer 1"),
+    (["-p", "sync.slop_s:=1", "-p", "processing.queue_size:=99"],
+     "sync.slop_s: expected double (write 1.0, not 1), got integer 1; processing.queue_size: 99 above maximum 16"),
+    (["-p", "sync.slop_s:=1", "-p", "bogus:=3"],
+     "sync.slop_s: expected double (write 1.0, not 1), got integer 1; unknown parameter 'bogus' "
+     "(-p; see --help for the parameters)"),
+    (["-p", "backend:=gpu", "-p", "processing.queue_size:=0"],
+     f"processing.queue_size: 0 below minimum 1; backend: 'gpu' not one of {CHOICES}"),
+    (["-p", "backend:=gpu", "-p", "rig_file:=rigs/mine.yaml"],
+     f"backend: 'gpu' not one of {CHOICES}; rig_file: rigs/mine.yaml does not exist relative to the node's "
+     "working directory {cwd} (shipped rigs, by name: nuscenes_bevdet_r50.yaml; or give an absolute path)"),
+    (["-p", "rig_file:=mine.yaml"],
+     "rig_file: mine.yaml does not exist relative to the node's working directory {cwd} and is not a shipped "
+     "rig (shipped rigs, by name: nuscenes_bevdet_r50.yaml; or give an absolute path)"),
+], ids=["type", "type_and_range", "type_and_unknown", "range_and_choice", "choice_and_rig", "bare_rig"])
+def test_the_node_names_every_mistake_in_its_own_words(tmp_path, capfd, ros_env, monkeypatch, args, expect):
+    """The project's line for a type or range error (not rclpy's "expecting type 'DOUBLE'"), every
+    mistake of the command line in it, and a missing rig file said relative to what."""
+    from bevpool_ros.node.main import main
+
+    monkeypatch.chdir(tmp_path)
+    line = refusal(capfd, main(["bevpool_node", "--ros-args", *args]), "bevpool_node")
+    assert line == f"bevpool_node: invalid configuration: {expect.format(cwd=tmp_path)}"
+
+
 @pytest.mark.ros
 def test_node_process_refuses_a_params_file_with_typos(tmp_path):
     """As installed: one line naming both nearest parameters, exit 2, no traceback."""

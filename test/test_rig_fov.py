@@ -195,6 +195,52 @@ def test_inspect_reports_each_cameras_view_and_warns_on_a_lost_field_of_view(tmp
     assert json.loads(run("--json", "--fov-warn", "30").stdout)["warnings"] == []
 
 
+def test_a_camera_of_another_shape_is_told_why_it_loses_field_of_view(rig_dict):
+    """A 16:10 camera on the rig's 16:9 transform: the loss is its shape, not a mistake to look for."""
+    from bevpool_ros.camera_view import camera_views
+
+    front = rig_dict["cameras"][0]
+    front["image_size"] = [1600, 1000]
+    front["intrinsics"]["cy"] += 50
+    assert camera_views(rig_from_dict(rig_dict))["CAM_FRONT"]["warning"] == (
+        "CAM_FRONT loses 10% of the vertical field of view the rig's input transform keeps (source window "
+        "x 0-1600, y 368-950 of 1600x1000): its 1600x1000 image (1.60:1) is another shape than the 1600x900 "
+        "(1.78:1) the rig's transform is written for, which is scaled to fit its width, so the rest of its "
+        "height does not reach the network. Expected for a camera of this shape; give it its own "
+        "cameras[].input to choose another part")
+
+
+def test_inspect_says_why_float16_writes_as_much_output_as_float32():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", str(NUSCENES_RIG)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("    float")}
+    assert rows["float32"].endswith(" float32") and rows["float16"].endswith(" float32"), rows
+    assert rows["float8_e4m3"].endswith(" float16"), rows
+    assert ("    (the output is the BEV grid in the dtype the backends write it for each input dtype: float32 "
+            "for float32, float32 for float16, float16 for float8_e4m3)") in r.stdout.splitlines()
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]], ids=["text", "json"])
+def test_inspect_into_a_closed_pipe_stops_quietly(fmt):
+    """``bevpool-inspect rig.yaml | head``: the reader left before the output; no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before anything is written
+    try:
+        r = subprocess.run([sys.executable, "-m", "bevpool_ros.cli.inspect", str(NUSCENES_RIG), *fmt],
+                           stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
 def test_the_docs_example_scales_its_larger_camera():
     """docs/rigs.md's example: front_right (1344x756, K x 1.05): resize 0.5 / 1.05, crop [0, 4]."""
     import re

@@ -108,7 +108,9 @@ def test_waits_for_a_node_started_after_it_and_accounts_for_every_set():
         assert proc.returncode == 0 and "Traceback" not in err, out + err[-3000:]
         assert "bevpool-synthetic: all 18 topics subscribed: publishing" in out, out
         assert "bevpool-synthetic: sent 20 sets" in out, out
-        assert f"bevpool_node (pid {node.proc.pid}) counted 20 complete sets: none missed" in out, out
+        # no one subscribes the grids, so the node pools none of them, and the tool says so by name
+        assert (f"bevpool_node (pid {node.proc.pid}) counted 20 complete sets of the 20 sent and published "
+                "0 grids: skipped_no_subscribers+20") in out, out
         # the node's own word, read here: 20 complete sets, no more, no fewer
         ctx = rclpy.Context()
         rclpy.init(context=ctx)
@@ -182,10 +184,75 @@ def test_missed_sets_are_counted_against_the_status_before_the_first_set():
                          missing_CAM_BACK=1, sync_accepted_messages=248))
     assert c.settled(101 * 10**9, 20)      # two alike: nothing more is coming
     assert c.report(20, drained=True) == [
-        "bevpool_node (pid 7) counted 16 complete sets and 1 partial: 4 of 20 missed "
-        "(missing_CAM_BACK+1, sync_incomplete_timeout+3)"]
+        "bevpool_node (pid 7) counted 16 complete sets and 1 partial of the 20 sent (4 missed): "
+        "missing_CAM_BACK+1, sync_incomplete_timeout+3"]
     c._on_status(_status("7", 104, sync_sets_complete=25, sync_accepted_messages=300))
     assert c.settled(101 * 10**9, 20)      # every set counted
     assert c.report(20, drained=False) == [
-        "bevpool_node (pid 7) counted 20 complete sets: none missed "
+        "bevpool_node (pid 7) counted 20 complete sets of the 20 sent: nothing dropped "
         "(by its last status: the last sets may still be on their way)"]
+
+
+def test_sets_the_node_dropped_after_counting_them_are_named_not_called_fine():
+    """All 20 sets arrived complete, but the pooling thread was busy for 2: the report names the
+    counter instead of saying that none was missed."""
+    from bevpool_ros.demo.synthetic_tool import NodeCounters
+
+    c = NodeCounters(_Subscriber())
+    c._on_status(_status("7", 100, sync_sets_complete=0, sets_published=0))
+    c.mark_baseline()
+    c._on_status(_status("7", 102, sync_sets_complete=20, sets_published=18, dropped_worker_busy=2))
+    assert c.report(20, drained=True) == [
+        "bevpool_node (pid 7) counted 20 complete sets of the 20 sent and published 18 grids: "
+        "dropped_worker_busy+2"]
+
+
+def test_a_node_that_stopped_reporting_is_called_gone_not_a_transport_loss():
+    from bevpool_ros.demo.synthetic_tool import NodeCounters
+
+    now = [0.0]
+    c = NodeCounters(_Subscriber(), clock=lambda: now[0])
+    for t in range(3):  # one status a second
+        now[0] = float(t)
+        c._on_status(_status("7", 100 + t, sync_sets_complete=0, sets_published=0))
+    c.mark_baseline()
+    now[0] = 3.0
+    c._on_status(_status("7", 103, sync_sets_complete=5, sets_published=5))
+    now[0] = 3.5
+    assert c.report(20, drained=True) == [  # still reporting: not gone
+        "bevpool_node (pid 7) counted 5 complete sets of the 20 sent (15 missed) and published 5 grids: "
+        "no counter of the node's explains the 15 missed (lost before it, in discovery or transport)"]
+    now[0] = 12.0
+    assert c.report(20, drained=True, subscribed=False) == [
+        "bevpool_node (pid 7) is gone: no status for 9.0 s (it sent one every 1.0 s), and no subscriber "
+        "is left on the rig's topics",
+        "bevpool_node (pid 7) counted 5 complete sets of the 20 sent (15 missed) and published 5 grids: "
+        "it went before counting the 15 missed (by its last status, before it went)"]
+
+
+def test_the_tool_says_when_the_node_dies_under_it():
+    """A real node killed (SIGKILL) while the tool publishes: the tool's report says it is gone."""
+    from bevpool_ros.demo.session import NodeProcess
+    from bevpool_ros.paths import default_rig_path
+
+    proc = _start("--frames", "100", "--rate", "20", "--wait", "120")  # isolates this test's domain
+    node = NodeProcess({"rig_file": str(default_rig_path()), "backend": "cpu", "diagnostics.period_s": 0.2})
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while "publishing" not in line and time.monotonic() < deadline and proc.poll() is None:
+            line = _first_line(proc, 5)
+        assert "publishing" in line, line + proc.stderr.read()
+        time.sleep(1.0)
+        node.proc.kill()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        node.stop()
+    assert proc.returncode == 0 and "Traceback" not in err, out + err[-3000:]
+    gone = [ln for ln in out.splitlines() if " is gone: " in ln]
+    assert gone and gone[0].startswith(f"bevpool-synthetic: bevpool_node (pid {node.proc.pid}) is gone: "
+                                       "no status for "), out
+    assert "discovery or transport" not in out and "before it went" in out, out

@@ -16,7 +16,9 @@ output.
 The report counts the sets in the bag (complete ones apart: ``sets``), grids published, every
 complete set lost with its cause (``losses``), grids matching the reference within the tolerance of
 the precision each grid says it was computed at (bevpool_ros/tolerance.py; a fixed ``atol``
-instead when given), and latency from the last input of a set being played to its grid arriving.
+instead when given), and latency (LATENCIES: from the last input of a set being published to DDS
+receiving its grid in this process, beside the node's own and this process's wait). It names the
+rig, the params file and every parameter the node was given, in either mode.
 A run passes when every grid matches and no more complete sets were lost than allowed. The output
 bag holds a score per grid and the last grid, or every grid when asked (output.py); the report's
 per-grid counts and times are read back from it.
@@ -47,8 +49,18 @@ from .output import folder_bytes, read_grid_records, spool_dir, write_output
 from .sets import BagSets
 
 LOST_STAMPS_SHOWN = 20
-PLOTTED = ("frame_errors", "frame_error_ratios", "e2e_ms")  # per-grid lists: the report plots them
+PLOTTED = ("frame_errors", "frame_error_ratios", "e2e_ms", "evaluator_wait_ms")  # per-grid lists: the report plots them
 PACED_CAMERA_TIMEOUT_S = 5.0
+# what each latency of the report measures (the report carries these lines)
+LATENCIES = {
+    "e2e_ms": "end to end: the last input message of a set published by the evaluation's player -> its grid "
+              "received by DDS in the evaluation's process (system clock, MessageInfo.received_timestamp): "
+              "input transport, the node's input queue and work, output transport",
+    "node_latency_ms": "the node's own (its /diagnostics latency_p50_ms, latency_p99_ms over its last "
+                       "diagnostics.latency_window sets): its callback took the set's last input -> grid published",
+    "evaluator_wait_ms": "the grid received by DDS -> the evaluation's callback ran: the evaluation's own "
+                         "backlog, in none of the above",
+}
 
 
 @dataclass
@@ -64,7 +76,10 @@ class EvalReport:
     allowed_lost: int = 0
     allow_lost: str = "0"
     resent: int = 0                        # sets sent again: the node had received none of them
-    node_parameters: dict = field(default_factory=dict)  # on its command line (-p, the mode's)
+    rig: str = ""                          # the rig file the node and the scorer pooled on
+    rig_name: str = ""
+    params_file: str | None = None         # --params-file, as given
+    node_parameters: dict = field(default_factory=dict)  # all it got: the params file's, -p, the mode's
     backend: str = ""                      # what the node ran (its diagnostics)
     precision: str = ""
     compared: int = 0
@@ -72,7 +87,8 @@ class EvalReport:
     max_abs_err: float = 0.0
     frame_errors: list[float] = field(default_factory=list)  # max |error| per grid, bag order
     frame_error_ratios: list[float] = field(default_factory=list)  # max |error| / allowed: <= 1
-    e2e_ms: list[float] = field(default_factory=list)
+    e2e_ms: list[float] = field(default_factory=list)          # per grid (LATENCIES)
+    evaluator_wait_ms: list[float] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
     atol: float | None = None              # None: the tolerance of each grid's precision
@@ -83,10 +99,12 @@ class EvalReport:
     grids_bytes: int = 0                   # what every grid took on disk during the run
 
     def to_dict(self) -> dict:
-        pct = (lambda q: float(np.percentile(self.e2e_ms, q))) if self.e2e_ms else (lambda q: None)
         out = {"ok": self.ok, "failures": self.failures()}
         out.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name not in PLOTTED)
-        out.update(tolerance=tolerance_text(self.atol), e2e_ms={"p50": pct(50), "p99": pct(99)})
+        node = {q: _number(self.diagnostics.get(f"latency_{q}_ms")) for q in ("p50", "p99")}
+        out.update(tolerance=tolerance_text(self.atol), e2e_ms=_percentiles(self.e2e_ms),
+                   node_latency_ms=node, evaluator_wait_ms=_percentiles(self.evaluator_wait_ms),
+                   latency_definitions=LATENCIES)
         return out
 
     def failures(self) -> list[str]:
@@ -124,11 +142,32 @@ class EvalReport:
         return f"wrote {out_bag}: {size_text(self.out_bag_bytes)} ({held})"
 
     def summary(self) -> str:
-        """One line: mode, what ran, sets and grids, and the verdict with its reasons."""
+        """One line: mode, what ran on which rig, sets and grids, and the verdict with its reasons."""
         verdict = "ok" if self.ok else "FAILED: " + "; ".join(self.failures())
-        return (f"({self.mode}, {self.backend} {self.precision}): {self.published_complete} of "
+        return (f"({self.mode}, {self.backend} {self.precision}, rig {self.rig_name}): {self.published_complete} of "
                 f"{self.complete_sets} complete sets published, {self.within_tolerance} of "
                 f"{self.compared} grids within tolerance: {verdict}")
+
+
+def _percentiles(values: list[float]) -> dict:
+    return {f"p{q}": float(np.percentile(values, q)) if values else None for q in (50, 99)}
+
+
+def _number(text) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def given_parameters(rig_path: str, node_params: dict, params_file: str | None) -> dict:
+    """Every parameter the node is given, as it reads them: its params file's sections for it,
+    then -p (and the mode's), then the rig_file the evaluation passes."""
+    from ..params.check import NODE_FQN
+    from ..params.files import parameters_for
+
+    return {**(parameters_for(params_file, NODE_FQN) if params_file else {}), **node_params,
+            "rig_file": rig_path}
 
 
 def tolerance_text(atol: float | None) -> str:
@@ -154,12 +193,12 @@ def node_parameter(name: str, node_params: dict | None, params_file: str | None)
 def rig_path(rig: str | None, node_params: dict | None, params_file: str | None) -> str:
     """The rig an evaluation runs: ``rig`` (--rig), else the node's ``rig_file`` (-p, then the
     params file), else the default rig. The node and the scorer must pool on the same one."""
-    from ..paths import default_rig_path
+    from ..paths import rig_path as shipped_or_path  # as the node resolves it: a bare name is a shipped rig
 
     named = (node_params or {}).get("rig_file")
     if rig and named and named != rig:
         raise BagError(f"--rig {rig} and -p rig_file:={named} name different rigs: give one")
-    return rig or str(node_parameter("rig_file", node_params, params_file) or default_rig_path())
+    return rig or str(shipped_or_path(node_parameter("rig_file", node_params, params_file) or ""))
 
 
 def score(bag: Path, out_bag: Path, rig: Rig, report: EvalReport,
@@ -279,7 +318,9 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     rig = load_rig(rig_path)
     view = node_view(bag, rig, node_params, params_file)  # before a node starts, a file is written
     node_params = paced_parameters(node_params, params_file) if paced else dict(node_params or {})
-    report = EvalReport(atol=atol, allow_lost=str(allow_lost), node_parameters=node_params)
+    report = EvalReport(atol=atol, allow_lost=str(allow_lost), rig=rig_path, rig_name=rig.name,
+                        params_file=params_file,
+                        node_parameters=given_parameters(rig_path, node_params, params_file))
     rule = {k: node_parameter(f"input.depth_image_{k}", node_params, params_file)
             for k in ("distribution", "sigma_m")}
     spool = spool_dir(out_bag)
@@ -301,8 +342,9 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     report.diagnostics = result.diagnostics_end
     account(report, sets, result, grid_keys(out_bag), allow_lost)
     last_played = _last_played_per_set(result.played, out_bag)
-    report.e2e_ms = [(result.arrivals[s] - t) * 1e3 for s, t in last_played.items()
+    report.e2e_ms = [(result.arrivals[s] - t) / 1e6 for s, t in last_played.items()
                      if s in result.arrivals]
+    report.evaluator_wait_ms = [(result.handled[s] - result.arrivals[s]) / 1e6 for s in result.handled]
     return report
 
 
@@ -383,7 +425,7 @@ def account(report: EvalReport, sets: BagSets, result, keys: list, allow_lost: A
 
 
 def _last_played_per_set(played: dict, out_bag: Path) -> dict[int, float]:
-    """{grid stamp: perf_counter when the last of its inputs was played}, from the output bag."""
+    """{grid stamp: time.time_ns() when the last of its inputs was played}, from the output bag."""
     out = {}
     for r in read_grid_records(out_bag):
         times = [played[k] for k in zip(r.cameras, r.camera_stamps_ns) if k in played]

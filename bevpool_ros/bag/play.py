@@ -51,7 +51,7 @@ class BagPlayer(Node):
 
     def start(self, rate: float = 1.0, on_sent=None) -> None:
         """Play the rest of the bag from now, at the recorded pace x ``rate``;
-        ``on_sent((camera, stamp_ns), perf_counter)`` after each tensor message."""
+        ``on_sent((camera, stamp_ns), time.time_ns())`` after each tensor message."""
         t0_bag = self.messages[self.sent].t_ns if not self.done else 0
         t0 = time.perf_counter()
 
@@ -81,7 +81,7 @@ class BagPlayer(Node):
     def _publish(self, i: int, on_sent) -> None:
         self.pubs[self.messages[i].topic].publish(self.messages[i].raw)
         if on_sent and self.keys[i]:
-            on_sent(self.keys[i], time.perf_counter())
+            on_sent(self.keys[i], time.time_ns())  # the clock DDS stamps arrivals with
 
     @property
     def done(self) -> bool:

@@ -43,8 +43,9 @@ def rate_mode(rate: float) -> str:
 @dataclass
 class ReplayResult:
     mode: str
-    played: dict = field(default_factory=dict)     # (camera, stamp) -> perf_counter, last send
-    arrivals: dict = field(default_factory=dict)   # grid stamp -> perf_counter
+    played: dict = field(default_factory=dict)     # (camera, stamp) -> time.time_ns() of its last send
+    arrivals: dict = field(default_factory=dict)   # grid stamp -> system ns when DDS received it
+    handled: dict = field(default_factory=dict)    # grid stamp -> system ns when our callback ran
     causes: dict = field(default_factory=dict)     # paced: set key -> cause, sets not (yet) back
     resent: int = 0                                # sets sent again (the node had none of them)
     in_transit: int = 0                            # grids the node published that never came
@@ -146,7 +147,8 @@ class Replay:
         def received(r):
             self.keys.add(grid_key(r.msg))
             self.grids_received += 1
-            result.arrivals[r.stamp_ns] = r.received
+            result.arrivals[r.stamp_ns] = r.arrived_ns
+            result.handled[r.stamp_ns] = time.time_ns()
             on_bev(r)
 
         self.session.con.on_bev = received

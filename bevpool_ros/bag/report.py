@@ -1,8 +1,9 @@
 """The eval-many report: ``report.json`` (aggregated numbers) and a self-contained ``report.html``.
 
-The HTML carries every plot as an embedded PNG (no network, no scripts from elsewhere): end-to-end
-latency CDF per bag, error per frame, drops by reason, and one BEV picture per bag (log colour
-scale, axes in metres). A few lines of inline JavaScript count the plots the browser decoded into
+The HTML names the rig and params file, and carries every plot as an embedded PNG (no network, no
+scripts from elsewhere): end-to-end latency CDF per bag (``e2e_ms``, as evaluate.LATENCIES defines
+it), error per frame, drops by reason, and one BEV picture per bag (log colour scale, axes in
+metres). A few lines of inline JavaScript count the plots the browser decoded into
 ``<body data-plots-rendered>``, which the headless-browser test reads back.
 """
 from __future__ import annotations
@@ -80,7 +81,7 @@ def latency_cdf_png(results) -> str:
         v = np.sort(np.asarray(r.get("e2e_ms_all", []), float))
         if v.size:
             ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{_name(r)} (n={v.size})")
-    ax.set_xlabel("end-to-end latency (ms): last input played -> BEV received")
+    ax.set_xlabel("end-to-end latency (ms): last input published -> grid received by DDS")
     ax.set_ylabel("fraction of grids")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
@@ -196,6 +197,8 @@ def render_html(report: dict, results: list[dict]) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>bevpool-bag eval-many</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>bevpool-bag eval-many</h1>",
+        f"<p>rig {html.escape(str(report['settings'].get('rig', '?')))}, params file "
+        f"{html.escape(str(report['settings'].get('params_file') or 'none'))}.</p>",
         f"<p>{s['bags']} bags ({s['bags_ok']} ok, {s['bags_failed']} failed), {html.escape(mode)}; "
         f"{s['published_complete']} of {s['complete_sets']} complete sets published, "
         f"{s['lost']} lost "

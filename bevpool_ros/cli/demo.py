@@ -31,6 +31,7 @@ def main(argv=None) -> int:
     import numpy as np
 
     from ..demo.fallback import fallback_note
+    from ..demo.node_account import account
     from ..demo.session import PipelineSession
     from ..reference import pool_reference
     from ..rig import RigError
@@ -53,6 +54,7 @@ def main(argv=None) -> int:
         print(f"[demo] publishing {args.frames} sets of {session.rig.num_cameras} cameras at {args.rate:g} Hz",
               flush=True)
         result = session.run(args.frames, args.rate, warmup=min(5, args.frames // 4))
+        died = not session.node.alive()
     finally:
         rc, log = session.close()
     d = result.diagnostics
@@ -71,8 +73,11 @@ def main(argv=None) -> int:
     print(f"[demo] inside the node: latency p50 {ms('latency_p50_ms')} / p99 {ms('latency_p99_ms')} ms, "
           f"pool p50 {ms('pool_p50_ms')} / p99 {ms('pool_p99_ms')} ms, "
           f"overhead beyond the kernel p50 {ms('overhead_p50_ms')} / p99 {ms('overhead_p99_ms')} ms")
-    drops = {k: v for k, v in d.items() if k.startswith("dropped_") or k in ("sync_incomplete_timeout", "sync_late")}
-    print(f"[demo] drops: {drops or 'none'}")
+    if died:
+        print(f"[demo] bevpool_node is gone: it exited with code {rc} during the run", file=sys.stderr)
+    counted = account("bevpool_node", {}, d, result.sent, gone=died) if d else \
+        "no status of bevpool_node received: what it counted is unknown"
+    print(f"[demo] {counted}" + (" (by its last status, before it went)" if died and d else ""))
     rig, r = session.rig, result.last_bev
     title = (f"bevpool-demo: last BEV grid (set {result.last_index}), rig {rig.name}, "
              f"{r.msg.backend} {r.msg.precision}")

@@ -11,11 +11,12 @@ import numpy as np
 
 from ..camera_view import DEFAULT_WARN_LOSS, camera_views
 from ..device.driver import live_l2_bytes
-from ..regime import MiB, classify, regime_table, working_set_parts
+from ..regime import OUTPUT_DTYPE, MiB, classify, regime_table, working_set_parts
 from ..rig import RigError
 from ..rig_yaml import load_rig
 from ..scatter_map import ScatterMap, ScatterMapError, build_scatter_map
 from ..workloads import RIG_WORKLOADS, WORKLOADS, describe, get_workload, workload_rig
+from .pipe import reader_gone
 
 DTYPES = ("float32", "float16", "float8_e4m3")
 
@@ -73,7 +74,9 @@ def print_text(s: dict) -> None:
     print("  working set      total        feat       depth     indices      output")
     for dt, parts in s["working_set_parts"].items():
         cols = "".join(f"{v / MiB:>10.2f}M" for v in parts.values())
-        print(f"    {dt:<12}{s['working_set_bytes'][dt] / MiB:>9.2f}M{cols}")
+        print(f"    {dt:<12}{s['working_set_bytes'][dt] / MiB:>9.2f}M{cols} {OUTPUT_DTYPE[dt]}")
+    print("    (the output is the BEV grid in the dtype the backends write it for each input dtype: "
+          + ", ".join(f"{OUTPUT_DTYPE[dt]} for {dt}" for dt in DTYPES) + ")")
     print("  regime (L2-resident when working set <= 75% of L2)")
     for row in s["regimes"]:
         print(f"    {row['gpu']:<24}{row['arch']:<8}L2 {row['l2_mib']:>6.0f} MiB   "
@@ -140,11 +143,15 @@ def main(argv=None) -> int:
         stats["saved_map"] = str(smap.save(args.save_map))
     if args.png:
         stats["png"] = save_interval_png(args.png, smap, rig, description)
-    if args.json:
-        json.dump(stats, sys.stdout, indent=1)
-        print()
-    else:
-        print_text(stats)
+    try:
+        if args.json:
+            json.dump(stats, sys.stdout, indent=1)
+            print()
+        else:
+            print_text(stats)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return reader_gone()
     return 0
 
 

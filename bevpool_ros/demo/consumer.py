@@ -23,7 +23,8 @@ class ReceivedBev:
     stamp_ns: int
     bev: np.ndarray            # [Z, Y, X, C] as float32 or float16
     msg: object
-    received: float            # perf_counter at arrival
+    received: float            # perf_counter when this process handled it (its callback ran)
+    arrived_ns: int = 0        # system clock when DDS received it (before this process's executor got to it)
 
 
 def cell_center(msg, z: int, y: int, x: int) -> tuple[float, float, float]:
@@ -60,10 +61,12 @@ class BevConsumer(Node):
         self.diag_sub = self.create_subscription(DiagnosticArray, "/diagnostics",
                                                  lambda m: self.diagnostics.append(m), 10)
 
-    def _on_bev(self, msg) -> None:
+    def _on_bev(self, msg, info) -> None:
+        """``info``: rclpy's MessageInfo, whose received_timestamp DDS set on arrival."""
         now = time.perf_counter()
         bev = decode_any(msg.tensor).reshape(msg.layers, msg.height, msg.width, msg.channels)
-        r = ReceivedBev(stamp_to_ns(msg.header.stamp), bev, msg, now)
+        arrived = info["received_timestamp"] or time.time_ns()  # 0: an rmw that does not stamp it
+        r = ReceivedBev(stamp_to_ns(msg.header.stamp), bev, msg, now, arrived)
         with self._lock:
             self.bevs.append(r)
             self.count += 1

@@ -8,39 +8,37 @@
    too (discovery is asymmetric: a set sent while only our side had matched never arrives);
 3. publish ``frames`` sets at ``rate``;
 4. wait until the node's counters cover the last set (a status stamped FRESH_S after it) and stop
-   changing, at most DRAIN_S, and report: sets sent, complete sets the node counted, sets missed.
+   changing, at most DRAIN_S, and report: sets sent, then per node the complete sets it counted, the
+   grids it published and its counters that grew, by name (node_account.py); a node whose statuses
+   stopped (GONE_PERIODS of them missed) is said to be gone, with its last word.
 """
 from __future__ import annotations
 
 import time
 
 from ..io.bev_message import stamp_to_ns
+from .node_account import account, count
 from .synthetic_publisher import SyntheticRigPublisher
 
 BASELINE_S = 3.0   # three periods of the node's default diagnostics.period_s
 FRESH_S = 0.3      # a status stamped this long after the last set has counted it
 DRAIN_S = 5.0
 SHOWN_TOPICS = 3
-EXPLAINING = ("sync_", "dropped_", "missing_")  # counters whose growth says where sets went
-NOT_LOSSES = ("sync_accepted_messages", "sync_sets_complete", "sync_sets_partial")
-
-
-def _int(values: dict, key: str) -> int:
-    try:
-        return int(float(values.get(key, 0)))
-    except ValueError:
-        return 0
+GONE_PERIODS = 3   # statuses a live node would have sent since its last one
+GONE_MIN_S = 2.0
 
 
 class NodeCounters:
     """The set counters of every bevpool node on /diagnostics, by process id (two nodes on one
     domain are told apart, not added up)."""
 
-    def __init__(self, node):
+    def __init__(self, node, clock=time.monotonic):
         from diagnostic_msgs.msg import DiagnosticArray
 
         self.latest: dict[str, tuple[int, dict]] = {}    # pid -> (stamp_ns, values)
         self.history: dict[str, list[tuple[int, dict]]] = {}
+        self.heard: dict[str, list[float]] = {}          # pid -> when its last statuses arrived
+        self.clock = clock
         self.received = 0
         self.baseline: dict[str, dict] = {}
         node.create_subscription(DiagnosticArray, "/diagnostics", self._on_status, 10)
@@ -57,6 +55,8 @@ class NodeCounters:
         self.latest[pid] = entry
         self.history.setdefault(pid, []).append(entry)
         del self.history[pid][:-4]
+        self.heard.setdefault(pid, []).append(self.clock())
+        del self.heard[pid][:-4]
         self.received += 1
 
     def mark_baseline(self) -> None:
@@ -64,8 +64,18 @@ class NodeCounters:
         self.baseline = {pid: values for pid, (_, values) in self.latest.items()}
 
     def complete_since_baseline(self, pid: str) -> int:
-        return (_int(self.latest[pid][1], "sync_sets_complete")
-                - _int(self.baseline.get(pid, {}), "sync_sets_complete"))
+        return (count(self.latest[pid][1], "sync_sets_complete")
+                - count(self.baseline.get(pid, {}), "sync_sets_complete"))
+
+    def silence(self, pid: str) -> tuple[float, float] | None:
+        """(seconds since its last status, its status period) for a node that stopped reporting
+        (no status for GONE_PERIODS periods, at least GONE_MIN_S); None while it reports."""
+        times = self.heard.get(pid, [])
+        if not times:
+            return None
+        period = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 1.0
+        quiet = self.clock() - times[-1]
+        return (quiet, period) if quiet > max(GONE_PERIODS * period, GONE_MIN_S) else None
 
     def settled(self, after_ns: int, sent: int) -> bool:
         """Every node with a baseline has a status stamped after ``after_ns`` that counts all
@@ -82,39 +92,32 @@ class NodeCounters:
                 return False
         return True
 
-    def report(self, sent: int, drained: bool) -> list[str]:
-        """One line per node: the complete sets it counted of ours, how many it missed, why."""
+    def report(self, sent: int, drained: bool, subscribed: bool = True) -> list[str]:
+        """Per node: the complete sets it counted of ours, the grids it published, the counters
+        that grew (node_account.py); before that, one line for a node that is gone. ``subscribed``:
+        the rig's topics still have subscribers."""
         if not self.latest:
             return ["no bevpool node's /diagnostics seen: how many of the sets it received is unknown"]
         lines = []
-        when = "" if drained else " (by its last status: the last sets may still be on their way)"
         for pid, (_, now) in sorted(self.latest.items()):
             who = f"{now['name']} (pid {pid})"
+            silence = self.silence(pid)
+            if silence:
+                lines.append(f"{who} is gone: no status for {silence[0]:.1f} s (it sent one every "
+                             f"{silence[1]:.1f} s)" + ("" if subscribed else
+                                                         ", and no subscriber is left on the rig's topics"))
             if pid not in self.baseline:
                 lines.append(f"{who}: no status before our first set, so its counters "
-                             f"({_int(now, 'sync_sets_complete')} complete sets in all) cannot be split")
+                             f"({count(now, 'sync_sets_complete')} complete sets in all) cannot be split")
                 continue
-            before = self.baseline[pid]
-            grew = {k: _int(now, k) - _int(before, k) for k in now
-                    if k.startswith(EXPLAINING) and k not in NOT_LOSSES}
-            grew = {k: v for k, v in grew.items() if v > 0}
-            complete = self.complete_since_baseline(pid)
-            partial = _int(now, "sync_sets_partial") - _int(before, "sync_sets_partial")
-            line = f"{who} counted {complete} complete sets" + (f" and {partial} partial" if partial else "")
-            if complete > sent:
-                line += f" while {sent} were sent: another publisher feeds it too"
-            elif complete == sent:
-                line += ": none missed"
-            else:
-                line += f": {sent - complete} of {sent} missed"
-                line += (" (" + ", ".join(f"{k}+{v}" for k, v in sorted(grew.items())) + ")") if grew else \
-                    " (no counter of the node's explains them: lost before it, in discovery or transport)"
-            lines.append(line + when)
+            when = (" (by its last status, before it went)" if silence else
+                    "" if drained else " (by its last status: the last sets may still be on their way)")
+            lines.append(account(who, self.baseline[pid], now, sent, gone=bool(silence)) + when)
         return lines
 
 
 def _counts(values: dict) -> tuple[int, ...]:
-    return tuple(_int(values, k) for k in ("sync_accepted_messages", "sync_sets_complete", "sync_sets_partial"))
+    return tuple(count(values, k) for k in ("sync_accepted_messages", "sync_sets_complete", "sync_sets_partial"))
 
 
 class WaitingPublisher(SyntheticRigPublisher):
@@ -195,6 +198,7 @@ class WaitingPublisher(SyntheticRigPublisher):
             return ["bevpool-synthetic: stopped before the first set"]
         lines = [f"bevpool-synthetic: sent {self.sent} sets"]
         if self.sent:
+            subscribed = not self.topics_without_subscribers()
             lines += [f"bevpool-synthetic: {line}" for line in
-                      self.counters.report(self.sent, drained=self.phase == "finished")]
+                      self.counters.report(self.sent, drained=self.phase == "finished", subscribed=subscribed)]
         return lines

@@ -3,6 +3,7 @@ rig and its live calibration, the depth-image converters, the input topics and t
 (created with the fallback rules). Every refusal is a one-line :class:`StartupError`."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .. import backends
@@ -10,7 +11,7 @@ from ..backends import BackendUnavailable, create_backend
 from ..cameras.calibration import LiveCalibration
 from ..logtext import captured_log
 from ..params import table as P
-from ..paths import default_rig_path
+from ..paths import rig_path, shipped_rigs
 from ..rig import RigError
 from ..rig_yaml import load_rig
 from ..scatter_map import scatter_map_for
@@ -22,10 +23,25 @@ class StartupError(RuntimeError):
     """Invalid configuration: the transition fails with it (bevpool_node prints it, exit 2)."""
 
 
+def rig_file_problem(value: str) -> str | None:
+    """Why ``rig_file`` names no file (paths.rig_path): relative to what it was looked for, and the
+    shipped rigs a bare name may name; None when it does."""
+    path = rig_path(value)
+    if path.is_file():
+        return None
+    if path.is_absolute():
+        return f"rig_file: {value} does not exist"
+    bare = path.parent == Path(".")
+    return (f"rig_file: {value} does not exist relative to the node's working directory {os.getcwd()}"
+            + (" and is not a shipped rig" if bare else "")
+            + f" (shipped rigs, by name: {', '.join(shipped_rigs())}; or give an absolute path)")
+
+
 def load_calibration(cfg: dict) -> LiveCalibration:
-    path = cfg["rig_file"] or str(default_rig_path())
-    if not Path(path).is_file():
-        raise StartupError(f"rig_file: {path} does not exist")
+    problem = rig_file_problem(cfg["rig_file"])
+    if problem:
+        raise StartupError(problem)
+    path = str(rig_path(cfg["rig_file"]))
     try:
         calib = LiveCalibration(load_rig(path), cfg["camera_names"])
     except RigError as e:

@@ -32,10 +32,9 @@ from .handoff_input import handoff_topics
 from .inputs import Inputs
 from .parameters import (
     RuntimeParameters,
-    current_values,
+    configured_values,
     declare_all,
     declare_extrinsics,
-    refuse_unknown,
     undeclared_reason,
 )
 from .pooling import PoolingWorker
@@ -116,8 +115,7 @@ class BevPoolNode(LifecycleNode):
         return SUCCESS
 
     def _configure(self) -> None:
-        refuse_unknown(self, self.params_files)  # first: a misspelt name explains what follows
-        cfg = self.cfg = current_values(self)
+        cfg = self.cfg = configured_values(self, self.params_files)
         self.report.warn.period = cfg["log_throttle_s"]
         self.report.windows(cfg["diagnostics.latency_window"])
         self.calibration = configure.load_calibration(cfg)
@@ -226,8 +224,7 @@ class BevPoolNode(LifecycleNode):
         """Before anything heavy: the guard may re-execute the process with a DDS profile that
         bounds these topics. A configuration that cannot load is left to configure to report."""
         try:
-            refuse_unknown(self, self.params_files)
-            cfg = current_values(self)
+            cfg = configured_values(self, self.params_files)
             calib = configure.load_calibration(cfg)
             depth_images = configure.depth_image_inputs(cfg, calib)
         except StartupError:

@@ -13,8 +13,15 @@ from ..logtext import shown
 from ..params import table as P
 from ..params.files import ParamsFileError, given_in_files
 from ..params.names import nearest, unknown_reason
-from ..ros.parameters import declare, declare_rows, declared_names, override_names, value_or_empty
-from .configure import StartupError
+from ..ros.parameters import (
+    declare,
+    declare_rows,
+    declared_names,
+    override_names,
+    type_mismatch,
+    value_or_empty,
+)
+from .configure import StartupError, rig_file_problem
 
 # parameters the synchroniser reads (a change re-configures it in place)
 SYNC_PARAMS = ("sync.slop_s", "sync.camera_timeout_s", "sync.missing_camera_policy",
@@ -23,34 +30,39 @@ EXTRINSICS = "extrinsics."
 
 
 def declare_all(node) -> None:
-    """Every table parameter; an override of the wrong type or out of range is a StartupError."""
+    """Every table parameter; an override of the wrong type or out of range is a StartupError,
+    which names every other mistake of the start-up too (configured_values)."""
     errors = declare_rows(node, P.PARAMS)
     if errors:
+        raise StartupError("; ".join(errors + _problems(node, node.params_files)))
+
+
+def configured_values(node, params_files=()) -> dict:
+    """The table's parameters as they are now; StartupError, one line, naming every mistake at
+    once: a parameter the node does not have (by -p, a params file or launch: rclpy would ignore
+    it without a word) or a params file none of whose node keys is this node's, each invalid
+    value, and a rig_file that cannot be found. ``extrinsics.<camera>`` is checked against the
+    rig at configure."""
+    errors = _problems(node, params_files)
+    if errors:
         raise StartupError("; ".join(errors))
+    return {spec.name: value_or_empty(node, spec.name) for spec in P.PARAMS}
 
 
-def refuse_unknown(node, params_files=()) -> None:
-    """StartupError, one line, when the node was given a parameter it does not have (by -p, a
-    params file or launch) or a params file none of whose node keys is this node's: rclpy would
-    ignore both without a word. ``extrinsics.<camera>`` is checked against the rig at configure."""
+def _problems(node, params_files) -> list[str]:
+    """Unknown names first (a misspelt name explains what follows), then the declared values'."""
     fqn = node.get_fully_qualified_name()
     try:
         in_files = given_in_files(params_files, fqn)
     except ParamsFileError as e:
-        raise StartupError(str(e)) from None
+        return [str(e)]
     names = {name: in_files.get(name, "-p") for name in override_names(node)}
     reason = unknown_reason(names, set(P.BY_NAME) | set(declared_names(node)), prefixes=(EXTRINSICS,))
-    if reason:
-        raise StartupError(reason)
-
-
-def current_values(node) -> dict:
-    """The table's parameters as they are now; StartupError naming each invalid one."""
-    values = {spec.name: value_or_empty(node, spec.name) for spec in P.PARAMS}
-    errors = P.check_all(values)
-    if errors:
-        raise StartupError("; ".join(errors))
-    return values
+    values = {spec.name: value_or_empty(node, spec.name) for spec in P.PARAMS if node.has_parameter(spec.name)}
+    errors = ([reason] if reason else []) + P.check_all(values)
+    if isinstance(values.get("rig_file"), str) and (problem := rig_file_problem(values["rig_file"])):
+        errors.append(problem)
+    return errors
 
 
 def declare_extrinsics(node, calibration) -> None:
@@ -141,10 +153,7 @@ class RuntimeParameters:
                 why.append(err)
             elif reason.startswith("Wrong parameter type") and node.has_parameter(p.name):
                 want = Parameter.Type(node.describe_parameter(p.name).type).name.lower()
-                integer = p.type_ == Parameter.Type.INTEGER
-                hint = " (write 1.0, not 1)" if want == "double" and integer else ""
-                got = f"{p.type_.name.lower()} {shown(p.value)}"
-                why.append(f"{p.name}: expected {want}, got {got}{hint}")
+                why.append(type_mismatch(p.name, want, p.type_.name.lower(), p.value))
         return "; ".join(why) or reason
 
     def apply(self, changes) -> None:

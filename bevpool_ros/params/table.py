@@ -66,8 +66,9 @@ PARAMS: tuple[Param, ...] = (
           "for a supervisor to restart it (a calibration change's re-prepare is exempt). 0: no watchdog "
           "(docs/ros_interface.md, \"What the node promises\").", low=0.0, high=3600.0, read_only=True),
     # calibration and geometry
-    Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration). Empty: "
-          f"config/{DEFAULT_RIG} from the package.", read_only=True),
+    Param("rig_file", "string", "", "Rig YAML (geometry, BEV grid, default calibration): a path (relative "
+          "to the node's working directory) or the name of a rig in the package's config/rigs/ "
+          f"(nuscenes_bevdet_r50). Empty: config/{DEFAULT_RIG} from the package.", read_only=True),
     Param("camera_names", "string_array", [], "Cameras to subscribe, a subset of the rig's, in rig "
           "order. Empty: all rig cameras.", read_only=True),
     Param("ego_frame", "string", "base_link", "frame_id of the BEV message (the ego frame) and TF target."),

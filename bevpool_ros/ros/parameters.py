@@ -3,6 +3,8 @@ default, description, choices, low, high, read_only: ``params.table.Param``), wi
 carry the types and ranges. rcl_interfaces and rclpy are imported only when called."""
 from __future__ import annotations
 
+from ..logtext import shown
+
 
 def descriptor(spec):
     """The ROS descriptor of a table row. Configure-time rows are not read_only for rclpy (they
@@ -42,14 +44,33 @@ def declare(node, name: str, default, desc):
 
 
 def declare_rows(node, rows) -> list[str]:
-    """Every row declared; one message per override of the wrong type or out of range."""
+    """Every row declared; one message per override of the wrong type or out of range, in the
+    table's words (``refused``), every one of them (a refused row stays undeclared)."""
     errors = []
+    overrides = getattr(node, "_parameter_overrides", {})
     for spec in rows:
         try:
             declare(node, spec.name, spec.default, descriptor(spec))
         except Exception as e:  # rclpy's type/range refusal of an override: say which
-            errors.append(f"{spec.name}: {e}")
+            given = overrides.get(spec.name)
+            errors.append(refused(spec, given) if given is not None else f"{spec.name}: {e}")
     return errors
+
+
+def refused(spec, given) -> str:
+    """Why a table row refuses the rclpy Parameter ``given``: its range or choice rule, or the
+    type it wants, with how to write it (rclpy's own text names types in capitals, repeats the
+    name and gives no hint)."""
+    got = given.type_.name.lower()
+    if got == spec.type:
+        return spec.check(given.value) or f"{spec.name}: {shown(given.value)} refused"
+    return type_mismatch(spec.name, spec.type, got, given.value)
+
+
+def type_mismatch(name: str, want: str, got: str, value) -> str:
+    """'sync.slop_s: expected double (write 1.0, not 1), got integer 1'."""
+    hint = f" (write {float(value)!r}, not {value})" if want == "double" and got == "integer" else ""
+    return f"{name}: expected {want}{hint}, got {got} {shown(value)}"
 
 
 def value_or_empty(node, name: str):
