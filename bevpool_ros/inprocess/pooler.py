@@ -62,10 +62,7 @@ def scatter_map_of(source) -> ScatterMap:
         if path.suffix == ".npz":
             return ScatterMap.load(path)
         return scatter_map_for(load_rig(path))
-    raise TypeError(
-        "BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, "
-        f"got {type(source).__name__}"
-    )
+    raise TypeError(f"BevPooler: expected a Rig, a ScatterMap or a rig/scatter-map file, got {type(source).__name__}")
 
 
 class BevPooler:
@@ -81,26 +78,12 @@ class BevPooler:
     stream run there); a call on the caller's stream runs at that stream's priority.
     """
 
-    def __init__(
-        self,
-        source,
-        *,
-        precision: str = "fp16",
-        grid_dtype="float16",
-        backend: str = "cuda",
-        fallback: bool = True,
-        device: int = 0,
-        check_finite: bool = True,
-        fp8_scales=(1.0, 1.0),
-        autotune: bool = True,
-        stream_priority: str = "highest",
-    ):
+    def __init__(self, source, *, precision: str = "fp16", grid_dtype="float16", backend: str = "cuda",
+                 fallback: bool = True, device: int = 0, check_finite: bool = True, fp8_scales=(1.0, 1.0),
+                 autotune: bool = True, stream_priority: str = "highest"):
         self.smap = scatter_map_of(source)
         # shapes every call checks, as tuples once (the map's properties build them per read)
-        self._depth_shape, self._feat_shape = (
-            tuple(self.smap.depth_shape),
-            tuple(self.smap.feat_shape),
-        )
+        self._depth_shape, self._feat_shape = tuple(self.smap.depth_shape), tuple(self.smap.feat_shape)
         self._grid_shape = tuple(self.smap.bev_shape)
         self.grid_dtype = np.dtype(grid_dtype)
         self._grid_cells = math.prod(self.smap.bev_shape)  # elements: per call, no numpy
@@ -135,20 +118,10 @@ class BevPooler:
         self._own_handle = int(self._own_stream.handle)
         self._wrapped: dict[int, Stream] = {}
         cu = api()
-        self._pools = bool(
-            check(
-                cu.cuDeviceGetAttribute(
-                    cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev.dev
-                ),
-                "attr",
-            )
-        )
-        self._own_grids = GridBuffers(
-            self._grid_cells * self.grid_dtype.itemsize,
-            dev.ctx,
-            self._pools,
-            self._own_handle,
-        )
+        self._pools = bool(check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev.dev), "attr"))
+        self._own_grids = GridBuffers(self._grid_cells * self.grid_dtype.itemsize, dev.ctx, self._pools,
+                                      self._own_handle)
 
     # --- description -----------------------------------------------------------------------------
     @property
@@ -169,15 +142,9 @@ class BevPooler:
         return self._grid_shape
 
     def describe(self) -> dict:
-        d = dict(
-            self.backend.describe(),
-            grid_dtype=self.grid_dtype.name,
-            grid_shape=list(self.grid_shape),
-        )
+        d = dict(self.backend.describe(), grid_dtype=self.grid_dtype.name, grid_shape=list(self.grid_shape))
         if self._device is not None:
-            d.update(
-                graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames
-            )
+            d.update(graph_replays=self._device.graph_replays, eager_frames=self._device.eager_frames)
         return d
 
     # --- pooling ---------------------------------------------------------------------------------
@@ -195,10 +162,8 @@ class BevPooler:
         scales = self.fp8_scales if fp8_scales is None else _scales(fp8_scales)
         on_device = is_device(depth), is_device(feat)
         if on_device[0] != on_device[1]:
-            raise InputError(
-                "depth and feat: one is a device tensor, the other a host array; pass both "
-                "on the device or both on the host"
-            )
+            raise InputError("depth and feat: one is a device tensor, the other a host array; pass both "
+                             "on the device or both on the host")
         if on_device[0]:
             return self._pool_device(depth, feat, out, stream, sync, scales)
         return self._pool_host(depth, feat, out, scales)
@@ -229,10 +194,8 @@ class BevPooler:
         target = out if out is not None else np.empty(self.grid_shape, self.grid_dtype)
         with self._lock:
             if self.backend.name == "cpu" or (self.precision == "fp16" and scales != (1.0, 1.0)):
-                hosts = [
-                    tuple(None if a is None else _decode_e4m3(a, sc) for a, sc in zip(c, scales))
-                    for c in hosts
-                ]
+                hosts = [tuple(None if a is None else _decode_e4m3(a, sc) for a, sc in zip(c, scales))
+                         for c in hosts]
             elif tuple(self.backend.fp8_scales) != scales:
                 self.backend.fp8_scales = scales
             return self.backend.pool_cameras(hosts, out=target)
@@ -241,10 +204,8 @@ class BevPooler:
         s, dl_stream, keep = self._begin_device(stream, first)
         stacked, gather, sources = [], [], []
         for i, (name, shape) in enumerate(self._intake.shapes.items()):
-            per_camera = [
-                None if cam[i] is None else self._intake.tensor(cam[i], f"{name}[{n}]", shape[1:], dl_stream)
-                for n, cam in enumerate(cameras)
-            ]
+            per_camera = [None if cam[i] is None else self._intake.tensor(cam[i], f"{name}[{n}]", shape[1:], dl_stream)
+                          for n, cam in enumerate(cameras)]
             dtype = self._intake.one_dtype(name, {t.dtype for t in per_camera if t is not None})
             tensor, copies = self._intake.gather(name, dtype, per_camera)
             stacked.append(tensor)
@@ -276,10 +237,8 @@ class BevPooler:
     def _begin_device(self, stream, tensor) -> tuple[int, int, object]:
         """(CUstream, the same as the array protocols carry it, the stream's owner) of a device call."""
         if not self.on_gpu:
-            raise InputError(
-                "device tensors need the cuda backend; this pooler runs the cpu backend "
-                "(no GPU): pass numpy arrays"
-            )
+            raise InputError("device tensors need the cuda backend; this pooler runs the cpu backend "
+                             "(no GPU): pass numpy arrays")
         bind(self._ctx)  # this thread's current context: the pooler's device
         s, owner = self._stream_for(stream, tensor)
         return s, streams.exported(s), owner
@@ -301,9 +260,7 @@ class BevPooler:
             self._intake.order_after(s, (td, tf, to, *sources), payloads)
             memory = self._own_grids.take(s) if to is None else None
             out_ptr = to.ptr if to is not None else memory.ptr
-            binding = Binding(
-                td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat
-            )
+            binding = Binding(td.ptr, td.dtype, tf.ptr, tf.dtype, out_ptr, out_dtype, k_depth, k_feat)
             slot = self._slots.take()
             handle = self._wrap(s)
             try:
@@ -316,34 +273,20 @@ class BevPooler:
                     memory.give_back(s)
                 raise
             self._last_event, self._last_stream = slot.event, s
-        grid = DeviceGrid(
-            out_ptr,
-            self.grid_shape,
-            out_dtype,
-            s,
-            self._ordinal,
-            slot,
-            self._slots,
-            owner=memory,
-            out=out,
-            keep=keep,
-        )
+        grid = DeviceGrid(out_ptr, self.grid_shape, out_dtype, s, self._ordinal, slot, self._slots, owner=memory,
+                          out=out, keep=keep)
         return grid.check() if sync else grid
 
     def _out_tensor(self, out, dl_stream: int) -> DeviceTensor:
         """The caller's grid: a writable float32/float16 device tensor of the grid's shape."""
         if not is_device(out):
-            raise InputError(
-                "out: device inputs pool into a device tensor; got a host array "
-                "(use grid.numpy() for a host copy)"
-            )
+            raise InputError("out: device inputs pool into a device tensor; got a host array "
+                             "(use grid.numpy() for a host copy)")
         to = device_tensor(out, "out", dl_stream)
         check_shape(to, "out", self.grid_shape)
         if to.dtype not in GRID_DTYPES or to.readonly:
-            raise InputError(
-                f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
-                + (" (read-only)" if to.readonly else "")
-            )
+            raise InputError(f"out: expected a writable float32/float16 tensor, got {to.dtype.name}"
+                             + (" (read-only)" if to.readonly else ""))
         self._intake.check_device(to, "out")
         return to
 
@@ -396,9 +339,7 @@ def _scales(scales) -> tuple[float, float]:
     try:
         d, f = (float(x) for x in scales)
     except (TypeError, ValueError):
-        raise InputError(
-            f"fp8_scales: expected two numbers (depth, feat), got {scales!r}"
-        ) from None
+        raise InputError(f"fp8_scales: expected two numbers (depth, feat), got {scales!r}") from None
     for x in (d, f):
         if not (x > 0 and math.isfinite(x) and math.frexp(x)[0] == 0.5):
             raise InputError(f"fp8_scales: expected powers of two, got {scales!r}")
