@@ -112,6 +112,26 @@ def isolate_ros_env() -> int:
     return isolate(domain)  # + the node's DDS profile
 
 
+def kill_node_while_feeding(tool, node, feeding: str, timeout: float = 120.0) -> tuple[str, str]:
+    """SIGKILL ``node`` (a NodeProcess) 1 s after ``tool`` (a Popen with text pipes) printed a line
+    holding ``feeding``; the tool's (stdout, stderr) once it exits. The tool is killed if it hangs."""
+    import select
+
+    try:
+        line, deadline = "", time.monotonic() + timeout
+        while feeding not in line and time.monotonic() < deadline and tool.poll() is None:
+            if select.select([tool.stdout], [], [], 0.2)[0]:
+                line = tool.stdout.readline()
+        assert feeding in line, line + tool.stderr.read()
+        time.sleep(1.0)
+        node.proc.kill()
+        return tool.communicate(timeout=timeout)
+    finally:
+        if tool.poll() is None:
+            tool.kill()
+            tool.communicate()
+
+
 def spin_until(executor, predicate, timeout: float, step: float = 0.02) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

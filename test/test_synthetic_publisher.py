@@ -166,7 +166,7 @@ def _status(pid: str, stamp_s: int, **counts):
 
 
 def test_missed_sets_are_counted_against_the_status_before_the_first_set():
-    from bevpool_ros.demo.synthetic_tool import NodeCounters
+    from bevpool_ros.demo.node_account import NodeCounters
 
     c = NodeCounters(_Subscriber())
     assert c.report(20, drained=True) == [
@@ -196,7 +196,7 @@ def test_missed_sets_are_counted_against_the_status_before_the_first_set():
 def test_sets_the_node_dropped_after_counting_them_are_named_not_called_fine():
     """All 20 sets arrived complete, but the pooling thread was busy for 2: the report names the
     counter instead of saying that none was missed."""
-    from bevpool_ros.demo.synthetic_tool import NodeCounters
+    from bevpool_ros.demo.node_account import NodeCounters
 
     c = NodeCounters(_Subscriber())
     c._on_status(_status("7", 100, sync_sets_complete=0, sets_published=0))
@@ -208,7 +208,7 @@ def test_sets_the_node_dropped_after_counting_them_are_named_not_called_fine():
 
 
 def test_a_node_that_stopped_reporting_is_called_gone_not_a_transport_loss():
-    from bevpool_ros.demo.synthetic_tool import NodeCounters
+    from bevpool_ros.demo.node_account import NodeCounters
 
     now = [0.0]
     c = NodeCounters(_Subscriber(), clock=lambda: now[0])
@@ -232,24 +232,16 @@ def test_a_node_that_stopped_reporting_is_called_gone_not_a_transport_loss():
 
 def test_the_tool_says_when_the_node_dies_under_it():
     """A real node killed (SIGKILL) while the tool publishes: the tool's report says it is gone."""
+    from ros_harness import kill_node_while_feeding
+
     from bevpool_ros.demo.session import NodeProcess
     from bevpool_ros.paths import default_rig_path
 
     proc = _start("--frames", "100", "--rate", "20", "--wait", "120")  # isolates this test's domain
     node = NodeProcess({"rig_file": str(default_rig_path()), "backend": "cpu", "diagnostics.period_s": 0.2})
     try:
-        deadline = time.monotonic() + 120
-        line = ""
-        while "publishing" not in line and time.monotonic() < deadline and proc.poll() is None:
-            line = _first_line(proc, 5)
-        assert "publishing" in line, line + proc.stderr.read()
-        time.sleep(1.0)
-        node.proc.kill()
-        out, err = proc.communicate(timeout=120)
+        out, err = kill_node_while_feeding(proc, node, "publishing")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
         node.stop()
     assert proc.returncode == 0 and "Traceback" not in err, out + err[-3000:]
     gone = [ln for ln in out.splitlines() if " is gone: " in ln]
