@@ -342,6 +342,53 @@ def test_existing_output_is_refused(bag, tmp_path, capfd, monkeypatch):
         assert r.returncode == 2 and "already exists" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.ros
+def test_play_says_what_the_node_counted_and_when_it_went(bag):
+    """bevpool-bag play feeds a node as bevpool-synthetic does and says the same: nothing seen, one
+    line; a live node, its counts by cause (nobody subscribes its output: every set skipped); a
+    node killed while the bag plays, gone."""
+    import os
+    import time
+
+    from ros_harness import isolate_ros_env, kill_node_while_feeding
+
+    from bevpool_ros.demo.session import NodeProcess
+    from bevpool_ros.paths import default_rig_path
+
+    path = bag[0]
+    isolate_ros_env()
+    messages = sum(t["count"] for t in bag_summary(path)["topics"].values())
+    r = _bag_cli("play", path, "--wait", "1")  # no node on this domain
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr[-3000:]
+    assert r.stdout.splitlines()[-2:] == [
+        f"bevpool-bag play: played {messages} of {messages} messages, 11 complete camera sets",
+        "bevpool-bag play: no bevpool node's /diagnostics seen: how many of the sets it received is unknown"]
+    node = NodeProcess({"rig_file": str(default_rig_path()), "backend": "cpu", "diagnostics.period_s": 0.2})
+    try:
+        deadline = time.monotonic() + 120
+        while "ready:" not in node.output() and node.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "ready:" in node.output(), node.output()[-2000:]
+        r = _bag_cli("play", path)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr[-3000:]
+        who = f"bevpool-bag play: bevpool_node (pid {node.proc.pid})"
+        counted = [ln for ln in r.stdout.splitlines() if ln.startswith(who)]
+        assert len(counted) == 1, r.stdout
+        assert counted[0].startswith(f"{who} counted 11 complete sets of the 11 sent and published 0 grids: "), r.stdout
+        assert "skipped_no_subscribers+11" in counted[0], r.stdout
+        # 20x slower than recorded (about 11 s): the node is killed while the bag plays
+        proc = subprocess.Popen([sys.executable, "-m", "bevpool_ros.cli.bag", "play", str(path), "--rate", "0.05"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        out, err = kill_node_while_feeding(proc, node, "playing")
+    finally:
+        node.stop()
+    assert proc.returncode == 0 and "Traceback" not in err, out + err[-3000:]
+    said = [ln for ln in out.splitlines() if ln.startswith(who)]
+    assert said[0].startswith(f"{who} is gone: no status for "), out
+    assert said[1].startswith(f"{who} counted ") and said[1].endswith("(by its last status, before it went)"), out
+
+
 def test_bags_recorded_with_tensor_inputs_play_as_camera_tensors(tmp_path):
     """Bags from before the bounded input type: same CDR bytes, published as CameraTensor."""
     from bevpool_msgs.msg import CameraTensor

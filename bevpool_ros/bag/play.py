@@ -52,7 +52,7 @@ class BagPlayer(Node):
     def start(self, rate: float = 1.0, on_sent=None) -> None:
         """Play the rest of the bag from now, at the recorded pace x ``rate``;
         ``on_sent((camera, stamp_ns), time.time_ns())`` after each tensor message."""
-        t0_bag = self.messages[self.sent].t_ns if not self.done else 0
+        t0_bag = self.messages[self.sent].t_ns if self.sent < len(self.messages) else 0
         t0 = time.perf_counter()
 
         def tick():

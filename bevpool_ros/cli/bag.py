@@ -3,10 +3,14 @@
   bevpool-bag record-synthetic OUT_BAG [--frames 40] [--rate 20] [--dtype float16] [--skip 5:CAM_BACK]
                                [--depth-image CAM_FRONT ...] [--storage mcap|sqlite3]
   bevpool-bag info BAG
-  bevpool-bag play BAG [--rate 1.0]                       (ros2 bag play, where rosbag2 is missing)
+  bevpool-bag play BAG [--rate 1.0] [--wait 5]            (ros2 bag play, where rosbag2 is missing)
   bevpool-bag eval BAG --out OUT_BAG [--rig RIG.yaml] [--params-file config/cpu.yaml] [-p backend:=cpu]
                    [--report r.json] [--paced | --rate 1.0] [--allow-lost N|FRACTION] [--keep-grids]
   bevpool-bag eval-many BAG_OR_DIR... --out DIR [--address auto] [--num-cpus 1] [--num-gpus 0] [eval options]
+
+``play`` feeds a node you started as bevpool-synthetic does: it waits up to --wait seconds for
+subscribers and a node's /diagnostics, and at the end says what the node counted of the camera sets
+played, by cause, and when it went away during play (docs/tools.md).
 
 ``eval`` runs bevpool_node on the bag over DDS and scores every grid it publishes against the FP64
 reference recomputed from the exact inputs it names; OUT_BAG holds a score per grid and the last
@@ -87,6 +91,9 @@ def main(argv=None) -> int:
     play = sub.add_parser("play", help="publish a bag at its recorded pace")
     play.add_argument("bag")
     play.add_argument("--rate", type=float, default=1.0)
+    play.add_argument("--wait", type=float, default=5.0, metavar="S",
+                      help="wait up to S seconds for subscribers on the bag's camera topics and a node's "
+                           "/diagnostics before playing (default 5; 0: play at once)")
     ev = sub.add_parser("eval", help="replay into bevpool_node and score its output")
     ev.add_argument("bag")
     ev.add_argument("--out", required=True, help="output bag with the node's BevFeature messages")
@@ -149,7 +156,7 @@ def _run(args) -> int:
         print(json.dumps(bag_summary(args.bag), indent=1))
         return 0
     if args.cmd == "play":
-        return _play(args.bag, args.rate)
+        return _play(args.bag, args.rate, args.wait)
     if args.cmd == "eval-many":
         return _eval_many(args)
     from ..bag.evaluate import evaluate_bag
@@ -234,15 +241,20 @@ def _eval_many(args) -> int:
     return 0 if report["summary"]["bags_failed"] == 0 else 1
 
 
-def _play(bag: str, rate: float) -> int:
-    from ..bag.play import BagPlayer
+def _play(bag: str, rate: float, wait_s: float) -> int:
+    from ..bag.play_tool import AccountedBagPlayer
     from ..demo.session import run_until_done
 
-    def start(player):
-        print(f"playing {len(player.messages)} messages over {player.duration_s:.2f} s x {1 / rate:.2f}")
-        player.start(rate)
+    def say(text: str) -> None:
+        print(text, flush=True)
 
-    return run_until_done(lambda: BagPlayer(bag), start=start)
+    def finish(player) -> None:
+        for line in player.summary():
+            say(line)
+
+    return run_until_done(lambda: AccountedBagPlayer(bag, rate, wait_s, say=say),
+                          start=lambda player: player.begin_feed(), finish=finish)
+
 
 if __name__ == "__main__":
     sys.exit(main())
