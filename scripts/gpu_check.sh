@@ -6,7 +6,7 @@
 # pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
 # h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log,
-# flood_cuda.json/.log (ROS_FLOODS floods against the node on the cuda backend).
+# flood_cuda.json/.log (ROS_FLOODS floods against the node on the cuda backend), pause_cuda.json/.log (ROS_PAUSES).
 # In-process block (BevPooler, no ROS; needs PyTorch and CuPy with CUDA): inprocess_pytest.log, and one row per
 # configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md; the calls' host
 # side without the GPU: inprocess_host_cost.md/.json; the cold path and the call's floors: cold_path.json/.txt.
@@ -144,11 +144,18 @@ if [ "$RUN_ROS" = 1 ]; then
         exit $tstatus
       } 2>&1 | tee "$OUT/ros_pytest.log" | { grep -E "passed|failed|error|FAILED|ERROR" | tail -40; true; } || rstatus=1
       # robot conditions: ROS_FLOODS floods of 30 s in a row against one node on the cuda backend, each
-      # followed by valid sets that must all come back (bench/flood.py; 0: skip); about 45 s each
+      # followed by 200 sets at 20 Hz (recovery) and valid sets that must all come back (bench/flood.py;
+      # 0: skip); about 55 s each. ROS_PAUSES="10 60": SIGSTOP pauses the node must survive (bench/pause.py;
+      # empty: skip).
       if [ "${ROS_FLOODS:-5}" -gt 0 ]; then
-        timeout $(( ${ROS_FLOODS:-5} * 60 + 60 )) $RPY bench/flood.py --floods "${ROS_FLOODS:-5}" --seconds 30 \
-            --backend cuda --precision fp16 --json "$OUT/flood_cuda.json" 2>&1 | tee "$OUT/flood_cuda.log" \
-            | tail -"$(( ${ROS_FLOODS:-5} + 1 ))" || rstatus=1
+        timeout $(( ${ROS_FLOODS:-5} * 75 + 90 )) $RPY bench/flood.py --floods "${ROS_FLOODS:-5}" --seconds 30 \
+            --backend cuda --precision fp16 --json "$OUT/flood_cuda.json" 2>&1 \
+            | tee "$OUT/flood_cuda.log" | tail -"$(( ${ROS_FLOODS:-5} + 2 ))" || rstatus=1
+      fi
+      if [ -n "${ROS_PAUSES-10 60}" ]; then
+        # shellcheck disable=SC2086
+        timeout 300 $RPY bench/pause.py --backend cuda --pauses ${ROS_PAUSES-10 60} --json "$OUT/pause_cuda.json" \
+            2>&1 | tee "$OUT/pause_cuda.log" | tail -4 || rstatus=1
       fi
       rm -f "$OUT/ros_latency.md"
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype [extra,bench,args]]]];..." (empty:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 
 import numpy as np
 
-from bevpool_ros.demo.session import PipelineSession, isolate
+from bevpool_ros.demo.session import PipelineSession, isolate, resident_mib
 from bevpool_ros.tolerance import TOLERANCE, error_ratio
 
 DISCOVERY_TIMEOUT = 20.0
@@ -229,3 +230,21 @@ class RosGraph(PipelineSession):
 
     def close(self) -> int:
         return super().close()[0]
+
+
+class PeakRss:
+    """The node's peak resident memory, sampled in a thread while a test runs."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, resident_mib(pid), threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, resident_mib(self.pid))
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak

@@ -7,11 +7,9 @@ refuses to serialize a CameraTensor over its bounds.
 """
 from __future__ import annotations
 
-import threading
-
 import bevpool_msgs.msg  # noqa: E402,F401  (built by scripts/build_msgs.sh; missing = a real failure)
 import pytest
-from ros_harness import RosGraph, camera_tensor_cdr  # noqa: E402
+from ros_harness import PeakRss, RosGraph, camera_tensor_cdr  # noqa: E402
 
 from bevpool_ros.demo.session import resident_mib
 
@@ -44,24 +42,6 @@ def hostile(graph):
     assert graph.spin_until(lambda: pub.get_subscription_count() > 0, 20)
     yield pub
     graph.pub.destroy_publisher(pub)
-
-
-class PeakRss:
-    """The node's peak resident memory, sampled in a thread while a test runs."""
-
-    def __init__(self, pid: int):
-        self.pid, self.peak, self._stop = pid, resident_mib(pid), threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        while not self._stop.wait(0.01):
-            self.peak = max(self.peak, resident_mib(self.pid))
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 def test_input_topics_are_size_bounded_by_fast_dds(graph):

@@ -218,6 +218,10 @@ class Inputs:
                 **{f"sync_{k}": v for k, v in sorted(sync_counts.items())},
                 **{f"missing_{cam}": v for cam, v in sorted(missing.items())}}
 
+    def most_writers(self) -> int:
+        """The most publishers matched on one input topic (each may hold a sample being reassembled)."""
+        return max((getattr(s, "sub", s).get_publisher_count() for s in self.subs), default=1)
+
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:
             self._poll_timer.destroy()

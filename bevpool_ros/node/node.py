@@ -30,6 +30,7 @@ from .configure import StartupError
 from .graph_watch import PublisherWatch
 from .handoff_input import handoff_topics
 from .inputs import Inputs
+from .memory import memory_status
 from .parameters import (
     RuntimeParameters,
     configured_values,
@@ -59,6 +60,7 @@ class BevPoolNode(LifecycleNode):
         self.inputs = self.outputs = self.watch = None
         self.cameras: tuple = ()
         self.active = False
+        self.memory_at_start: int | None = None  # resident bytes once active (the ceiling is above it)
         self.backend_requested = ""
         self.report = Report(self)
         self.params = RuntimeParameters(self)
@@ -97,9 +99,13 @@ class BevPoolNode(LifecycleNode):
 
     def status(self) -> dict:
         """The node's own /diagnostics values (its components report theirs: Report.compose)."""
-        return {"state": self.state_label, "input_size_guard": self.input_size_guard,
-                "executor": self.executor_kind, "heap": heap.state, "dds_reader_memory": reader_memory_policy(),
-                "pid": os.getpid()}  # which process this is: two graphs may share a domain by mistake
+        values = {"state": self.state_label, "input_size_guard": self.input_size_guard,
+                  "executor": self.executor_kind, "heap": heap.state, "dds_reader_memory": reader_memory_policy(),
+                  "pid": os.getpid()}  # which process this is: two graphs may share a domain by mistake
+        if self.active and self.inputs is not None:
+            values.update(memory_status(self.calibration.rig, self.cfg, self.inputs.most_writers(),
+                                        self.memory_at_start))
+        return values
 
     # transitions ------------------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
@@ -161,6 +167,7 @@ class BevPoolNode(LifecycleNode):
             f"timeout {cfg['sync.camera_timeout_s']} s, "
             f"policy {cfg['sync.missing_camera_policy']}, "
             f"input size bounded by: {self.input_size_guard}")
+        self.memory_at_start = heap.resident_bytes()  # the memory ceiling is counted above it
         return SUCCESS
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:

@@ -56,10 +56,11 @@ PARAMS: tuple[Param, ...] = (
     # lifecycle
     Param("autostart", "bool", True, "Configure and activate at start (as a plain node). false: stay "
           "unconfigured for a lifecycle manager (<node>/change_state).", read_only=True),
-    Param("executor", "string", "auto", "Executor running the node's callbacks when started as "
-          "bevpool_node: events (rclpy's EventsExecutor, ROS 2 Kilted+: C++ dispatch, no per-message "
-          "wait-set rebuild, 1-2 ms less per DDS set), single_threaded (rclpy's SingleThreadedExecutor), "
-          "or auto: events where this rclpy has it, else single_threaded (docs/dds.md).",
+    Param("executor", "string", "single_threaded", "Executor running the node's callbacks when started as "
+          "bevpool_node: single_threaded (rclpy's SingleThreadedExecutor: a wait set over the node's entities, "
+          "bounded by their histories under floods), events (rclpy's EventsExecutor, ROS 2 Kilted+: C++ "
+          "dispatch, 1-2 ms less per DDS set on an idle host, but one queued event per message without "
+          "bound: it fell behind flood after flood), or auto: events where this rclpy has it (docs/dds.md).",
           choices=("auto", "events", "single_threaded"), read_only=True),
     Param("watchdog.timeout_s", "double", 5.0, "When bevpool_node's executor thread or pooling thread makes "
           "no progress for this long, it logs where, reports ERROR on /diagnostics and exits with code 70 "
@@ -125,8 +126,9 @@ PARAMS: tuple[Param, ...] = (
     Param("input.feature_layout", "string", "HWC", "Layout assumed when a feature Tensor's layout is "
           "empty; CHW is transposed once.", choices=("HWC", "CHW")),
     Param("input.max_tensor_bytes", "integer", TENSOR_BOUND_BYTES, "Larger tensors are dropped by the "
-          "node before it allocates anything; the input message type bounds every tensor at 16 MiB, which "
-          "Fast DDS enforces before reassembly (docs/ros_interface.md).", low=1024, high=TENSOR_BOUND_BYTES),
+          "node before it decodes them; the input message type bounds every tensor at 16 MiB (a larger sample "
+          "fails to deserialize and is dropped; with BEVPOOL_DDS_GUARD=1 Fast DDS refuses it before "
+          "reassembly: docs/ros_interface.md, \"Memory\").", low=1024, high=TENSOR_BOUND_BYTES),
     Param("input.check_finite", "bool", True, "Drop tensors holding NaN or Inf."),
     Param("input.check_depth_range", "bool", True, "Drop depth tensors with a value outside a "
           "distribution's range [0, 1.01] (depth_out_of_range)."),

@@ -1,15 +1,18 @@
 """The executor that runs bevpool_node's callbacks (parameter ``executor``).
 
-rclpy's SingleThreadedExecutor rebuilds its wait set in Python on every wake-up: with the
-node's 30 subscriptions, 12 services and 92 QoS-event handlers a wake-up cost 0.5 ms on the
-H200 host and 0.7-1.4 ms on a 2-core machine (``bench/spin_cost.py``; 56 handlers since, 0.53 ms
-there), and a DDS camera set wakes it once per input message
-(12 tensors + 6 CameraInfo). rclpy's EventsExecutor (``rclpy.experimental``, ROS 2 Kilted and
-later) registers each entity's middleware callback once and dispatches from C++, so a message
-costs its take and its callback only. ``auto`` (the default) takes it where rclpy has it and the
-SingleThreadedExecutor otherwise (Humble, Jazzy), without a warning; ``events`` asked of an rclpy
-without it warns once. Under it the hand-off announcements' content filters need a re-registration
-after each change (handoff/announcements.py, _follow_new_reader; docs/dds.md, "The executor").
+rclpy's SingleThreadedExecutor (the default, ``single_threaded``) waits on a wait set of the node's
+entities: whatever arrives while it is busy waits in the DDS histories, which the QoS depths bound,
+so a flood of input ends with nothing queued but those. It rebuilds that wait set in Python on every
+wake-up (0.5 ms on the H200 host, 0.5-1.4 ms on a 2-core machine, ``bench/spin_cost.py``), and a DDS
+camera set wakes it up to once per message (12 tensors + 6 CameraInfo).
+rclpy's EventsExecutor (``events``; ``rclpy.experimental``, ROS 2 Kilted and later) registers each
+entity's middleware callback once and dispatches from C++, so a message costs its take and its
+callback only; but every arriving message posts one event into a queue of its own without bound:
+under floods beyond what the node takes the queue fell behind flood after flood (docs/dds.md,
+"Under floods"). ``auto`` takes it where rclpy has it and the SingleThreadedExecutor otherwise;
+``events`` asked of an rclpy without it warns once. Under it the hand-off announcements' content
+filters need a re-registration after each change (handoff/announcements.py, _follow_new_reader;
+docs/dds.md, "The executor").
 """
 from __future__ import annotations
 
