@@ -14,11 +14,11 @@ with it; :func:`is_guarded` then holds and the node starts for real. The first s
 discovery off, so no peer ever sees it (node/main.py). No ROS import here.
 
 Opt-in (``BEVPOOL_DDS_GUARD=1``): under floods of fragmented samples from several producers that
-come and go, a topic's PREALLOCATED payload pool ran dry for good (a camera stream went silent in
-the 3rd to 5th 20 s flood of three runs; re-creating the subscription did not bring it back, the
-pool is the participant's), while unguarded readers passed every flood. A node that goes silent
-is worse than one whose memory an oversized sample inflates (docs/ros_interface.md, "Input size
-limit"), so the guard is off unless asked for.
+come and go, a topic's PREALLOCATED payload pool ran dry for good (camera streams went silent after
+the 3rd 20 s flood with the EventsExecutor; in the 3rd to 5th flood of three earlier runs; re-creating
+the subscription did not bring it back, the pool is the participant's), while the default DYNAMIC
+readers pass every flood. A node that goes silent is worse than one that holds an oversized sample
+(docs/ros_interface.md, "Memory"), so the guard is off unless asked for.
 """
 from __future__ import annotations
 
