@@ -187,7 +187,9 @@ class Report:
     def publish_diagnostics(self, stuck: str = "") -> None:
         """The node's status (its own thread, every ``diagnostics.period_s``); ``stuck``: the
         watchdog's last word before the process exits (ERROR, ros/liveness.py)."""
-        if not self._publishing.acquire(blocking=False):  # another thread is at it right now
+        # another thread at it right now: a periodic status is skipped, the watchdog's last word
+        # waits for it (the watchdog gives it 0.5 s in all)
+        if not (self._publishing.acquire(timeout=0.4) if stuck else self._publishing.acquire(blocking=False)):
             return
         try:
             self._publish_status(stuck)
