@@ -25,8 +25,8 @@ from bevpool_ros.scatter_map import build_scatter_map
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["fp16", "fp8"])
 def test_gpu_plugin_two_calibrations_one_config(precision, nuscenes_rig):
-    from bevpool_ros.backends.base import BackendUnavailable
     from bevpool_ros.device.runtime import get_runtime
+    from bevpool_ros.errors import BackendUnavailable
 
     try:
         rt = get_runtime(0)

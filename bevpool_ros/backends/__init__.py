@@ -3,16 +3,8 @@ from __future__ import annotations
 
 import logging
 
-from .base import (
-    PRECISIONS,
-    Backend,
-    BackendUnavailable,
-    InputError,
-    NonFiniteInput,
-    NonFiniteOutput,
-    all_finite,
-    check_inputs,
-)
+from ..errors import BackendUnavailable, InputError, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs
+from .base import PRECISIONS, Backend
 from .cpu import CpuBackend
 
 log = logging.getLogger(__name__)

@@ -6,15 +6,6 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..device.device_payloads import download
-from ..errors import (  # noqa: F401  (re-exported: the backends' public errors)
-    BackendUnavailable,
-    InputError,
-    NonFiniteInput,
-    NonFiniteOutput,
-    all_finite,
-    check_inputs,
-    check_out,
-)
 from ..metric_depth import MetricDepth
 from ..scatter_map import ScatterMap
 from .staging import CameraStaging

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sparse
 
+from ..errors import NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out
 from ..scatter_map import ScatterMap
-from .base import Backend, NonFiniteInput, NonFiniteOutput, all_finite, check_inputs, check_out
+from .base import Backend
 
 FLOAT32_SAFE = 1e38  # a bound on |sum| below float32's maximum: no overflow possible
 

@@ -19,10 +19,11 @@ import numpy as np
 
 from ...device.device_payloads import any_device
 from ...device.runtime import get_runtime
+from ...errors import BackendUnavailable
 from ...kernels.planning import LaunchChoice
 from ...kernels.precision import decide, fp8_within_tolerance
 from ...scatter_map import ScatterMap
-from ..base import Backend, BackendUnavailable
+from ..base import Backend
 from ..staging import ALL_WIRE, split_cameras
 from .choices import ChoiceStore, PrecisionChoice, choice_key
 from .device_frame import DeviceFrame

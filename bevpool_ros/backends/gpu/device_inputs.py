@@ -29,8 +29,8 @@ import numpy as np
 
 from ...device.device_payloads import is_device_payload
 from ...device.driver import DeviceBuffer, PinnedBuffer, bind
+from ...errors import InputError, NonFiniteInput, NonFiniteOutput, check_out
 from ...metric_depth import MetricDepth
-from ..base import InputError, NonFiniteInput, NonFiniteOutput, check_out
 from ..staging import E4M3_WIRE
 from .device_frame import Binding
 from .device_intake import STREAMS, DeviceIntake

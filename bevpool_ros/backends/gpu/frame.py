@@ -31,10 +31,10 @@ from typing import Callable
 import numpy as np
 
 from ...device.driver import DeviceBuffer, FrameTimer, Graph, HostRegistration, PinnedBuffer, launch_args
+from ...errors import NonFiniteInput, NonFiniteOutput, check_out
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...kernels.table import CONVERT_KERNELS, PRECISION_DTYPES
 from ...scatter_map import ScatterMap
-from ..base import NonFiniteInput, NonFiniteOutput, check_out
 from ..staging import ALL_WIRE, CameraStaging, Staged
 from . import kernel_copies
 

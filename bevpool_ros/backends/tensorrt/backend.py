@@ -27,11 +27,11 @@ import logging
 
 import numpy as np
 
+from ...errors import BackendUnavailable
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE, LaunchChoice
 from ...kernels.table import PRECISION_DTYPES, V3_KERNELS
 from ...regime import classify, working_set_bytes
 from ...scatter_map import ScatterMap
-from ..base import BackendUnavailable
 from ..gpu.base import GpuBackend
 from ..gpu.choices import choice_key
 from .engine_cache import EngineCache

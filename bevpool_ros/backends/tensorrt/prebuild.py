@@ -16,9 +16,9 @@ import json
 import logging
 import sys
 
+from ...errors import BackendUnavailable
 from ...kernels.planning import FP8_KERNEL_OUT_SCALE
 from ...progress import run_with_progress
-from ..base import BackendUnavailable
 from .builder import build_engine, engine_key, plugin_config_for
 from .engine_cache import EngineCache
 from .network import onnx_model_bytes
