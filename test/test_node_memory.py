@@ -90,3 +90,20 @@ def test_200_mb_tensors_never_stop_valid_sets_and_at_most_one_stays(graph):
           f"heap in use {in_use:.0f} -> {left['memory_heap_in_use_mib']:.0f} MiB")
     assert left["memory_heap_in_use_mib"] - in_use < 200 + 32, left   # six sent, at most one held
     assert left["memory_rss_mib"] - baseline < 200 + 48, (baseline, left)
+
+
+def test_the_ceiling_worked_out_once_grows_with_the_writers_as_the_formula_does():
+    """node/memory.py: the status adds per_writer_bytes for each further writer, as memory_ceiling
+    counts one sample being reassembled per writer; the docs' worked example for nuScenes."""
+    from bevpool_ros.node.memory import memory_ceiling, memory_status, per_writer_bytes
+    from bevpool_ros.params.table import PARAMS
+    from bevpool_ros.rig_yaml import load_rig
+
+    rig, cfg = load_rig(str(default_rig_path())), {p.name: p.default for p in PARAMS}
+    once = (memory_ceiling(rig, cfg), per_writer_bytes(rig))
+    for writers in (1, 4):
+        assert memory_status(*once, writers, 0)["memory_ceiling_mib"] == \
+            round(memory_ceiling(rig, cfg, writers).total / 2**20, 1)
+    assert memory_status(*once, 1, 0)["memory_ceiling_mib"] == 44.7  # docs/ros_interface.md, "Memory"
+    assert memory_status(*once, 4, 0)["memory_ceiling_mib"] == 51.6
+    assert memory_status(*once, 1, None) == {}

@@ -39,6 +39,12 @@ def tensor_bytes(rig) -> tuple[int, int]:
             h * w * rig.channels * FLOAT32 + MESSAGE_OVERHEAD)
 
 
+def per_writer_bytes(rig) -> int:
+    """What one more publisher on every input topic may hold: a camera set being reassembled."""
+    depth, feat = tensor_bytes(rig)
+    return rig.num_cameras * (depth + feat)
+
+
 def memory_ceiling(rig, cfg: dict, writers_per_topic: int = 1) -> MemoryCeiling:
     """What the node holds at most for its inputs, queues and grid with ``writers_per_topic``
     publishers on each input topic (``cfg``: the node's parameter values)."""
@@ -52,10 +58,12 @@ def memory_ceiling(rig, cfg: dict, writers_per_topic: int = 1) -> MemoryCeiling:
         outputs=grid * (cfg["output.qos_depth"] + 1))
 
 
-def memory_status(rig, cfg: dict, writers_per_topic: int, at_start: int | None) -> dict:
-    """/diagnostics values: the resident memory once active and the ceiling above it, MiB."""
+def memory_status(ceiling: MemoryCeiling, per_writer: int, writers_per_topic: int, at_start: int | None) -> dict:
+    """/diagnostics values: the resident memory once active and the ceiling above it, MiB.
+    ``ceiling`` (one writer a topic) and ``per_writer`` (what each further writer adds) are worked
+    out once per calibration; only the writers matched now change between two statuses."""
     if at_start is None:
         return {}
-    ceiling = memory_ceiling(rig, cfg, writers_per_topic)
+    total = ceiling.total + per_writer * max(0, writers_per_topic - 1)
     return {"memory_at_start_mib": round(at_start / 2**20, 1),
-            "memory_ceiling_mib": round((at_start + ceiling.total) / 2**20, 1)}
+            "memory_ceiling_mib": round((at_start + total) / 2**20, 1)}

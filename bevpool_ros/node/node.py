@@ -30,7 +30,7 @@ from .configure import StartupError
 from .graph_watch import PublisherWatch
 from .handoff_input import handoff_topics
 from .inputs import Inputs
-from .memory import memory_status
+from .memory import memory_ceiling, memory_status, per_writer_bytes
 from .parameters import (
     RuntimeParameters,
     configured_values,
@@ -61,6 +61,7 @@ class BevPoolNode(LifecycleNode):
         self.cameras: tuple = ()
         self.active = False
         self.memory_at_start: int | None = None  # resident bytes once active (the ceiling is above it)
+        self._ceiling = None  # (MemoryCeiling, bytes per further writer): worked out once per activation
         self.backend_requested = ""
         self.report = Report(self)
         self.params = RuntimeParameters(self)
@@ -102,9 +103,8 @@ class BevPoolNode(LifecycleNode):
         values = {"state": self.state_label, "input_size_guard": self.input_size_guard,
                   "executor": self.executor_kind, "heap": heap.state, "dds_reader_memory": reader_memory_policy(),
                   "pid": os.getpid()}  # which process this is: two graphs may share a domain by mistake
-        if self.active and self.inputs is not None:
-            values.update(memory_status(self.calibration.rig, self.cfg, self.inputs.most_writers(),
-                                        self.memory_at_start))
+        if self.active and self.inputs is not None and self._ceiling is not None:
+            values.update(memory_status(*self._ceiling, self.inputs.most_writers(), self.memory_at_start))
         return values
 
     # transitions ------------------------------------------------------------------------------
@@ -168,6 +168,7 @@ class BevPoolNode(LifecycleNode):
             f"policy {cfg['sync.missing_camera_policy']}, "
             f"input size bounded by: {self.input_size_guard}")
         self.memory_at_start = heap.resident_bytes()  # the memory ceiling is counted above it
+        self._ceiling = (memory_ceiling(rig, cfg), per_writer_bytes(rig))
         return SUCCESS
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:

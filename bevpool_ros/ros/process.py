@@ -3,6 +3,7 @@ bag tools): the Fast DDS large-data profile, rclpy.init without rclpy's signal h
 spin loop that stops on SIGINT/SIGTERM and tears down in order."""
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -37,6 +38,7 @@ def use_large_data_profile() -> str | None:
     return path
 
 
+@functools.cache  # fixed once the middleware has started
 def reader_memory_policy() -> str:
     """What this process's DDS readers do with payloads (reported in /diagnostics)."""
     from ..paths import config_dir
