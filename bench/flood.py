@@ -75,6 +75,8 @@ def main() -> int:
     ap.add_argument("--precision", default=None)
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="another node parameter (repeatable), e.g. executor=single_threaded")
+    ap.add_argument("--node-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for the node alone (repeatable), e.g. a heap profiler's")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
 
@@ -89,7 +91,7 @@ def main() -> int:
         name, value = item.split("=", 1)
         params[name] = value
     rig = str(default_rig_path())
-    session = PipelineSession(rig, params)
+    session = PipelineSession(rig, params, node_env=dict(item.split("=", 1) for item in args.node_env))
     floods, diagnostics, fresh, started = [], {}, {}, time.time()
     nan = float("nan")
     try:

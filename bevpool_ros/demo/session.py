@@ -95,14 +95,14 @@ class NodeProcess:
     (readable while it runs), stopped with SIGINT (then killed if it does not exit)."""
 
     def __init__(self, params: dict | None = None, params_file: str | None = None,
-                 module: str = "bevpool_ros.node.main"):
+                 module: str = "bevpool_ros.node.main", env: dict | None = None):
         args = [sys.executable, "-m", module, "--ros-args"]
         if params_file:
             args += ["--params-file", params_file]
         args += ros_param_args(params or {})
         self._log = tempfile.NamedTemporaryFile("w+", prefix="bevpool_node_", suffix=".log", delete=False)
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -145,7 +145,8 @@ class RunResult:
 class PipelineSession:
     def __init__(self, rig_path: str | None = None, node_params: dict | None = None,
                  params_file: str | None = None, subscribe_image: bool = False, publisher: bool = True,
-                 publisher_kwargs: dict | None = None, domain: int | None = None):
+                 publisher_kwargs: dict | None = None, domain: int | None = None,
+                 node_env: dict | None = None):
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
@@ -157,7 +158,7 @@ class PipelineSession:
         self.domain = isolate(domain)
         rig_path = rig_path or str(default_rig_path())
         self.rig = load_rig(rig_path)
-        self.node = NodeProcess({"rig_file": rig_path, **(node_params or {})}, params_file)
+        self.node = NodeProcess({"rig_file": rig_path, **(node_params or {})}, params_file, env=node_env)
         self.context = rclpy.Context()
         rclpy.init(args=[sys.argv[0]], context=self.context)  # our own argv is not ROS arguments
         self.executor = SingleThreadedExecutor(context=self.context)

@@ -10,6 +10,9 @@ Two kinds are silent on the wire, so their camera just goes missing:
   (reporting.subscription_events).
 The graph lists both; each publisher is logged once, counted (``wrong_type_publishers``,
 ``dds_incompatible_qos``) and reported in /diagnostics while it exists.
+
+It also sees publishers leave: ``on_check(left)`` gets, after every check, the topics that a
+publisher of the expected type has left since the last one (reader_renewal.py renews their readers).
 """
 from __future__ import annotations
 
@@ -48,12 +51,14 @@ def incompatible_qos(offered, requested) -> str | None:
 
 
 class PublisherWatch:
-    def __init__(self, node, expected: dict[str, tuple], report):
+    def __init__(self, node, expected: dict[str, tuple], report, on_check=None):
         """``expected``: fully qualified input topic -> (its type 'pkg/msg/Type', the node's
         subscription QoS or None where no publisher can be incompatible); ``node``: the graph,
-        its logger and timers; ``report``: where problems are counted and listed."""
-        self.node, self.report = node, report
+        its logger and timers; ``report``: where problems are counted and listed;
+        ``on_check(left)``: called after each check with the topics publishers have left."""
+        self.node, self.report, self.on_check = node, report, on_check
         self.expected = expected
+        self._publishers: dict[str, set] = {}  # topic -> gids of its publishers of the expected type
         self.seen: set[tuple] = set()   # (kind, topic, gid) of every publisher already logged
         self._nameless: dict[tuple, float] = {}  # (kind, topic, gid) -> first seen without a name
         self._timer = HousekeepingTimer(node, PERIOD_S, self.check)
@@ -63,12 +68,16 @@ class PublisherWatch:
         self.report.publisher_problems.clear()
 
     def check(self) -> None:
-        node, found, live = self.node, {}, set()
+        node, found, live, left = self.node, {}, set(), []
         for topic, (want, qos) in self.expected.items():
             try:
                 infos = node.get_publishers_info_by_topic(topic)
             except Exception:  # the graph is advisory: a failed query is retried next period
                 continue
+            gids = {bytes(i.endpoint_gid) for i in infos if i.topic_type == want}
+            if self._publishers.get(topic, set()) - gids:
+                left.append(topic)
+            self._publishers[topic] = gids
             for info in infos:
                 if info.topic_type != want:
                     kind, what = "wrong_type", f"{info.topic_type} (expected {want})"
@@ -100,3 +109,5 @@ class PublisherWatch:
             del self._nameless[key]
         self.report.publisher_problems.clear()  # only those that still exist
         self.report.publisher_problems.update(found)
+        if self.on_check is not None:
+            self.on_check(left)

@@ -20,6 +20,7 @@ from ..ros.housekeeping import HousekeepingTimer
 from ..ros.qos import camera_info_qos, make_qos, quiet_events
 from .configure import STREAMS, StartupError, tensor_topics
 from .handoff_input import HandoffInputs
+from .reader_renewal import RenewableReaders
 
 DEPTH_LAYOUTS = ("DHW", "")           # empty: the producer does not say; DHW is assumed
 DEPTH_MAX = 1.01                      # a distribution lies in [0, 1]; 1 % for float16/fp8 rounding
@@ -105,7 +106,8 @@ class Inputs:
         self._backend, self._deliver = backend, deliver
         self.sync = CameraSetSynchronizer(cameras, *self.sync_args(), on_drop=report.sync_dropped)
         self.lock = threading.Lock()
-        self.subs: list = []
+        self.subs: list = []                       # CameraInfo, message_filters' subscriptions
+        self.readers = RenewableReaders(node)      # the tensor subscriptions of the built-in sync
         self.mf_sync = None
         self.camera_frames: dict[str, str] = {}
         self._camera_info_seen: dict[str, tuple] = {}
@@ -152,8 +154,8 @@ class Inputs:
                 if mf is None:
                     cb = functools.partial(self.on_tensor, camera=cam, stream=stream)
                     events = self.report.subscription_events(topic)
-                    self.subs.append(node.create_subscription(kind, topic, cb, in_qos,
-                                                              event_callbacks=events))
+                    self.readers.add(node.resolve_topic_name(topic), (cam, stream), functools.partial(
+                        node.create_subscription, kind, topic, cb, in_qos, event_callbacks=events))
                 else:
                     self.subs.append(mf.Subscriber(node, kind, topic, qos_profile=in_qos))
             self.subs.append(node.create_subscription(
@@ -182,6 +184,7 @@ class Inputs:
             elif hasattr(sub, "sub"):  # message_filters.Subscriber wraps one
                 self.node.destroy_subscription(sub.sub)
         self.subs = []
+        self.readers.close()
         self.mf_sync = None
         if self.handoff is not None:
             self.handoff.unsubscribe()
@@ -215,12 +218,21 @@ class Inputs:
             pending = self.sync.pending_sets
         return {"cameras": len(self.cameras), "pending_sets": pending,
                 "input_handoff": "none" if self.handoff is None else self.handoff.state(),
+                **self.readers.status(),
                 **{f"sync_{k}": v for k, v in sorted(sync_counts.items())},
                 **{f"missing_{cam}": v for cam, v in sorted(missing.items())}}
 
+    def publishers_left(self, topics: list[str]) -> None:
+        """After each graph check: renew the readers of the tensor topics publishers left, retire
+        the readers their successors replace (reader_renewal.py)."""
+        for topic in topics:
+            self.readers.publishers_left(topic)
+        self.readers.retire_matched()
+
     def most_writers(self) -> int:
         """The most publishers matched on one input topic (each may hold a sample being reassembled)."""
-        return max((getattr(s, "sub", s).get_publisher_count() for s in self.subs), default=1)
+        subs = [*self.subs, *self.readers.subs.values()]
+        return max((getattr(s, "sub", s).get_publisher_count() for s in subs), default=1)
 
     def _restart_poll_timer(self) -> None:
         if self._poll_timer is not None:
@@ -272,6 +284,8 @@ class Inputs:
     def on_tensor(self, msg, camera: str, stream: str) -> None:
         now = time.perf_counter()
         stamp_ns = stamp_to_ns(msg.header.stamp)
+        if self.readers.is_twin((camera, stream), stamp_ns):
+            return  # the same sample through the topic's other reader (reader_renewal.py)
         try:
             self.check_stamp(stamp_ns)
             arr = self.checked(msg, camera, stream)

@@ -151,7 +151,7 @@ class BevPoolNode(LifecycleNode):
         self.active = True
         try:
             self.inputs.subscribe()
-            self.watch = PublisherWatch(self, self._input_types(), self.report)
+            self.watch = PublisherWatch(self, self._input_types(), self.report, self.inputs.publishers_left)
             self.watch.check()
         except Exception as e:  # rclpy would turn it into a silent ERROR: say it, stay inactive
             self._failure = f"activate failed: {type(e).__name__}: {e}"
