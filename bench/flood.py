@@ -15,7 +15,8 @@ travels in fragments: bevpool_ros/demo/flood.py); 1 s after it, ``--stream`` set
 the node is alive and every resent set got its grid. Reported per flood: sets sent, grids during,
 recovery, the longest gap between the node's /diagnostics (its period is 1 s here), the node's
 resident memory after it; at the end: memory after the first and the last flood, its slope per
-flood (least squares over floods 2..N), the time from SIGINT to the node's exit, and its code.
+flood (least squares over floods 2..N), the same for what malloc holds for it (its /diagnostics'
+``memory_heap_in_use_mib``), the time from SIGINT to the node's exit, and its code.
 Exit 1 when any flood failed.
 """
 from __future__ import annotations
@@ -50,12 +51,16 @@ def summarise(floods: list[dict], fresh: dict, rc, stop_s: float) -> dict:
     passed = sum(f["ok"] for f in floods)
     gaps = [f["diagnostics_max_gap_s"] for f in floods if f["diagnostics_max_gap_s"] is not None]
     rss = [f["node_rss_mib"] for f in floods if f["node_rss_mib"] is not None]
+    heap = [f["node_heap_in_use_mib"] for f in floods if f.get("node_heap_in_use_mib") is not None]
     recovered = [f["stream_published"] / f["stream_sent"] for f in floods if f["stream_sent"]]
     p50s = [f["stream_p50_ms"] for f in floods if f["stream_p50_ms"] is not None]
     return {"floods": len(floods), "passed": passed, "node_exit_code": rc, "node_stop_s": round(stop_s, 2),
             "rss_after_first_mib": rss[0] if rss else None, "rss_after_last_mib": rss[-1] if rss else None,
             "rss_max_above_first_mib": round(max(rss) - rss[0], 1) if rss else None,
             "rss_slope_mib_per_flood": slope(rss[1:]),
+            "heap_in_use_after_first_mib": heap[0] if heap else None,
+            "heap_in_use_after_last_mib": heap[-1] if heap else None,
+            "heap_in_use_slope_mib_per_flood": slope(heap[1:]),
             "recovery_min_fraction": min(recovered) if recovered else None,
             "recovery_p50_ms_median": statistics.median(p50s) if p50s else None,
             "fresh_node": fresh,
@@ -115,7 +120,8 @@ def main() -> int:
             print(f"flood {n + 1:2d}/{args.floods}: {verdict} {r.flood_sets:6d} sets sent, "
                   f"{r.grids_during:4d} grids during, {recovery}valid {r.answered}/{r.valid_sets} "
                   f"({r.resends} resends), diagnostics max gap {gap if gap is not None else nan:.2f} s, "
-                  f"node RSS {r.node_rss_mib or nan:.0f} MiB {r.failure}", flush=True)
+                  f"node RSS {r.node_rss_mib or nan:.0f} MiB (heap in use {r.node_heap_in_use_mib or nan:.0f}) "
+                  f"{r.failure}", flush=True)
             if not r.node_alive:
                 break
         session.con.diagnostics.clear()

@@ -2,7 +2,7 @@
 """Oversized input tensors against a live bevpool_node: node memory and valid sets, with and
 without the Fast DDS size guard (bounded CameraTensor type + PREALLOCATED reader profiles).
 
-    .venv/bin/python bench/oversize_guard.py [--seconds 12] [--big-mib 200] [--rate 20]
+    .venv/bin/python bench/oversize_guard.py [--seconds 12] [--big-mib 200] [--rate 20] [--out PREFIX]
 
 For each mode the node (cpu backend, default parameters) receives the synthetic 6-camera rig at
 --rate Hz for --seconds, and once per second a --big-mib MiB CameraTensor (raw CDR, as a hostile
@@ -97,8 +97,9 @@ def main() -> int:
     md = (f"# Oversized input tensors vs bevpool_node memory\n\nCommand: `{cmd}` (cpu backend, 6 cameras)\n\n"
           + "\n".join(rows) + "\n\nguarded: the bounded `CameraTensor` type and the node's PREALLOCATED "
           "reader profiles; Fast DDS refuses each oversized sample at its first fragment. unguarded: "
-          "`BEVPOOL_DDS_GUARD=0` (the rmw default, PREALLOCATED_WITH_REALLOC): each sample is reassembled "
-          "in full before the node's own size check drops it.\n")
+          "the default (`BEVPOOL_DDS_GUARD=0`): the shipped profile's DYNAMIC readers reassemble each sample "
+          "(its memory is what has arrived: a payload that large is mapped on its own) and the middleware "
+          "drops it (over the type's bound); its memory goes back then.\n")
     Path(args.out + ".md").write_text(md)
     print(md)
     return 0

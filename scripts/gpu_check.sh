@@ -145,11 +145,12 @@ if [ "$RUN_ROS" = 1 ]; then
       } 2>&1 | tee "$OUT/ros_pytest.log" | { grep -E "passed|failed|error|FAILED|ERROR" | tail -40; true; } || rstatus=1
       # robot conditions: ROS_FLOODS floods of 30 s in a row against one node on the cuda backend, each
       # followed by 200 sets at 20 Hz (recovery) and valid sets that must all come back (bench/flood.py;
-      # 0: skip); about 55 s each. ROS_PAUSES="10 60": SIGSTOP pauses the node must survive (bench/pause.py;
+      # 0: skip); about 55 s each (ROS_FLOOD_ARGS: more bench/flood.py arguments, e.g. "--stream 100
+      # --valid-sets 2", ~40 s each). ROS_PAUSES="10 60": SIGSTOP pauses the node must survive (bench/pause.py;
       # empty: skip).
       if [ "${ROS_FLOODS:-5}" -gt 0 ]; then
         timeout $(( ${ROS_FLOODS:-5} * 75 + 90 )) $RPY bench/flood.py --floods "${ROS_FLOODS:-5}" --seconds 30 \
-            --backend cuda --precision fp16 --json "$OUT/flood_cuda.json" 2>&1 \
+            --backend cuda --precision fp16 ${ROS_FLOOD_ARGS:-} --json "$OUT/flood_cuda.json" 2>&1 \
             | tee "$OUT/flood_cuda.log" | tail -"$(( ${ROS_FLOODS:-5} + 2 ))" || rstatus=1
       fi
       if [ -n "${ROS_PAUSES-10 60}" ]; then

@@ -91,3 +91,20 @@ def test_a_nameless_writer_gone_before_the_wait_is_forgotten(clock):
     clock[0] += NAME_WAIT_S + 1
     w.check()
     assert g.logged == [] and g.report.publisher_problems == {} and w._nameless == {}
+
+
+def test_a_publisher_of_the_expected_type_leaving_is_passed_on_once(clock):
+    """reader_renewal.py renews a topic's reader when one of its writers has gone; a wrong-type
+    publisher never matched the reader, so its leaving is not passed on."""
+    g, calls = Graph(), []
+    w = PublisherWatch(g, {TOPIC: (WANT, None)}, g.report, on_check=calls.append)
+    staying, leaving = (info(name=n, ns="/", gid=bytes([i]) * 16, topic_type=WANT)
+                        for i, n in ((1, "camera_driver"), (2, "flood")))
+    g.infos = [staying, leaving, info(gid=b"\x03" * 16)]
+    w.check()
+    g.infos = [staying, leaving]          # the wrong-type one left
+    w.check()
+    g.infos = [staying]                   # a CameraTensor writer left
+    w.check()
+    w.check()
+    assert calls == [[], [], [TOPIC], []]

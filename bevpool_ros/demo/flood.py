@@ -37,6 +37,7 @@ class FloodResult:
     diagnostics_max_gap_s: float | None = None  # longest gap between the node's /diagnostics
     diagnostics_during: int = 0          # statuses the node published during the flood
     node_rss_mib: float | None = None    # the node's resident memory after the valid sets
+    node_heap_in_use_mib: float | None = None  # what malloc holds for it then (its /diagnostics)
     stream_sent: int = 0                 # recovery: sets streamed at a steady rate, no resends,
     stream_published: int = 0            # starting ``settle_s`` after the flood's end
     stream_p50_ms: float | None = None   # their latency: last input published -> grid received
@@ -138,6 +139,8 @@ def run_flood(session, rig_path: str, publishers: int = 3, seconds: float = 20.0
         con.diag_sub.callback = previous
     result.node_alive = session.node.alive()
     result.node_rss_mib = resident_mib(session.node.proc.pid)
+    in_use = (con.latest_diagnostics() or {}).get("memory_heap_in_use_mib")
+    result.node_heap_in_use_mib = float(in_use) if in_use is not None else None
     if not result.node_alive and not result.failure:
         result.failure = f"the node exited (code {session.node.proc.returncode})"
     return result
