@@ -149,6 +149,7 @@ if [ "$RUN_ROS" = 1 ]; then
       # --valid-sets 2", ~40 s each). ROS_PAUSES="10 60": SIGSTOP pauses the node must survive (bench/pause.py;
       # empty: skip).
       if [ "${ROS_FLOODS:-5}" -gt 0 ]; then
+        # shellcheck disable=SC2086
         timeout $(( ${ROS_FLOODS:-5} * 75 + 90 )) $RPY bench/flood.py --floods "${ROS_FLOODS:-5}" --seconds 30 \
             --backend cuda --precision fp16 ${ROS_FLOOD_ARGS:-} --json "$OUT/flood_cuda.json" 2>&1 \
             | tee "$OUT/flood_cuda.log" | tail -"$(( ${ROS_FLOODS:-5} + 2 ))" || rstatus=1
