@@ -11,7 +11,10 @@ With rclpy and the generated messages:
   handoff_input       camera tensors in through the same-host GPU hand-off
   publishing, handoff_output   BevFeature, image and GPU hand-off out (dtype from the pooled grid)
   reporting           counters, throttled drop logs, /diagnostics
-  graph_watch         publishers DDS never delivers on the input topics (wrong type, incompatible QoS)
+  graph_watch         publishers DDS never delivers on the input topics (wrong type, incompatible QoS),
+                      and publishers that left them
+  reader_renewal      an input tensor reader re-made after a publisher left its topic (memory back)
+  memory              the memory ceiling stated from the parameters
 Below it: camera sets and live calibration (bevpool_ros.cameras), generic ROS helpers
 (bevpool_ros.ros), the codecs (bevpool_ros.io). Nothing outside this folder and the command-line
 entry points imports it; the demo / benchmark / test counterparts live in bevpool_ros.demo.

@@ -5,7 +5,8 @@ its shared-memory segment, the backend with its device context and kernels), the
 grows only with what it holds for the sets in flight:
 - input readers: per tensor topic, ``input.qos_depth`` complete samples plus one sample being
   reassembled per writer on the topic; a payload lives as long as its sample (the shipped
-  profile's DYNAMIC readers);
+  profile's DYNAMIC readers), and what Fast DDS keeps of a departed writer's unfinished sample goes
+  back when the reader is renewed (reader_renewal.py, a few seconds after the writer left);
 - the node's own queues: ``sync.max_pending_sets`` sets being completed, ``processing.queue_size``
   complete sets waiting, one being pooled;
 - the grid: ``output.qos_depth`` grids kept by the BevFeature writer for slow readers, one being built.
