@@ -74,7 +74,7 @@ def main() -> int:
     before = rss_mib()
     node = BevPoolNode(context=ctx, parameter_overrides=[Parameter("backend", value="cpu")])
     report["node_mib"] = round(rss_mib() - before, 1)
-    report["node_tensor_subscriptions"] = sum(1 for s in node.inputs.subs if s.msg_type is CameraTensor)
+    report["node_tensor_subscriptions"] = sum(1 for s in node.inputs.readers.subs.values() if s.msg_type is CameraTensor)
     print(json.dumps(report), flush=True)
     node.destroy_node()
     probe.destroy_node()

@@ -92,7 +92,8 @@ def test_without_message_filters_the_builtin_synchroniser_runs(ros_context, monk
     monkeypatch.setitem(sys.modules, "message_filters", None)  # import fails
     node = make_node(ros_context, **{"sync.use_message_filters": True})
     try:
-        assert node.inputs.mf_sync is None and len(node.inputs.subs) == 18  # 12 tensor + 6 CameraInfo
+        assert node.inputs.mf_sync is None  # 12 tensor readers (renewable) + 6 CameraInfo
+        assert len(node.inputs.readers.subs) == 12 and len(node.inputs.subs) == 6
     finally:
         node.destroy_node()
 
