@@ -52,6 +52,8 @@ def test_floods_in_a_row_leave_no_memory_behind(graph):
         after.append(memory(graph))
     grown = after[-1]["memory_heap_in_use_mib"] - after[0]["memory_heap_in_use_mib"]
     print("after each flood:", after)
+    renewed = graph.diagnostics_where(lambda d: "input_readers_renewed" in d)
+    assert int(renewed["input_readers_renewed"]) >= 12, renewed  # the producers left every tensor topic
     assert grown < HEAP_GROWTH_MIB, after
     for m in after:  # under the ceiling the node states from its parameters (node/memory.py)
         assert m["memory_rss_mib"] <= m["memory_ceiling_mib"] + m["memory_heap_free_mib"], m
