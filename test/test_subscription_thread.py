@@ -8,6 +8,8 @@ import threading
 import time
 
 import pytest
+from test_reader_renewal import ros as node_and_executor  # noqa: F401  (a fixture)
+from test_reader_renewal import spin_until
 
 from bevpool_ros.node.reader_renewal import RenewableReaders
 from bevpool_ros.ros.subscription_thread import SubscriptionThread
@@ -17,33 +19,14 @@ TOPIC, KEY = "/cameras/CAM_FRONT/feat", ("CAM_FRONT", "feat")
 
 
 @pytest.fixture
-def ros():
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-
-    from bevpool_ros.demo.session import isolate
-
-    isolate(None)
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node("subscription_thread_test", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
+def ros(node_and_executor):  # noqa: F811 - builds on the imported fixture
+    """test_reader_renewal's node and executor, and a SubscriptionThread (errors: what it reported)."""
+    node, executor = node_and_executor
     errors = []
-    thread = SubscriptionThread(context, "test-input", lambda sub, e: errors.append((sub, e)))
+    thread = SubscriptionThread(node.context, "test-input", lambda sub, e: errors.append((sub, e)))
     thread.start()
     yield node, executor, thread, errors
     thread.stop()
-    executor.shutdown()
-    node.destroy_node()
-    rclpy.shutdown(context=context)
-
-
-def spin_until(executor, predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        executor.spin_once(timeout_sec=0.02)
-    return predicate()
 
 
 def reliable(depth: int):
