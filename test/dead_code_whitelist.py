@@ -52,3 +52,6 @@ _.sent_tensors
 _.handed_off
 _.libfix
 _.shipped_data
+# rclpy's CallbackGroup interface, called by rclpy's executors (ros/subscription_thread.py)
+_.beginning_execution
+_.ending_execution

@@ -1,5 +1,9 @@
 """What each executor wake-up of bevpool_node has to visit (ros/executor.py, docs/dds.md "The
-executor"): the executor choice, and QoS-event handlers only where an event can carry news."""
+executor"): the executor choice, QoS-event handlers only where an event can carry news, and the
+input tensors taken by a thread of their own under the SingleThreadedExecutor."""
+import threading
+import time
+
 import pytest
 from ros_harness import isolate_ros_env
 
@@ -75,5 +79,65 @@ def test_the_node_makes_no_qos_event_handler_that_cannot_fire():
             assert len(list(node.waitables)) - len(on_subscriptions) <= 2 * publishers
         finally:
             node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=ctx)
+
+
+@pytest.mark.parametrize("executor", ["single_threaded", "events"])
+def test_the_tensor_readers_have_a_thread_of_their_own_under_the_single_threaded_executor(executor):
+    """ros/executor.py: under rclpy's SingleThreadedExecutor the input tensors are taken by the
+    node's input thread (never spun here: the thread alone counts the sample), which stops on
+    deactivate and comes back on activate; under the EventsExecutor they stay the executor's."""
+    isolate_ros_env()
+    import rclpy
+    from bevpool_msgs.msg import CameraTensor
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+    from rclpy.qos import qos_profile_sensor_data
+
+    from bevpool_ros.node.configure import tensor_topics
+    from bevpool_ros.node.node import BevPoolNode
+    from bevpool_ros.ros.executor import executor_kind
+
+    def input_threads():
+        return [t for t in threading.enumerate() if t.name == "bevpool-input"]
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    try:
+        node = BevPoolNode(context=ctx, parameter_overrides=[Parameter("backend", value="cpu"),
+                                                            Parameter("executor", value=executor)])
+        producer = rclpy.create_node("producer", context=ctx)
+        try:
+            topic = tensor_topics(node.cfg, node.cameras)[(node.cameras[0], "depth")]
+            pub = producer.create_publisher(CameraTensor, topic, qos_profile_sensor_data)
+            tensor_subs = [s for s in node.subscriptions if s.topic_name.endswith(("/depth", "/feat"))]
+            looks = SingleThreadedExecutor(context=ctx)
+            if executor_kind(executor) == "events":
+                assert node.input_thread is None and not input_threads()
+                assert all(looks.can_execute(s) for s in tensor_subs)
+                return
+            assert len(input_threads()) == 1 and node.input_thread is not None
+            assert tensor_subs and not any(looks.can_execute(s) for s in tensor_subs)
+            assert all(looks.can_execute(s) for s in node.subscriptions if s.topic_name.endswith("/camera_info"))
+
+            def counted(n: int, timeout: float = 10.0) -> bool:
+                deadline = time.monotonic() + timeout
+                while node.counts["stamp_zero"] < n and time.monotonic() < deadline:
+                    pub.publish(CameraTensor())  # stamp 0: dropped, counted by whoever takes it
+                    time.sleep(0.05)
+                return node.counts["stamp_zero"] >= n
+
+            assert counted(1)
+            assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+            assert not input_threads() and node.input_thread.busy_since is None
+            assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+            assert len(input_threads()) == 1
+            assert counted(node.counts["stamp_zero"] + 1)
+        finally:
+            producer.destroy_node()
+            node.destroy_node()
+        assert not input_threads()
     finally:
         rclpy.try_shutdown(context=ctx)

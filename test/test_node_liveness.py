@@ -67,6 +67,7 @@ def watchdog_lines(graph) -> list[str]:
 @pytest.mark.parametrize("thread, where", [
     ("pooling", "pooling thread made no progress for"),
     ("executor", "executor thread made no progress for"),
+    ("input", "input thread made no progress for"),
 ])
 def test_a_stalled_thread_is_named_with_its_stack_reported_and_ends_the_process(monkeypatch, thread, where):
     g = stalled_graph(monkeypatch, thread)
@@ -74,6 +75,8 @@ def test_a_stalled_thread_is_named_with_its_stack_reported_and_ends_the_process(
         errors = []
         g.con.diag_sub.callback = (lambda arr, cb=g.con.diag_sub.callback:
                                    (cb(arr), errors.extend(s.message for s in arr.status if s.level == b"\x02")))
+        if thread == "input":  # it stalls at its first message after the first grid
+            g.pub.publish_frame(0, g.next_stamp())
         rc = wait_exit(g, 30.0)
         assert rc == 70, (rc, g.node.output()[-3000:])
         lines = watchdog_lines(g)

@@ -16,8 +16,10 @@ from ..io.bev_message import stamp_to_ns
 from ..io.tensor_codec import TensorError, inspect_header, to_float
 from ..logtext import clip, shown
 from ..rig import RigError
+from ..ros.executor import executor_kind
 from ..ros.housekeeping import HousekeepingTimer
 from ..ros.qos import camera_info_qos, make_qos, quiet_events
+from ..ros.subscription_thread import SubscriptionThread
 from .configure import STREAMS, StartupError, tensor_topics
 from .handoff_input import HandoffInputs
 from .reader_renewal import RenewableReaders
@@ -108,6 +110,7 @@ class Inputs:
         self.lock = threading.Lock()
         self.subs: list = []                       # CameraInfo, message_filters' subscriptions
         self.readers = RenewableReaders(node)      # the tensor subscriptions of the built-in sync
+        self.thread = None                         # SubscriptionThread taking them, if any (the watchdog's)
         self.mf_sync = None
         self.camera_frames: dict[str, str] = {}
         self._camera_info_seen: dict[str, tuple] = {}
@@ -145,6 +148,7 @@ class Inputs:
         in_qos = make_qos(cfg["input.qos_reliability"], cfg["input.qos_depth"])
         mf = self._message_filters() if cfg["sync.use_message_filters"] else None
         topics = tensor_topics(cfg, self.cameras)
+        group = self._start_tensor_thread() if mf is None else None
         for cam in self.cameras:
             for stream in STREAMS:
                 kind = Image if stream == "depth" and cam in self.depth_images else CameraTensor
@@ -155,7 +159,8 @@ class Inputs:
                     cb = functools.partial(self.on_tensor, camera=cam, stream=stream)
                     events = self.report.subscription_events(topic)
                     self.readers.add(node.resolve_topic_name(topic), (cam, stream), functools.partial(
-                        node.create_subscription, kind, topic, cb, in_qos, event_callbacks=events))
+                        node.create_subscription, kind, topic, cb, in_qos, callback_group=group,
+                        event_callbacks=events))
                 else:
                     self.subs.append(mf.Subscriber(node, kind, topic, qos_profile=in_qos))
             self.subs.append(node.create_subscription(
@@ -176,8 +181,26 @@ class Inputs:
             self.handoff.subscribe(in_qos, self.on_payload)
         self._restart_poll_timer()
 
+    def _start_tensor_thread(self):
+        """Under rclpy's SingleThreadedExecutor the tensor readers are taken by a thread of their own
+        (ros/executor.py); the callback group that keeps them out of the executor, or None."""
+        if executor_kind(self.cfg["executor"]) != "single_threaded":
+            return None
+        self.thread = SubscriptionThread(self.node.context, "bevpool-input", self._tensor_thread_error,
+                                         stall_when=lambda: self.report.counts.get("published"))
+        self.readers.on_change = self.thread.follow
+        self.thread.start()
+        return self.thread.group
+
+    def _tensor_thread_error(self, sub, error: Exception) -> None:
+        where = f"{sub.topic_name}: " if sub is not None else "waiting: "
+        self.report.drop("internal_error", f"input thread, {where}{type(error).__name__}: {error}")
+
     def unsubscribe(self) -> None:
         """No more input: subscriptions and the poll timer go, pending sets are forgotten."""
+        if self.thread is not None and not self.thread.stop():
+            self.node.get_logger().warning("input thread still busy in a callback; its readers go "
+                                           "once it returns")
         for sub in self.subs:
             if hasattr(sub, "handle"):
                 self.node.destroy_subscription(sub)

@@ -95,6 +95,11 @@ class BevPoolNode(LifecycleNode):
     def state_label(self) -> str:
         return self._state_machine.current_state[1]
 
+    @property
+    def input_thread(self):
+        """The thread taking the input tensors beside the executor (the watchdog watches it), or None."""
+        return getattr(self.inputs, "thread", None)
+
     def snapshot(self) -> dict:
         return self.report.snapshot()
 

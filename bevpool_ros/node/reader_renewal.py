@@ -16,6 +16,7 @@ Publishers leaving are found in the ROS graph (graph_watch.PublisherWatch, once 
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from typing import Callable
@@ -26,20 +27,25 @@ TWIN_STAMPS = 32       # stamps remembered per stream while twins may arrive
 
 
 class RenewableReaders:
-    def __init__(self, node):
-        """``node``: its create/destroy subscription API and logger."""
+    def __init__(self, node, on_change: Callable = lambda subscriptions: None):
+        """``node``: its create/destroy subscription API and logger; ``on_change(subscriptions)``:
+        told every live reader, old ones included, whenever that set changes (a thread that
+        serves them, ros/subscription_thread.py)."""
         self.node = node
+        self.on_change = on_change
         self._makers: dict[str, Callable] = {}     # resolved topic -> makes its subscription
         self._keys: dict[str, tuple] = {}          # resolved topic -> (camera, stream)
         self.subs: dict[str, object] = {}          # resolved topic -> its live subscription
         self._retiring: dict[str, tuple] = {}      # topic -> (old subscription, deadline)
         self._twins: dict[tuple, tuple] = {}       # (camera, stream) -> (recent stamps, until)
+        self._twins_lock = threading.Lock()        # is_twin may run in another thread than renewals
         self.renewed = 0
 
     def add(self, topic: str, key: tuple, make: Callable):
         """Subscribe ``topic`` (resolved name) with ``make()``; ``key``: the stream it carries."""
         self._makers[topic], self._keys[topic] = make, key
         self.subs[topic] = make()
+        self._changed()
         return self.subs[topic]
 
     def publishers_left(self, topic: str) -> None:
@@ -52,8 +58,10 @@ class RenewableReaders:
         old = self.subs[topic]
         self.subs[topic] = make()
         self._retiring[topic] = (old, time.monotonic() + RETIRE_AFTER_S)
-        self._twins[self._keys[topic]] = (deque(maxlen=TWIN_STAMPS), float("inf"))
+        with self._twins_lock:
+            self._twins[self._keys[topic]] = (deque(maxlen=TWIN_STAMPS), float("inf"))
         self.renewed += 1
+        self._changed()
 
     def retire_matched(self) -> None:
         """Delete the old readers whose successor matched as many publishers, or whose time is up."""
@@ -65,28 +73,34 @@ class RenewableReaders:
                 ready = False
             if ready or now >= deadline:
                 self._retire(topic)
+                self._changed()
 
     def _retire(self, topic: str) -> None:
         old, _ = self._retiring.pop(topic)
         self.node.destroy_subscription(old)
         key = self._keys[topic]
-        stamps, _ = self._twins[key]
-        self._twins[key] = (stamps, time.monotonic() + TWIN_GRACE_S)
+        with self._twins_lock:
+            stamps, _ = self._twins[key]
+            self._twins[key] = (stamps, time.monotonic() + TWIN_GRACE_S)
+
+    def _changed(self) -> None:
+        self.on_change([*self.subs.values(), *(old for old, _ in self._retiring.values())])
 
     def is_twin(self, key: tuple, stamp_ns: int) -> bool:
         """This sample already came through the other reader of its topic (checked before it is
-        decoded, by the executor's callback)."""
-        twins = self._twins.get(key)
-        if twins is None:
+        decoded, by the subscription's callback)."""
+        with self._twins_lock:
+            twins = self._twins.get(key)
+            if twins is None:
+                return False
+            stamps, until = twins
+            if time.monotonic() > until:
+                self._twins.pop(key, None)
+                return False
+            if stamp_ns in stamps:
+                return True
+            stamps.append(stamp_ns)
             return False
-        stamps, until = twins
-        if time.monotonic() > until:
-            self._twins.pop(key, None)
-            return False
-        if stamp_ns in stamps:
-            return True
-        stamps.append(stamp_ns)
-        return False
 
     def close(self) -> None:
         for topic in list(self._retiring):
@@ -95,7 +109,9 @@ class RenewableReaders:
             self.node.destroy_subscription(sub)
         self.subs.clear()
         self._makers.clear()
-        self._twins.clear()
+        with self._twins_lock:
+            self._twins.clear()
+        self._changed()
 
     def status(self) -> dict:
         return {"input_readers_renewed": self.renewed}

@@ -62,7 +62,7 @@ PARAMS: tuple[Param, ...] = (
           "dispatch, 1-2 ms less per DDS set on an idle host, but one queued event per message without "
           "bound: it fell behind flood after flood), or auto: events where this rclpy has it (docs/dds.md).",
           choices=("auto", "events", "single_threaded"), read_only=True),
-    Param("watchdog.timeout_s", "double", 5.0, "When bevpool_node's executor thread or pooling thread makes "
+    Param("watchdog.timeout_s", "double", 5.0, "When bevpool_node's executor, input or pooling thread makes "
           "no progress for this long, it logs where, reports ERROR on /diagnostics and exits with code 70 "
           "for a supervisor to restart it (a calibration change's re-prepare is exempt). 0: no watchdog "
           "(docs/ros_interface.md, \"What the node promises\").", low=0.0, high=3600.0, read_only=True),

@@ -7,7 +7,9 @@ watchdog thread watches
   middleware is stuck;
 - the pooling thread (or the hand-off thread pooling a set inline): a set in progress for longer
   than that (``PoolingWorker.in_progress``; a calibration change's re-prepare is exempt: a
-  TensorRT engine build takes minutes), or the thread gone.
+  TensorRT engine build takes minutes), or the thread gone;
+- the input thread (``node.input_thread``, subscription_thread.py): messages being taken and
+  handled for longer than that.
 On a stall it logs one line naming the thread and where it is (its Python stack, innermost last),
 publishes an ERROR status on /diagnostics (from its own thread, waiting at most 0.5 s for it),
 and exits with EXIT_STUCK.
@@ -27,9 +29,11 @@ callback never sees that. Their C-level handler also wakes this thread (``signal
 which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK);
 faulthandler's C-level timer ends an exit that does not finish (exit code 1).
 
-Fault injection for supervisors' own tests: ``BEVPOOL_INJECT_STALL=executor|pooling|executor_gil``
-stalls that thread for good: the executor after the node's first published grid, the pooling
-thread after its first set; ``executor_gil`` holds the interpreter lock meanwhile.
+Fault injection for supervisors' own tests:
+``BEVPOOL_INJECT_STALL=executor|pooling|input|executor_gil`` stalls that thread for good: the
+executor after the node's first published grid, the pooling thread after its first set, the input
+thread at its first message after the first grid; ``executor_gil`` holds the interpreter lock
+meanwhile.
 """
 from __future__ import annotations
 
@@ -207,6 +211,11 @@ class Watchdog:
         if age > self.timeout_s and self._executor_ident not in _long_steps:
             return (f"executor thread made no progress for {age:.1f} s: at "
                     f"{stack_of(self._executor_ident)}")
+        inputs = getattr(self.node, "input_thread", None)
+        since = inputs.busy_since if inputs is not None else None
+        if since is not None and now - max(since, self._watching_since) > self.timeout_s:
+            return (f"input thread made no progress for {now - max(since, self._watching_since):.1f} s: "
+                    f"at {stack_of(inputs.thread_ident)}")
         worker = getattr(self.node, "worker", None)
         if worker is None:
             return ""
