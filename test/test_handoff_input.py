@@ -283,7 +283,7 @@ class UnopenedRing:
 
         from bevpool_ros.handoff.producer import HandoffRing
 
-        self.ring = SimpleNamespace(server=SimpleNamespace(served=0),
+        self.ring = SimpleNamespace(server=SimpleNamespace(served=0), native=None,  # the Python twin
                                     socket_path=os.path.join(folder, "ring.sock"),
                                     announce=partial(HandoffRing.announce,  # nobody linked
                                                      SimpleNamespace(signal=None)))
