@@ -28,6 +28,14 @@ extern "C" {
 
 BP_EXPORT int bp_abi_version(void) { return BP_ABI_VERSION; }
 BP_EXPORT const char* bp_source_digest(void) { return BP_SOURCE_DIGEST; }
+BP_EXPORT uint32_t bp_sizeof(int what) {
+    switch (what) {
+        case 0: return sizeof(bp_values);
+        case 1: return sizeof(bp_item);
+        case 2: return sizeof(bp_arrival);
+        default: return 0;
+    }
+}
 BP_EXPORT const char* bp_last_error(void) { return last_error(); }
 BP_EXPORT int bp_driver_available(void) { return driver() != nullptr; }
 

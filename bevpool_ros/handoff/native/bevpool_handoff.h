@@ -59,6 +59,7 @@ typedef struct {
 
 int bp_abi_version(void);
 const char* bp_source_digest(void);
+uint32_t bp_sizeof(int what);  // 0: bp_values, 1: bp_item, 2: bp_arrival (the ctypes mirrors are checked against it)
 const char* bp_last_error(void);
 int bp_driver_available(void);  // 1: libcuda.so.1 loaded (else bp_last_error says why)
 

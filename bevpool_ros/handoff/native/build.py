@@ -49,14 +49,16 @@ def compiler() -> str:
     raise BuildError("no C++ compiler (c++, g++ or $CXX) on PATH")
 
 
-def build(out_dir: Path = HERE) -> Path:
-    """Compile and link the core into ``out_dir``/libbevpool_handoff.so (replaced atomically)."""
+def build(out_dir: Path = HERE, src_dir: Path = HERE) -> Path:
+    """Compile and link the core of ``src_dir`` into ``out_dir``/libbevpool_handoff.so (replaced
+    atomically)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIBRARY
     fd, tmp = tempfile.mkstemp(prefix=".libbevpool_handoff.", suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = [compiler(), *FLAGS, f'-DBP_SOURCE_DIGEST="{digest()}"', *map(str, sources()), "-o", tmp, "-ldl"]
+    cmd = [compiler(), *FLAGS, f'-DBP_SOURCE_DIGEST="{digest(src_dir)}"', *map(str, sources(src_dir)), "-o", tmp,
+           "-ldl"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

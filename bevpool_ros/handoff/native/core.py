@@ -55,6 +55,7 @@ _I32, _U32, _U64, _I64P = ctypes.c_int32, ctypes.c_uint32, ctypes.c_uint64, ctyp
 PROTOTYPES = {  # name: (result, arguments)
     "bp_abi_version": (ctypes.c_int, ()),
     "bp_source_digest": (ctypes.c_char_p, ()),
+    "bp_sizeof": (ctypes.c_uint32, (ctypes.c_int,)),
     "bp_last_error": (ctypes.c_char_p, ()),
     "bp_driver_available": (ctypes.c_int, ()),
     "bp_templates_new": (_P, ()),
@@ -88,8 +89,9 @@ PROTOTYPES = {  # name: (result, arguments)
 _state: dict = {}  # "lib": the loaded library or None, "why": why not, "warned"
 
 
-def _load():
-    path = Path(__file__).resolve().parent / build.LIBRARY
+def load(folder: Path = build.HERE):
+    """(the library in ``folder``, "") or (None, why it cannot be used)."""
+    path = Path(folder) / build.LIBRARY
     if not path.exists():
         return None, f"not built ({path.name} missing: python -m bevpool_ros.handoff.native.build)"
     try:
@@ -103,16 +105,19 @@ def _load():
         fn.restype, fn.argtypes = restype, list(argtypes)
     if lib.bp_abi_version() != ABI_VERSION:
         return None, f"{path.name} speaks ABI {lib.bp_abi_version()}, this Python {ABI_VERSION}: rebuild it"
-    want = build.digest()
+    want = build.digest(Path(folder))
     if want and lib.bp_source_digest().decode() != want:
         return None, f"{path.name} was built from other sources (python -m bevpool_ros.handoff.native.build)"
+    sizes = [lib.bp_sizeof(i) for i in range(3)]
+    if sizes != [ctypes.sizeof(s) for s in (Values, Item, Arrival)]:
+        return None, f"{path.name} lays its structs out otherwise ({sizes} bytes): rebuild it"
     return lib, ""
 
 
 def library():
     """The loaded core, or None (``unavailable_reason()`` says why)."""
     if "lib" not in _state:
-        _state["lib"], _state["why"] = _load()
+        _state["lib"], _state["why"] = load()
     return _state["lib"]
 
 
