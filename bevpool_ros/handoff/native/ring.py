@@ -5,10 +5,13 @@ its announcements patched from their templates and sent to the ring's linked con
 from __future__ import annotations
 
 import ctypes
+import struct
 
 from ...device.driver import CudaError
 from .core import BP_E_ARGUMENT, BP_OK, Item, error
 from .templates import NativeTemplates
+
+STAMP = struct.Struct("<iI")  # builtin_interfaces/Time: sec int32, nanosec uint32
 
 
 class NativeRing:
@@ -62,6 +65,7 @@ class NativeRing:
         out = ctypes.create_string_buffer(max(capacity, 1))
         fan = self.fanout.handle if self.fanout is not None else None
         sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+        STAMP.pack(sec, nanosec)  # out of range: struct.error, as the Python twin's template raises
         self._check(self.lib.bp_ring_publish_set(self.handle, self.templates.handle, fan, sec, nanosec, arr, n, out,
                                                  capacity), "hand-off set not published")
         raw = out.raw

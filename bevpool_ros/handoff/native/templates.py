@@ -5,6 +5,7 @@ here encodes and reads exactly as the CdrTemplate it came from (test_cdr_templat
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 
 from ..cdr_template import TemplateError
@@ -15,16 +16,14 @@ ROLES = ("header.stamp.sec", "header.stamp.nanosec", "slot", "sequence", "event_
 
 
 def values_struct(fields, values) -> Values:
-    """``values`` in ``fields`` order (cdr_template's) as the core's struct."""
+    """``values`` in ``fields`` order (cdr_template's) as the core's struct; a value out of its
+    field's range raises struct.error, as CdrTemplate.encode does (ctypes would wrap it)."""
     v = Values(scale=1.0)
-    for (path, _), value in zip(fields, values):
-        name = path.rsplit(".", 1)[-1]
-        if name == "event_handle":
-            if len(value) != 64:
-                raise ValueError(f"{len(value)} bytes for a 64-byte event handle")
-            ctypes.memmove(v.event_handle, bytes(value), 64)
-        else:
-            setattr(v, name, value)
+    for (path, fmt), value in zip(fields, values):
+        packed = struct.pack("<" + fmt, value)
+        if fmt.endswith("s") and len(value) != len(packed):  # struct would pad or cut it
+            raise struct.error(f"{len(value)} bytes for a {len(packed)}-byte array")
+        ctypes.memmove(ctypes.addressof(v) + getattr(Values, path.rsplit(".", 1)[-1]).offset, packed, len(packed))
     return v
 
 
