@@ -55,10 +55,10 @@ def build(out_dir: Path = HERE, src_dir: Path = HERE) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIBRARY
+    cxx = compiler()
     fd, tmp = tempfile.mkstemp(prefix=".libbevpool_handoff.", suffix=".so", dir=out_dir)
     os.close(fd)
-    cmd = [compiler(), *FLAGS, f'-DBP_SOURCE_DIGEST="{digest(src_dir)}"', *map(str, sources(src_dir)), "-o", tmp,
-           "-ldl"]
+    cmd = [cxx, *FLAGS, f'-DBP_SOURCE_DIGEST="{digest(src_dir)}"', *map(str, sources(src_dir)), "-o", tmp, "-ldl"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
