@@ -41,6 +41,9 @@ rm -f "$OUT/h200_node_latency.json"  # the ROS and in-process blocks append thei
   $PY -c 'from bevpool_ros.device.nvrtc_build import get_kernel_image, nvrtc_version; print("nvrtc", nvrtc_version()); print("sm_90 cubin bytes", len(get_kernel_image("sm_90")))'
   echo "compile s: $(echo "$(date +%s.%N) - $t0" | bc 2>/dev/null)"
 } > "$OUT/env.txt" 2>&1 || status=1
+# the hand-off core (bevpool_ros/handoff/native: C++, loaded with ctypes) for this machine, before any test:
+# the hand-off tests and benchmarks below run it (BEVPOOL_NATIVE=auto) and its Python twin
+$PY -m bevpool_ros.handoff.native.build >> "$OUT/env.txt" 2>&1 || status=1
 cat "$OUT/env.txt"
 
 if [ "$RUN_TESTS" = 1 ]; then
@@ -137,6 +140,8 @@ if [ "$RUN_ROS" = 1 ]; then
         fi
         if [ "${ROS_HANDOFF_TESTS:-1}" = 1 ]; then  # 0: when the suite is split over calls, run these in one
           timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py || tstatus=1
+          # the hand-off core against its Python twin: ring copies, a set's announcements, a second process
+          timeout 300 $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_native_gpu.py || tstatus=1
           # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
           timeout "${ROS_HANDOFF_TIMEOUT:-420}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py \
               || tstatus=1

@@ -226,6 +226,11 @@ class AnnouncementLinks:
         if self._waiter is not None and self._checks:
             self._waiter.watch(ring_id, control_address, ring_size, events, context)
 
+    def watch_mapped(self, ring, context) -> None:
+        """``watch`` a ring a reader.HandoffReader mapped (its control block and opened events)."""
+        self.watch(ring.ring_id, ring.control.block.words.ctypes.data, ring.ring_size,
+                   {h: int(e.event) for h, e in ring.events.items()}, int(context))
+
     def unwatch(self, ring_id: int) -> None:
         """Before the caller unmaps a watched ring."""
         if self._waiter is not None:

@@ -79,8 +79,7 @@ class BevHandoffSubscriber:
         ring = self.reader.ring(socket_path)
         if self.links.native and ring is not None and self._watched.get(socket_path) != ring.ring_id:
             self._watched[socket_path] = ring.ring_id
-            self.links.watch(ring.ring_id, ring.control.block.words.ctypes.data, ring.ring_size,
-                             {h: int(e.event) for h, e in ring.events.items()}, int(self.reader.device.ctx))
+            self.links.watch_mapped(ring, self.reader.device.ctx)
 
     def _unwatch(self, ring) -> None:
         """(the reader's unmapping hook) No check of that ring runs once this returns."""
