@@ -18,8 +18,8 @@ from . import build
 ENV = "BEVPOOL_NATIVE"
 ABI_VERSION = 1  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
-WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)
-UNCHECKED, OVERWRITTEN, READY = range(3)
+WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
+READY = 2  # bp_check: the slot held the announced tensor (and its event was waited for); 0 unchecked, 1 overwritten
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import socket
 import threading
 
 from ..signal import MAX_DATAGRAM
-from .core import WAKE_CLOSED, WAKE_SHUTDOWN, WAKE_TEMPLATE, Arrival, error
+from .core import WAKE_CLOSED, WAKE_RAW, WAKE_SHUTDOWN, WAKE_TEMPLATE, Arrival, error
 from .templates import NativeTemplates
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class SignalWaiter:
                 elif kind == WAKE_TEMPLATE:
                     link.on_values(arrival.template_id, arrival.values.as_tuple(), arrival.arrival_ns / 1e9,
                                    arrival.check, ctypes.string_at(buf, arrival.length))
-                else:
+                elif kind == WAKE_RAW:
                     link.on_raw(ctypes.string_at(buf, arrival.length), arrival.arrival_ns / 1e9)
             except Exception:  # a callback's bug must not end every link's wake-up
                 log.exception("hand-off signal callback failed")
