@@ -168,8 +168,9 @@ if [ "$RUN_ROS" = 1 ]; then
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype [extra,bench,args]]]];..." (empty:
       # skip the runs); defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each. The
       # node runs its default executor (auto: the EventsExecutor where rclpy has it); the second dds row is the DDS
-      # deployment docs/dds.md measures (consumer heap settings too), the third the same under single_threaded.
-      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds nuscenes 30 float16 --split;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap,--param=executor=single_threaded;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
+      # deployment docs/dds.md measures (consumer heap settings too), the third the same under single_threaded;
+      # handoff_both runs with the hand-off core (built above) and again with --native off (its Python twin).
+      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds nuscenes 30 float16 --split;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap,--param=executor=single_threaded;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 30 float16 --native,off;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
       for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
         set -- $cfg
