@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import pytest
+from ros_harness import private_node
 
 pytestmark = pytest.mark.gpu
 
@@ -96,24 +97,20 @@ def test_a_sets_datagrams_and_ros_copies_are_one_announcement(impl):
     """CameraHandoffPublisher.publish_set: the datagram a linked consumer gets, the ROS copy a
     subscriber gets and rclpy's reading of either are one announcement (stamp, slot, sequence,
     event handle, scale), and the slot holds the tensor."""
-    import rclpy
+    core()
+    with private_node("native_gpu_publish_set") as (node, executor):
+        publish_a_set_and_compare(impl, node, executor)
+
+
+def publish_a_set_and_compare(impl, node, executor):
     from bevpool_msgs.msg import TensorHandoff
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.serialization import deserialize_message
-    from ros_harness import isolate_ros_env
 
     from bevpool_ros.device.driver import DeviceCopy
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher
     from bevpool_ros.handoff.signal import SignalClient, signal_path
     from bevpool_ros.ros.qos import make_qos
 
-    core()
-    isolate_ros_env()
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    node = rclpy.create_node("native_gpu_publish_set", context=ctx)
-    executor = SingleThreadedExecutor(context=ctx)
-    executor.add_node(node)
     pub = CameraHandoffPublisher(node, cameras=["A", "B"], slot_bytes=1 << 15, ring_size=8, mode="on",
                                  native=impl == "native")
     ring = pub.producer.ring
@@ -155,9 +152,6 @@ def test_a_sets_datagrams_and_ros_copies_are_one_announcement(impl):
     finally:
         client.close()
         pub.close()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=ctx)
 
 
 PRODUCER = textwrap.dedent("""
@@ -198,22 +192,35 @@ def test_tensors_handed_from_another_process_read_back_equal(producer, consumer)
     link, and reads every tensor back equal to what was sent. The native consumer's datagrams
     arrive checked and waited for in the core (but a stream's first, read as bytes to learn its
     template); the Python twin's never do."""
-    import rclpy
+    core()
+    with private_node("native_gpu_consumer") as (node, executor):
+        got, errors = take_from_a_producer_process(producer, consumer, node, executor)
+    assert not errors, errors
+    by_signal = [g for g in got if g[3] == "signal"]
+    assert len(by_signal) >= 10, [(g[0], g[1], g[3]) for g in got]
+    for i, stream, data, way, waited, valid in got:
+        d, f = camera_frame(i)
+        assert data == (d if stream == "depth" else f).tobytes(), (i, stream, way)
+        assert valid
+    # the core checked and waited for all but each stream's first datagram (its template is learnt
+    # from it) and at most one that raced the ring's watch; the Python twin leaves both to the reader
+    waited = sum(g[4] for g in by_signal)
+    if consumer == "native":
+        assert waited >= len(by_signal) - 3, [(g[0], g[1], g[4]) for g in by_signal]
+    else:
+        assert waited == 0
+    assert not any(g[4] for g in got if g[3] == "dds")
+    assert len({(g[0], g[1]) for g in got}) == len(got)  # each tensor once
+
+
+def take_from_a_producer_process(producer, consumer, node, executor):
+    """[(set, stream, bytes read, way, waited, still valid)] and errors, until 10 came by the link."""
     from bevpool_msgs.msg import TensorHandoff
-    from rclpy.executors import SingleThreadedExecutor
-    from ros_harness import isolate_ros_env
 
     from bevpool_ros.handoff.announcements import AnnouncementLinks
     from bevpool_ros.handoff.reader import HandoffReader
     from bevpool_ros.ros.qos import make_qos
 
-    core()
-    isolate_ros_env()
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    node = rclpy.create_node("native_gpu_consumer", context=ctx)
-    executor = SingleThreadedExecutor(context=ctx)
-    executor.add_node(node)
     reader = HandoffReader()
     got, errors = [], []
 
@@ -261,22 +268,4 @@ def test_tensors_handed_from_another_process_read_back_equal(producer, consumer)
         proc.wait(30)
         links.close()
         reader.close()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=ctx)
-    assert not errors, errors
-    by_signal = [g for g in got if g[3] == "signal"]
-    assert len(by_signal) >= 10, [(g[0], g[1], g[3]) for g in got]
-    for i, stream, data, way, waited, valid in got:
-        d, f = camera_frame(i)
-        assert data == (d if stream == "depth" else f).tobytes(), (i, stream, way)
-        assert valid
-    # the core checked and waited for all but each stream's first datagram (its template is learnt
-    # from it) and at most one that raced the ring's watch; the Python twin leaves both to the reader
-    waited = sum(g[4] for g in by_signal)
-    if consumer == "native":
-        assert waited >= len(by_signal) - 3, [(g[0], g[1], g[4]) for g in by_signal]
-    else:
-        assert waited == 0
-    assert not any(g[4] for g in got if g[3] == "dds")
-    assert len({(g[0], g[1]) for g in got}) == len(got)  # each tensor once
+    return got, errors
