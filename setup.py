@@ -1,10 +1,43 @@
 """bevpool_ros: installable with pip (venv, CI) and by colcon (ament_python) alike."""
+import importlib.util
 import os
 from glob import glob
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 PACKAGE = "bevpool_ros"
+NATIVE = f"{PACKAGE}/handoff/native"
+
+
+def native_build():
+    """bevpool_ros/handoff/native/build.py, loaded by path: nothing the package needs is installed yet."""
+    spec = importlib.util.spec_from_file_location("bevpool_native_build", f"{NATIVE}/build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildHandoffCore(build_ext):
+    """The hand-off core is a plain shared library loaded with ctypes (any Python version), built by
+    native/build.py with a C++ compiler alone. Where it cannot be built (no compiler) the package
+    installs without it: the Python path runs and says why once (docs/gpu_handoff.md)."""
+
+    def get_ext_filename(self, ext_name):
+        return os.path.join(*ext_name.split(".")[:-1], native_build().LIBRARY)
+
+    def build_extension(self, ext):
+        build = native_build()
+        out = os.path.dirname(self.get_ext_fullpath(ext.name))
+        try:
+            build.build(out)
+        except build.BuildError as e:
+            print(f"bevpool_ros: the hand-off core was not built, the Python path will run: {e}")
+
+    def copy_extensions_to_source(self):  # in-place builds (pip install -e, develop): only what was built
+        self.extensions = [e for e in self.extensions
+                           if os.path.exists(os.path.join(self.build_lib, self.get_ext_filename(e.name)))]
+        super().copy_extensions_to_source()
 
 
 def share(sub, pattern="*"):
@@ -20,6 +53,9 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    ext_modules=[Extension(f"{PACKAGE}.handoff.native.libbevpool_handoff", sources=sorted(glob(f"{NATIVE}/*.cpp")),
+                           depends=sorted(glob(f"{NATIVE}/*.h")))],
+    cmdclass={"build_ext": BuildHandoffCore},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -35,7 +71,7 @@ setup(
         "viz": ["matplotlib"],
         "test": ["pytest", "hypothesis"],
     },
-    zip_safe=True,
+    zip_safe=False,  # a shared library inside (ctypes loads it from a file)
     maintainer="bevpool_ros maintainers",
     maintainer_email="maintainers@bevpool-ros.invalid",
     description="Multi-camera BEV pooling (BEVPoolV3) as a ROS 2 node",

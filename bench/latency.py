@@ -8,6 +8,7 @@ processes) or in-process (BevPooler inside the caller's process).
                             [--frames 1000] [--rate 30] [--rows FILE.json]
                             [--split] [--consumer-heap] [--param NAME=VALUE ...]
                             [--gpu-load none|gemm|conv [--gpu-load-in process|thread]] [--mps]
+                            [--native auto|on|off]
 
 Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
   e2e       last input message of the set published (publisher process) -> its grid received
@@ -25,6 +26,12 @@ Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScen
   split     (--split, dds) each set cut at the processes: the publisher's burst of 18 messages,
             last one handed over -> the node's callback of the set's last input, -> BEV published,
             -> received by the subscriber; the node's per-message take and callback
+  hand-off stages (handoff_both; --native on|off: the hand-off core in the publisher and the
+            subscriber, BEVPOOL_NATIVE, the node keeping its Python path): producer enqueue ->
+            announcements sent (publish_set called -> its last datagram sent) and -> its ROS copies
+            published; consumer read (the grid's announcement read off its socket -> on_grid, the
+            grid's write waited for); with --split also the consumer's wake-up (the node's datagram
+            sent -> read off the consumer's socket)
 GPU shared with networks (bench/gpu_share.py): --gpu-load runs a load for the whole run, in
 another process (another CUDA context) or, with --transport inprocess and --gpu-load-in thread, in
 this process on a normal-priority stream; --mps starts a private MPS control daemon for the run's
@@ -143,8 +150,20 @@ def role_handoff_publisher(args) -> int:
         frames.append([(cam.name, stream, DeviceCopy(arr[n].astype(args.input_dtype)), layout)
                        for n, cam in enumerate(rig.cameras)
                        for stream, arr, layout in (("depth", depth, "DHW"), ("feat", feat, "HWC"))])
-    sent = []
-    state = {"i": 0}
+    sent, stages = [], []
+    state = {"i": 0, "datagrams_sent": 0.0}
+    ring = pub.producer.ring
+
+    def timed(f):  # the instant a set's datagrams were sent: after the last call of either way
+        def wrapper(*a, **k):
+            try:
+                return f(*a, **k)
+            finally:
+                state["datagrams_sent"] = time.perf_counter()
+        return wrapper
+    ring.announce = timed(ring.announce)  # the Python twin's per-tensor sends
+    if ring.native is not None:
+        ring.native.publish_set = timed(ring.native.publish_set)  # the core's one call per set
 
     def tick():
         i = state["i"]
@@ -152,10 +171,13 @@ def role_handoff_publisher(args) -> int:
             timer.cancel()
             return
         stamp = time.time_ns()
+        t0 = time.perf_counter()
         # the set's copies in one burst of GPU work, then its announcements (publish_set)
         pub.publish_set([(cam, stream, tensor, layout, 1.0) for cam, stream, tensor, layout in frames[i % len(frames)]],
                         stamp)
+        t1 = time.perf_counter()
         sent.append((stamp, time.monotonic_ns()))
+        stages.append(((state["datagrams_sent"] - t0) * 1e3, (t1 - t0) * 1e3))
         state["i"] = i + 1
     try:
         ready = _spin_until(node, lambda: all(p.get_subscription_count() > 0
@@ -166,7 +188,8 @@ def role_handoff_publisher(args) -> int:
         timer = node.create_timer(1.0 / args.rate, tick)
         _spin_until(node, timer.is_canceled, args.frames / args.rate * 3 + 30)
     finally:
-        Path(args.record).write_text(json.dumps({"sent": sent}))
+        Path(args.record).write_text(json.dumps({"sent": sent, "producer_stages_ms": stages,
+                                                 "native": ring.native is not None}))
         pub.close()
         node.destroy_node()
         rclpy.try_shutdown()
@@ -203,6 +226,7 @@ def role_subscriber(args) -> int:
             if view.still_valid():
                 received.append((stamp_to_ns(msg.header.stamp), t))
                 state.setdefault("open_ms", []).append((time.perf_counter() - grids.last_arrival) * 1e3)
+                state.setdefault("arrivals", []).append((stamp_to_ns(msg.header.stamp), grids.last_arrival))
             else:
                 state["overwritten"] += 1
         grids = BevHandoffSubscriber(node, "bev/handoff", on_grid, qos)
@@ -250,7 +274,8 @@ def role_subscriber(args) -> int:
             state.update(overwritten=state["overwritten"] + grids.overwritten, errors=grids.errors,
                          last_error=grids.last_error, first_by=dict(grids.links.first_by),
                          signal_lost=grids.links.lost, filter_error=grids.links.filter_error,
-                         ros_copies=grids.links.ros_copies, filtered_at_end=grids.links.filtered)
+                         ros_copies=grids.links.ros_copies, filtered_at_end=grids.links.filtered,
+                         native=grids.links.native)
             grids.close()  # no delivery while the process goes down
         Path(args.record).write_text(json.dumps({"received": received, **state,
                                                  "diagnostics": diagnostics[-1][1] if diagnostics else {}}))
@@ -350,7 +375,8 @@ def _child(role: str, args, record: str, log) -> subprocess.Popen:
            "--frames", str(args.frames), "--rate", str(args.rate), "--transport", args.transport,
            "--input-dtype", args.input_dtype, "--rig", str(args.rig),
            "--switch-interval-ms", str(args.switch_interval_ms)] + (["--consumer-heap"] if args.consumer_heap else [])
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", BEVPOOL_NATIVE=args.native)  # the hand-off core: on, off, auto
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 def _wait_file(path: Path, procs, timeout: float) -> bool:
@@ -421,7 +447,7 @@ def run_pipeline(args) -> dict:
     pubrec = json.loads((work / "pub.json").read_text()) if (work / "pub.json").exists() else {"sent": []}
     subrec = json.loads((work / "sub.json").read_text()) if (work / "sub.json").exists() else {"received": []}
     timelines = sorted((work / "timeline").glob("timeline_*.json")) if args.split else []
-    return {"sent": dict(pubrec["sent"]), "first": dict(pubrec.get("first", [])), "sub": subrec,
+    return {"sent": dict(pubrec["sent"]), "first": dict(pubrec.get("first", [])), "sub": subrec, "pub": pubrec,
             "node_rc": node_rc, "log_tail": log_tail,
             "timeline": json.loads(timelines[-1].read_text()) if timelines else None}
 
@@ -451,6 +477,25 @@ def split_sets(run: dict, measured) -> dict:
     tensors = [(b - a) * 1e3 for a, b, name in tl["takes"] if name.endswith(("/depth", "/feat"))]
     out["take_per_message"] = percentiles(tensors)  # the node's default topics (bench runs them)
     out["callback_per_message"] = percentiles([(b - a) * 1e3 for a, b, _, _ in tl["arrivals"]])
+    return out
+
+
+def handoff_stage_fields(args, run: dict, measured) -> dict:
+    """The hand-off's per-stage numbers (p50 / p99 ms) of the measured sets, and which implementation
+    ran (None: not measured in this configuration)."""
+    if args.transport not in HANDOFF_OUT:
+        return {}
+    pub, sub = run["pub"], run["sub"]
+    out = {"native_publisher": pub.get("native"), "native_subscriber": sub.get("native")}
+    stamps = [s for s, _ in pub.get("sent", [])]
+    producer = [v for s, v in zip(stamps, pub.get("producer_stages_ms", [])) if s in measured]
+    read = [v for (s, _), v in zip(sub.get("received", []), sub.get("open_ms", [])) if s in measured]
+    announced = dict((run.get("timeline") or {}).get("announced", []))  # --split: the node's datagrams
+    wake = [(t - announced[s]) * 1e3 for s, t in sub.get("arrivals", []) if s in measured and s in announced]
+    for name, values in (("producer_sent", [a for a, _ in producer]), ("producer_published", [b for _, b in producer]),
+                         ("consumer_wakeup", wake), ("consumer_read", read)):
+        q = percentiles(values) if values else {50: None, 99: None}
+        out[f"{name}_p50_ms"], out[f"{name}_p99_ms"] = q[50], q[99]
     return out
 
 
@@ -497,8 +542,21 @@ def render_md(res: dict) -> str:
             f" Hand-off: grids overwritten before read {res['overwritten']}; first copy -> grid usable "
             f"in the subscriber p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
             if r["transport"] in HANDOFF_OUT else ""),
+        *(["", handoff_stages_md(r)] if r["transport"] == "handoff_both" else []),
     ]
     return "\n".join(lines) + "\n"
+
+
+def handoff_stages_md(r: dict) -> str:
+    def cell(name):
+        p50, p99 = r.get(f"{name}_p50_ms"), r.get(f"{name}_p99_ms")
+        return "n/a (--split)" if p50 is None else f"{p50:.3f} / {p99:.3f}"
+    impl = {True: "the hand-off core", False: "the Python path", None: "?"}
+    return (f"Hand-off stages (p50 / p99 ms; publisher: {impl[r.get('native_publisher')]}, subscriber: "
+            f"{impl[r.get('native_subscriber')]}, node: the Python path): producer enqueue -> announcements sent "
+            f"{cell('producer_sent')}, -> ROS copies published {cell('producer_published')}; consumer wake-up "
+            f"(node's datagram sent -> read off the socket) {cell('consumer_wakeup')}; consumer read (-> on_grid, "
+            f"grid waited for) {cell('consumer_read')}.")
 
 
 def write_results(prefix: Path, res: dict, md: str, rows_file: str | None, row: dict,
@@ -632,6 +690,9 @@ def main(argv=None) -> int:
                     "--gpu-load-in thread, a green context of that many SMs (PyTorch)")
     ap.add_argument("--caller-priority", default="highest", choices=("highest", "normal"),
                     help="inprocess: priority of the caller's stream the pool call is enqueued on")
+    ap.add_argument("--native", default="auto", choices=("auto", "on", "off"),
+                    help="handoff transports: the hand-off core in the publisher and the subscriber (BEVPOOL_NATIVE; "
+                         "on fails where it is not built); the node keeps its Python path")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
@@ -678,7 +739,8 @@ def main(argv=None) -> int:
            "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms"),
            "gpu_device_p50_ms": f("gpu_device_p50_ms"), "gpu_device_p99_ms": f("gpu_device_p99_ms"),
            "gpu_wait_p50_ms": f("gpu_wait_p50_ms"), "gpu_wait_p99_ms": f("gpu_wait_p99_ms"),
-           "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param), **load_fields(args, load)}
+           "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param), **load_fields(args, load),
+           **handoff_stage_fields(args, run, measured)}
     res = {
         "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,
         "input_dtype": args.input_dtype, "warmup": args.warmup, "measured": len(e2e),

@@ -8,7 +8,8 @@ VENV=${BEVPOOL_VENV:-$ROOT/.venv}
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
-stamp_of() { cat requirements.txt msg/*.msg msg/CMakeLists.txt msg/package.xml setup.py 2>/dev/null | sha256sum | cut -c1-16; }
+stamp_of() { cat requirements.txt msg/*.msg msg/CMakeLists.txt msg/package.xml setup.py bevpool_ros/handoff/native/*.cpp \
+  bevpool_ros/handoff/native/*.h 2>/dev/null | sha256sum | cut -c1-16; }
 STAMP=$(stamp_of)
 if [ -f "$VENV/.bevpool_stamp" ] && [ "$(cat "$VENV/.bevpool_stamp")" = "$STAMP" ]; then
   exit 0

@@ -41,6 +41,9 @@ rm -f "$OUT/h200_node_latency.json"  # the ROS and in-process blocks append thei
   $PY -c 'from bevpool_ros.device.nvrtc_build import get_kernel_image, nvrtc_version; print("nvrtc", nvrtc_version()); print("sm_90 cubin bytes", len(get_kernel_image("sm_90")))'
   echo "compile s: $(echo "$(date +%s.%N) - $t0" | bc 2>/dev/null)"
 } > "$OUT/env.txt" 2>&1 || status=1
+# the hand-off core (bevpool_ros/handoff/native: C++, loaded with ctypes) for this machine, before any test:
+# the hand-off tests and benchmarks below run it (BEVPOOL_NATIVE=auto) and its Python twin
+$PY -m bevpool_ros.handoff.native.build >> "$OUT/env.txt" 2>&1 || status=1
 cat "$OUT/env.txt"
 
 if [ "$RUN_TESTS" = 1 ]; then
@@ -137,6 +140,8 @@ if [ "$RUN_ROS" = 1 ]; then
         fi
         if [ "${ROS_HANDOFF_TESTS:-1}" = 1 ]; then  # 0: when the suite is split over calls, run these in one
           timeout 120 $RPY -m pytest -q --no-header -p no:cacheprovider test/test_handoff_gpu.py || tstatus=1
+          # the hand-off core against its Python twin: ring copies, a set's announcements, a second process
+          timeout 300 $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_native_gpu.py || tstatus=1
           # the input hand-off: producer process + node + consumer on this GPU (issue 15 item 2)
           timeout "${ROS_HANDOFF_TIMEOUT:-420}" $RPY -m pytest -q -rs --no-header -p no:cacheprovider test/test_handoff_input_gpu.py \
               || tstatus=1
@@ -163,8 +168,9 @@ if [ "$RUN_ROS" = 1 ]; then
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype [extra,bench,args]]]];..." (empty:
       # skip the runs); defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each. The
       # node runs its default executor (auto: the EventsExecutor where rclpy has it); the second dds row is the DDS
-      # deployment docs/dds.md measures (consumer heap settings too), the third the same under single_threaded.
-      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds nuscenes 30 float16 --split;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap,--param=executor=single_threaded;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
+      # deployment docs/dds.md measures (consumer heap settings too), the third the same under single_threaded;
+      # handoff_both runs with the hand-off core (built above) and again with --native off (its Python twin).
+      IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds nuscenes 30 float16 --split;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap,--param=executor=single_threaded;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 30 float16 --native,off;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
       for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
         set -- $cfg

@@ -7,6 +7,7 @@ data with generous timeouts; no fixed sleeps.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
@@ -111,6 +112,27 @@ def isolate_ros_env() -> int:
     os.environ.pop("ROS_LOCALHOST_ONLY", None)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     return isolate(domain)  # + the node's DDS profile
+
+
+@contextlib.contextmanager
+def private_node(name: str):
+    """(node, executor) of a context of its own on a fresh DDS domain (isolate_ros_env), a
+    single-threaded executor spinning nothing until asked; all shut down after."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    isolate_ros_env()
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node(name, context=ctx)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    try:
+        yield node, executor
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=ctx)
 
 
 def kill_node_while_feeding(tool, node, feeding: str, timeout: float = 120.0) -> tuple[str, str]:

@@ -268,3 +268,113 @@ def test_a_reader_of_announcements_that_never_repeat_stops_learning(monkeypatch)
         assert reader.deserialize(data).header.frame_id == f"cam{i}"
     assert (reader.hits, reader.misses, reader.learnt, reader.learning) == (0, 6, 4, False)
     assert sum(len(v) for v in reader._templates.values()) == 2
+
+
+# --- the core's templates (handoff/native): the same bytes and values as CdrTemplate's ------------
+def native_store():
+    from bevpool_ros.handoff.native.core import library, unavailable_reason
+    from bevpool_ros.handoff.native.templates import NativeTemplates
+
+    lib = library()
+    if lib is None:
+        pytest.skip(f"the hand-off core is not available here: {unavailable_reason()}")
+    return NativeTemplates(lib)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=values_common, scale=float32s(), frame_id=strings, camera=strings, dims=st.integers(1, 8))
+def test_the_core_patches_and_reads_tensor_handoffs_as_rclpy_makes_them(values, scale, frame_id, camera, dims):
+    store = native_store()
+    try:
+        msg = tensor_handoff(camera=camera, frame_id=frame_id, shape=(3,) * dims)
+        t = CdrTemplate(msg)
+        tid = store.add(t)
+        vals = (*values, scale)
+        data = store.encode(tid, t.fields, vals)
+        # byte for byte the Python twin's (rclpy's bytes of the template, patched); rclpy's own bytes
+        # for these values equal them but in CDR padding, which its serialiser leaves uninitialised
+        assert data == t.encode(vals)
+        assert deserialize_message(data, TensorHandoff) == with_values(msg, vals)
+        got = store.read(data)
+        assert got is not None and got[0] == tid
+        assert got[1] == t.values(data)  # scale: the same float32
+        assert t.message_with(got[1]) == with_values(msg, vals)
+    finally:
+        store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(values=values_common, frame_id=strings, backend=strings)
+def test_the_core_patches_and_reads_bev_handoffs_as_rclpy_makes_them(values, frame_id, backend):
+    store = native_store()
+    try:
+        msg = bev_handoff(frame_id=frame_id, backend=backend)
+        t = CdrTemplate(msg)
+        tid = store.add(t)
+        data = store.encode(tid, t.fields, values)
+        assert data == t.encode(values)  # byte for byte the Python twin's
+        assert deserialize_message(data, BevHandoff) == with_values(msg, values)
+        tid_read, read = store.read(data)
+        assert tid_read == tid and read[:5] == t.values(data)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("impl", ["python", "native"])
+def test_a_datagram_differing_in_a_fixed_byte_or_its_length_matches_no_template(impl):
+    t = CdrTemplate(tensor_handoff())
+    good = t.encode((1, 2, 3, 4, bytes(64), 1.0))
+    changed = tensor_handoff()
+    changed.ring_id = 78
+    foreign = (CdrTemplate(changed).encode((1, 2, 3, 4, bytes(64), 1.0)), good[:-4], good + b"\0\0\0\0",
+               b"\x00\x01\x00\x00" + b"\xff" * 20, b"")
+    if impl == "python":
+        assert t.matches(good) and not any(t.matches(d) for d in foreign)
+        return
+    store = native_store()
+    try:
+        tid = store.add(t)
+        assert store.read(good)[0] == tid and all(store.read(d) is None for d in foreign)
+        store.remove(tid)
+        assert store.read(good) is None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("impl", ["python", "native"])
+def test_values_out_of_range_raise_in_both_implementations(impl):
+    t = CdrTemplate(bev_handoff())
+    store = native_store() if impl == "native" else None
+    encode = t.encode if store is None else (lambda v: store.encode(store.add(t), t.fields, v))
+    try:
+        for bad in ((2**31, 0, 0, 0, bytes(64)), (0, -1, 0, 0, bytes(64)), (0, 0, 0, 2**64, bytes(64)),
+                    (0, 0, 0, 0, bytes(63)), (0, 0, 0, 0, bytes(65))):
+            with pytest.raises(struct.error):
+                encode(bad)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def test_a_reader_shares_what_it_learns_with_the_core_and_lets_it_go_with_it(monkeypatch):
+    """TemplateReader(native=): every template learnt is also the core's, so the core reads the
+    next datagram; ``message_of`` turns what it read into the message rclpy would make; a template
+    the reader lets go (KEPT) is gone from the core too."""
+    monkeypatch.setattr(TemplateReader, "KEPT", 2)
+    store = native_store()
+    try:
+        reader = TemplateReader(TensorHandoff, native=store)
+        producers = [CdrTemplate(tensor_handoff(camera=c)) for c in ("A", "B", "C")]
+        first = producers[0].encode((1, 2, 3, 4, bytes(64), 1.0))
+        assert store.read(first) is None
+        reader.deserialize(first)  # a miss: learnt, here and in the core
+        data = producers[0].encode((5, 6, 7, 8, bytes([1]) * 64, 0.5))
+        tid, values = store.read(data)
+        assert reader.message_of(tid, values) == deserialize_message(data, TensorHandoff)
+        assert reader.hits == 1
+        for p in producers[1:]:  # two more templates: A's is let go (KEPT 2)
+            reader.deserialize(p.encode((1, 2, 3, 4, bytes(64), 1.0)))
+        assert store.read(data) is None and reader.message_of(tid, values) is None
+        assert store.read(producers[2].encode((9, 9, 9, 9, bytes(64), 2.0))) is not None
+    finally:
+        store.close()

@@ -1,7 +1,9 @@
 """The two ways an announcement reaches a hand-off consumer (handoff/announcements.py), over real
 rclpy and Fast DDS and a real signal socket, no GPU needed: each announcement delivered once,
 from its first copy; DDS filters out the ROS copies of a linked ring; a lost datagram or a closed
-link brings the ROS copies back; datagrams of other cameras and unreadable ones are set aside."""
+link brings the ROS copies back; datagrams of other cameras and unreadable ones are set aside.
+Every case runs through both implementations of the per-datagram work: the Python twin and the
+hand-off core (the producer's fan-out and the consumer's waiter, native/)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +21,7 @@ class Rig:
     """A producer process's two ways (signal socket, ROS publisher in another node of this
     process's own DDS participant) and one consumer: its subscription and AnnouncementLinks."""
 
-    def __init__(self, monkeypatch, executor: str = "single_threaded"):
+    def __init__(self, monkeypatch, executor: str = "single_threaded", impl: str = "python"):
         import rclpy
         from bevpool_msgs.msg import TensorHandoff
         from rclpy.executors import SingleThreadedExecutor
@@ -35,7 +37,8 @@ class Rig:
         isolate_ros_env()
         self.folder = tempfile.mkdtemp(prefix="bevpool_announce_test_")
         self.socket_path = os.path.join(self.folder, "ring-1.sock")
-        self.server = SignalServer(signal_path(self.socket_path))
+        self.native = impl == "native"
+        self.server = SignalServer(signal_path(self.socket_path), native=self.native)
         self.ctxs = [rclpy.Context(), rclpy.Context()]  # two participants, as two processes
         for ctx in self.ctxs:
             rclpy.init(context=ctx)
@@ -52,10 +55,12 @@ class Rig:
         self.taken = 0  # ROS copies the executor took
         self.bad: list[str] = []
         self.fail_on: set[int] = set()  # sequences whose delivery raises
-        self.links = AnnouncementLinks(self.con, TensorHandoff, self._deliver,
+        self.links = AnnouncementLinks(self.con, TensorHandoff, self._deliver, native=self.native,
                                        accepts=lambda m: m.camera == "A", on_bad=self.bad.append)
+        assert self.links.native == self.native
         self.sub = self.con.create_subscription(TensorHandoff, TOPIC, self._on_ros, qos)
         self.msg_type = TensorHandoff
+        self.writer = None
         self.ring_id = 0x2F00_0000_0000_0001  # a 62-bit id, as HandoffRing draws them
         self.sequence = 0
         assert self.spin_until(lambda: self.pub.get_subscription_count() == 1)
@@ -91,18 +96,27 @@ class Rig:
         HandoffRing.announce), then the same serialised bytes published as they are."""
         from types import SimpleNamespace
 
-        from rclpy.serialization import serialize_message
-
         from bevpool_ros.handoff.producer import HandoffRing
 
         self.sequence += skip
         m = self.message(camera)
         ring = SimpleNamespace(signal=self.server if "signal" in ways else None)  # no GPU ring needed
-        data = serialize_message(m)
+        data = self.serialize(m)
         HandoffRing.announce(ring, data)
         if "dds" in ways:
             self.pub.publish(data)
         return m.sequence
+
+    def serialize(self, m) -> bytes:
+        """``m``'s bytes as producers make them: patched into its template (cdr_template.TemplateWriter;
+        rclpy's serialiser leaves CDR padding uninitialised, so two of its serialisations of one
+        template may differ there and match no template)."""
+        from bevpool_ros.handoff.cdr_template import TemplateWriter
+
+        if self.writer is None:
+            self.writer = TemplateWriter(self.msg_type)
+        return self.writer.serialize((m.camera, m.ring_id), lambda: m, (
+            m.header.stamp.sec, m.header.stamp.nanosec, m.slot, m.sequence, bytes(m.event_handle), m.scale))
 
     def close(self):
         import rclpy
@@ -128,9 +142,23 @@ def executors() -> list[str]:
     return ["single_threaded", "events"]
 
 
+def implementations() -> list:
+    """The Python twin, and the hand-off core (skipped, with why, where it is not built)."""
+    from bevpool_ros.handoff.native.core import library, unavailable_reason
+
+    native = pytest.param("native", marks=pytest.mark.skipif(
+        library() is None, reason=f"the hand-off core is not available here: {unavailable_reason()}"))
+    return ["python", native]
+
+
 @pytest.fixture(params=executors())
-def rig(monkeypatch, request):
-    r = Rig(monkeypatch, request.param)
+def executor(request):
+    return request.param
+
+
+@pytest.fixture(params=implementations())
+def rig(monkeypatch, executor, request):
+    r = Rig(monkeypatch, executor, request.param)
     yield r
     r.close()
 
@@ -174,6 +202,7 @@ def test_a_linked_ring_is_delivered_by_its_datagrams_and_dds_drops_its_ros_copie
     assert rig.links.ros_copies == rig.taken
     assert [w for s, w in rig.delivered if s in more] == ["signal"] * 30
     assert delivered_once(rig, sent + more)
+    assert rig.links.templates.hits >= 29  # read through the learnt template (in the core: native)
     # another ring on the same topic (a restarted producer) is not filtered
     rig.ring_id += 1
     m = rig.message()
@@ -223,11 +252,14 @@ def test_datagrams_of_other_cameras_and_unreadable_ones_are_set_aside(rig):
     n = len(rig.delivered)
     rig.announce(ways=("signal",), camera="B")  # the ring's other tensors: another consumer's
     rig.server.send(b"\x00\x01not a TensorHandoff")
+    from rclpy.serialization import serialize_message
+    rig.server.send(serialize_message(rig.message(sequence=7))[:40])  # cut short
     seq = rig.announce(ways=("signal",))
     assert rig.spin_until(lambda: (seq, "signal") in rig.delivered)
     assert len(rig.delivered) == n + 1
     assert rig.links.ignored == 1 and rig.links.lost == 0
-    assert rig.spin_until(lambda: len(rig.bad) == 1) and "unreadable" in rig.bad[0]
+    assert rig.spin_until(lambda: len(rig.bad) == 2) and all("unreadable" in b for b in rig.bad), rig.bad
+    assert rig.links.unreadable == 2
 
 
 def test_a_filter_set_as_its_link_closes_is_lifted_at_once(rig):
@@ -267,3 +299,44 @@ def test_a_delivery_that_raises_keeps_the_link(rig):
     assert rig.links.connected == 1 and (failed, "signal") not in rig.delivered
     assert any("not handled" in b and "consumer failed" in b for b in rig.bad), rig.bad
 
+
+
+@pytest.mark.parametrize("impl", implementations())
+def test_the_core_checks_a_watched_rings_slots_before_delivery(monkeypatch, impl):
+    """``wait_events``: datagrams of a ring the consumer ``watch``es are checked against its control
+    block before delivery (here without events: ``wait_events=False``); ``deliver``'s fourth argument
+    says a datagram was found still in its slot (the Python twin leaves every check to the caller:
+    always False). A slot claimed again, or a ring no longer watched, is left to the caller."""
+    from bevpool_ros.handoff.announcements import AnnouncementLinks
+    from bevpool_ros.handoff.ring import SharedControlBlock
+
+    rig = Rig(monkeypatch, "single_threaded", impl)
+    control = SharedControlBlock.create(rig.ring_id, 4)
+    got = []
+    links = AnnouncementLinks(rig.con, rig.msg_type, lambda m, way, t, waited: got.append((int(m.sequence), waited)),
+                              native=impl == "native", wait_events=False)
+    try:
+        links.watch(rig.ring_id, control.block.words.ctypes.data, 4, {})
+        links.listen(rig.socket_path)
+        assert rig.spin_until(lambda: rig.server.consumers == 1 and links.connected == 1)
+
+        def send(sequence, slot):
+            m = rig.message(sequence=sequence)
+            m.slot = slot
+            rig.server.send(rig.serialize(m))
+            assert rig.spin_until(lambda: sequence in [s for s, _ in got])
+        send(1, 0)  # its template is learnt from it: read as bytes, unchecked
+        for slot, seq in ((1, 2), (2, 3)):
+            control.block.claim(slot, seq)
+        send(2, 1)  # still in its slot
+        control.block.claim(2, 7)
+        send(3, 2)  # slot 2 claimed again since
+        links.unwatch(rig.ring_id)
+        control.block.claim(3, 4)
+        send(4, 3)  # held, but no longer watched
+    finally:
+        links.close()
+        control.close()
+        rig.close()
+    checked = impl == "native"
+    assert got == [(1, False), (2, checked), (3, False), (4, False)]

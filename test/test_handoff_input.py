@@ -283,7 +283,7 @@ class UnopenedRing:
 
         from bevpool_ros.handoff.producer import HandoffRing
 
-        self.ring = SimpleNamespace(server=SimpleNamespace(served=0),
+        self.ring = SimpleNamespace(server=SimpleNamespace(served=0), native=None,  # the Python twin
                                     socket_path=os.path.join(folder, "ring.sock"),
                                     announce=partial(HandoffRing.announce,  # nobody linked
                                                      SimpleNamespace(signal=None)))
@@ -314,23 +314,15 @@ class CountingLogger:
 
 @pytest.mark.ros
 def test_a_producer_whose_ring_nobody_opens_falls_back_with_one_warning(tmp_path):
-    import rclpy
     from bevpool_msgs.msg import CameraTensor, TensorHandoff
-    from rclpy.executors import SingleThreadedExecutor
-    from ros_harness import isolate_ros_env
+    from ros_harness import private_node
 
     from bevpool_ros.handoff.camera_publisher import CameraHandoffPublisher
     from bevpool_ros.ros.qos import make_qos
 
-    isolate_ros_env()
-    ctx = rclpy.Context()
-    rclpy.init(context=ctx)
-    node = rclpy.create_node("handoff_fallback_test", context=ctx)
-    executor = SingleThreadedExecutor(context=ctx)
-    executor.add_node(node)
-    logger = CountingLogger()
-    node.get_logger = lambda: logger
-    try:
+    with private_node("handoff_fallback_test") as (node, executor):
+        logger = CountingLogger()
+        node.get_logger = lambda: logger
         got = {"handoff": [], "tensor": []}
         qos = make_qos("reliable", 10)
         node.create_subscription(TensorHandoff, f"cameras/{CAM}/depth_handoff",
@@ -355,6 +347,4 @@ def test_a_producer_whose_ring_nobody_opens_falls_back_with_one_warning(tmp_path
         np.testing.assert_array_equal(np.frombuffer(bytes(got["tensor"][0].data), np.float16),
                                       depth.ravel())
         pub.close()
-    finally:
-        node.destroy_node()
-        rclpy.shutdown(context=ctx)
+

@@ -1,6 +1,7 @@
 """The input hand-off's wake-up socket (handoff/signal.py), no GPU needed: datagrams reach a
 consumer in another process in order and whole, a consumer that never reads costs the producer
-nothing (counted drops, never a blocked send), one that leaves is forgotten."""
+nothing (counted drops, never a blocked send), one that leaves is forgotten. Each case runs through
+both implementations: the Python twin and the hand-off core (native/fanout.py, native/waiter.py)."""
 from __future__ import annotations
 
 import os
@@ -18,13 +19,52 @@ from bevpool_ros.handoff.signal import SignalClient, SignalServer, signal_path
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def server():
+def core_or_skip(impl: str):
+    """The loaded core for ``impl`` "native" (skipped, with why, where it is not built), None for "python"."""
+    if impl == "python":
+        return None
+    from bevpool_ros.handoff.native.core import library, unavailable_reason
+
+    if library() is None:
+        pytest.skip(f"the hand-off core is not available here: {unavailable_reason()}")
+    return library()
+
+
+@pytest.fixture(params=["python", "native"])
+def server(request):
+    core_or_skip(request.param)
     folder = tempfile.mkdtemp(prefix="bevpool_signal_test_")
-    s = SignalServer(os.path.join(folder, "signal.sock"))
+    s = SignalServer(os.path.join(folder, "signal.sock"), native=request.param == "native")
+    assert (s.fanout is not None) == (request.param == "native")
     yield s
     s.close()
     os.rmdir(folder)
+
+
+class WaiterClient:
+    """The core's consumer side with SignalClient's face: every datagram (no template learnt: each
+    one comes as bytes) to ``on_datagram`` in the waiter's thread."""
+
+    def __init__(self, lib, path, on_datagram, timeout=2.0):
+        from bevpool_ros.handoff.native.waiter import SignalWaiter
+
+        self.waiter = SignalWaiter(lib, wait_events=False)
+        self.closed = []
+        self.link = self.waiter.connect(path, on_values=None, on_raw=lambda data, arrival: on_datagram(data),
+                                        on_closed=lambda: self.closed.append(1), timeout=timeout)
+
+    @property
+    def connected(self):
+        return self.link.connected
+
+    def close(self):
+        self.link.close()
+        self.waiter.close()
+
+
+def client(impl, path, on_datagram, timeout=2.0):
+    lib = core_or_skip(impl)
+    return SignalClient(path, on_datagram, timeout) if lib is None else WaiterClient(lib, path, on_datagram, timeout)
 
 
 def wait_for(predicate, timeout=10.0):
@@ -42,7 +82,13 @@ CONSUMER = textwrap.dedent("""
     import sys, time
     from bevpool_ros.handoff.signal import SignalClient
     got = []
-    client = SignalClient(sys.argv[1], got.append)
+    if sys.argv[3] == "native":
+        sys.path.insert(0, "test")
+        from test_handoff_signal import WaiterClient
+        from bevpool_ros.handoff.native.core import library
+        client = WaiterClient(library(), sys.argv[1], got.append)
+    else:
+        client = SignalClient(sys.argv[1], got.append)
     print("connected", flush=True)
     deadline = time.monotonic() + 20
     while len(got) < int(sys.argv[2]) and time.monotonic() < deadline:
@@ -52,8 +98,10 @@ CONSUMER = textwrap.dedent("""
 """)
 
 
-def test_datagrams_reach_a_consumer_process_whole_and_in_order(server):
-    proc = subprocess.Popen([sys.executable, "-c", CONSUMER, server.path, "50"],
+@pytest.mark.parametrize("consumer", ["python", "native"])
+def test_datagrams_reach_a_consumer_process_whole_and_in_order(server, consumer):
+    core_or_skip(consumer)
+    proc = subprocess.Popen([sys.executable, "-c", CONSUMER, server.path, "50", consumer],
                             stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
         assert proc.stdout.readline().strip() == "connected"
@@ -82,17 +130,38 @@ def test_a_consumer_that_never_reads_never_blocks_the_producer(server):
         idle.close()
 
 
-def test_a_client_gets_every_datagram_in_its_thread_and_stops_at_close(server):
-    got = []
-    client = SignalClient(server.path, got.append)
+@pytest.mark.parametrize("consumer", ["python", "native"])
+def test_a_client_gets_every_datagram_in_its_thread_and_stops_at_close(server, consumer):
+    import threading
+
+    got, threads = [], set()
+    c = client(consumer, server.path, lambda d: (got.append(d), threads.add(threading.current_thread().name)))
     assert wait_for(lambda: server.consumers == 1)
     server.send(b"one")
     server.send(b"two")
-    assert wait_for(lambda: len(got) == 2) and got == [b"one", b"two"]
-    client.close()
-    assert not client.connected
+    server.send(b"z" * 5000)  # longer than MAX_DATAGRAM: cut, as recv(MAX_DATAGRAM) cuts it
+    assert wait_for(lambda: len(got) == 3) and got[:2] == [b"one", b"two"] and got[2] == b"z" * 4096
+    assert threads == {"bevpool-handoff-wake"}
+    c.close()
+    assert not c.connected
+    assert wait_for(lambda: (server.send(b"ping"), server.consumers)[1] == 0)
 
 
-def test_connecting_to_no_producer_raises():
+@pytest.mark.parametrize("consumer", ["python", "native"])
+def test_a_closing_producer_closes_the_link(consumer):
+    folder = tempfile.mkdtemp(prefix="bevpool_signal_test_")
+    s = SignalServer(os.path.join(folder, "signal.sock"))
+    c = client(consumer, s.path, lambda d: None)
+    try:
+        assert wait_for(lambda: s.consumers == 1)
+        s.close()
+        assert wait_for(lambda: not c.connected)
+    finally:
+        c.close()
+        os.rmdir(folder)
+
+
+@pytest.mark.parametrize("consumer", ["python", "native"])
+def test_connecting_to_no_producer_raises(consumer):
     with pytest.raises(OSError):
-        SignalClient("/nonexistent/bevpool_handoff/signal.sock", lambda d: None, timeout=0.5)
+        client(consumer, "/nonexistent/bevpool_handoff/signal.sock", lambda d: None, timeout=0.5)

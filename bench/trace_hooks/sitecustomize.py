@@ -81,7 +81,8 @@ def _profile_pooling():
 
 
 _TIMELINE_DIR = os.environ.get("TIMELINE_DIR")
-_timeline: dict[str, list] = {"sets": [], "gc": [], "timers": [], "takes": [], "arrivals": [], "published": []}
+_timeline: dict[str, list] = {"sets": [], "gc": [], "timers": [], "takes": [], "arrivals": [], "published": [],
+                              "announced": []}
 
 
 def _timed(kind: str, name, f):
@@ -122,6 +123,33 @@ def _record_input_side():
         return published(self, r, t_msg, t_pub, done, handoff_s)
 
     reporting.Report.published = traced_published
+    _record_grid_announcements()
+
+
+def _record_grid_announcements():
+    """When each grid's datagram went to the hand-off consumers (HandoffRing.announce: stamp,
+    perf_counter after the send): bench/latency.py's consumer wake-up. The stamps are read from the
+    bytes at exit, not on the path."""
+    from bevpool_ros.handoff.producer import HandoffRing
+
+    announce, sent = HandoffRing.announce, []
+
+    def traced_announce(self, data):
+        try:
+            return announce(self, data)
+        finally:
+            sent.append((time.perf_counter(), data))
+
+    def stamps():
+        from bevpool_msgs.msg import BevHandoff
+        from rclpy.serialization import deserialize_message
+
+        for t, data in sent:
+            m = deserialize_message(data, BevHandoff)
+            _timeline["announced"].append((m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec, t))
+
+    HandoffRing.announce = traced_announce
+    _timeline["_finish"] = stamps
 
 
 def _record_timeline():
@@ -172,6 +200,7 @@ def _record_timeline():
             return  # not the node
         os.makedirs(_TIMELINE_DIR, exist_ok=True)
         _timeline.pop("_gc0", None)
+        _timeline.pop("_finish", lambda: None)()
         with open(os.path.join(_TIMELINE_DIR, f"timeline_{os.getpid()}.json"), "w") as f:
             json.dump(_timeline, f)
 

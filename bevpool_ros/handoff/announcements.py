@@ -19,6 +19,11 @@ bevpool_node's input hand-off and ``BevHandoffSubscriber``:
     not set again for ``REFILTER_AFTER_S``: the ROS copies wake the consumer meanwhile.
 
 Where the middleware has no content filters (e.g. Cyclone DDS) the copies are taken and ignored.
+
+With the hand-off core (``native``) the per-datagram work runs there (native/waiter.py): one thread
+blocked on every link's socket, each datagram read through the learnt templates and, for a ring the
+caller ``watch``es, its seqlock checked and its IPC event waited for, GIL released; this class keeps
+the rest (de-duplication, gaps, filters) as it is for the Python twin (signal.SignalClient).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ import time
 from collections import Counter, OrderedDict
 
 from .cdr_template import TemplateReader
+from .native.core import READY, use_native
 
 SEEN_KEPT = 4096          # announcements remembered, to ignore their second copy
 REFILTER_AFTER_S = 1.0    # after a lost datagram, ROS copies are taken this long
@@ -37,7 +43,7 @@ FILTER = "ring_id <> %0"  # DDS content filter (SQL subset): every ring but the 
 
 class AnnouncementLinks:
     def __init__(self, node, msg_type, deliver, *, accepts=lambda msg: True, on_bad=None, log=None,
-                 one_at_a_time: bool = True, defer=None):
+                 one_at_a_time: bool = True, defer=None, native: bool | None = False, wait_events=None):
         """``deliver(msg, way, arrival)`` gets the first copy of each announcement (``way``
         "signal" or "dds", ``arrival`` a perf_counter time), from the signal thread or the
         executor; one call at a time unless ``one_at_a_time`` is False (a caller with locks of its
@@ -45,7 +51,11 @@ class AnnouncementLinks:
         datagram this consumer wants (the producer sends every tensor of its ring to each
         consumer; other cameras are not ours). ``on_bad(detail)``: an unreadable datagram, or a
         delivery that raised (the link's thread goes on). ``defer(job)``: where the ring's
-        templates are learnt (cdr_template.TemplateReader; None: at the first datagram)."""
+        templates are learnt (cdr_template.TemplateReader; None: at the first datagram).
+        ``native``: datagrams read in the hand-off core (True, False, or None: as BEVPOOL_NATIVE
+        says). ``wait_events`` (not None): the core checks each datagram of a ring given to ``watch``
+        before its delivery (the seqlock; with True also the host wait on its event), and
+        ``deliver`` gets a fourth argument: True when that was done (the Python twin: False)."""
         self.node, self.msg_type = node, msg_type
         self._deliver, self._accepts = deliver, accepts
         self._on_bad = on_bad or (lambda detail: None)
@@ -60,14 +70,22 @@ class AnnouncementLinks:
         self.first_by: Counter = Counter()
         self.lost = 0             # datagrams the producer could not queue for us
         self.ignored = 0          # datagrams of tensors this consumer does not take
+        self.unreadable = 0       # datagrams that are no announcement of this type
         self.ros_copies = 0       # ROS messages the executor took (DDS did not filter them)
         self.filter_error = ""    # why content filters are not used here
         # lifts run in the executor thread, as a task handed to the node's executor (a guard
         # condition would do, but rclpy's EventsExecutor refuses nodes that have one)
         self._lift_scheduled = False
+        self._checks = wait_events is not None
+        self._waiter = None  # native.waiter.SignalWaiter: the core's wake-up, or the Python twin's links
+        lib = use_native(native)
+        if lib is not None:
+            from .native.waiter import SignalWaiter
+
+            self._waiter = SignalWaiter(lib, bool(wait_events))
         # datagrams read through the ring's templates: a few fields patched into a copy, not
         # the whole message converted by rclpy (cdr_template.py)
-        self.templates = TemplateReader(msg_type, defer)
+        self.templates = TemplateReader(msg_type, defer, self._waiter.templates if self._waiter else None)
 
     # --- the two ways in ------------------------------------------------------------------------
     def on_message(self, msg, subscription) -> None:
@@ -87,28 +105,43 @@ class AnnouncementLinks:
         if refilter:
             self._filter(subscription, msg.socket_path, int(msg.ring_id))
         if first != "signal":  # the same way twice is no copy: checked (and counted) again
-            self._hand_over(msg, "dds", arrival)
+            self._hand_over(msg, "dds", arrival, False)
 
     def signalled(self, msg) -> bool:
         """``msg``'s announcement already came over a signal socket: this ROS copy is one to drop."""
         with self._lock:
             return self._seen.get((msg.socket_path, int(msg.ring_id), int(msg.sequence))) == "signal"
 
-    def _on_datagram(self, socket_path: str, data: bytes) -> None:
+    def _on_datagram(self, socket_path: str, data: bytes, arrival: float | None = None) -> None:
         """A signal-socket copy (that link's thread, which an exception must not end: the link
         would close while its ring's ROS copies may still be filtered)."""
         try:
-            self._take_datagram(socket_path, data)
+            self._take_datagram(socket_path, data, time.perf_counter() if arrival is None else arrival)
         except Exception as e:
             self._on_bad(f"hand-off announcement from {socket_path} not handled: {type(e).__name__}: {e}")
 
-    def _take_datagram(self, socket_path: str, data: bytes) -> None:
-        arrival = time.perf_counter()
+    def _on_read(self, socket_path: str, template_id: int, values, arrival: float, check: int, data: bytes) -> None:
+        """A signal-socket copy the core read through template ``template_id`` (and checked: ``check``)."""
+        try:
+            msg = self.templates.message_of(template_id, values)
+            if msg is None:  # that template was let go meanwhile: the bytes, as the Python twin reads them
+                self._take_datagram(socket_path, data, arrival)
+            else:
+                self._take(socket_path, msg, arrival, check == READY)
+        except Exception as e:
+            self._on_bad(f"hand-off announcement from {socket_path} not handled: {type(e).__name__}: {e}")
+
+    def _take_datagram(self, socket_path: str, data: bytes, arrival: float) -> None:
         try:
             msg = self.templates.deserialize(data)
         except Exception as e:  # the producer is same-user: a bug, say it
+            with self._lock:
+                self.unreadable += 1
             self._on_bad(f"unreadable signal datagram: {e}")
             return
+        self._take(socket_path, msg, arrival, False)
+
+    def _take(self, socket_path: str, msg, arrival: float, waited: bool) -> None:
         key = (msg.socket_path, int(msg.ring_id), int(msg.sequence))
         with self._lock:
             if self._closed:
@@ -124,7 +157,7 @@ class AnnouncementLinks:
             if first is None:
                 self._remember(key, "signal")
         if first != "dds":
-            self._hand_over(msg, "signal", arrival)
+            self._hand_over(msg, "signal", arrival, waited)
 
     def _remember(self, key, way: str) -> None:
         self._seen[key] = way
@@ -132,9 +165,12 @@ class AnnouncementLinks:
         while len(self._seen) > SEEN_KEPT:
             self._seen.popitem(last=False)
 
-    def _hand_over(self, msg, way: str, arrival: float) -> None:
+    def _hand_over(self, msg, way: str, arrival: float, waited: bool) -> None:
         with self._delivering:
-            self._deliver(msg, way, arrival)
+            if self._checks:
+                self._deliver(msg, way, arrival, waited)
+            else:
+                self._deliver(msg, way, arrival)
 
     # --- links ----------------------------------------------------------------------------------
     def listen(self, socket_path: str) -> None:
@@ -147,10 +183,16 @@ class AnnouncementLinks:
         from .signal import SignalClient, signal_path
 
         link = _Link()
+        on_closed = functools.partial(self._on_closed, socket_path, link)
         try:
-            link.client = SignalClient(signal_path(socket_path),
-                                       functools.partial(self._on_datagram, socket_path),
-                                       on_closed=functools.partial(self._on_closed, socket_path, link))
+            if self._waiter is not None:
+                link.client = self._waiter.connect(signal_path(socket_path),
+                                                   on_values=functools.partial(self._on_read, socket_path),
+                                                   on_raw=functools.partial(self._on_datagram, socket_path),
+                                                   on_closed=on_closed)
+            else:
+                link.client = SignalClient(signal_path(socket_path),
+                                           functools.partial(self._on_datagram, socket_path), on_closed=on_closed)
         except OSError as e:
             self._log.info(f"hand-off producer at {socket_path} has no signal socket ({e}); "
                            "woken by its ROS messages")
@@ -177,6 +219,27 @@ class AnnouncementLinks:
             self._lift_ring(socket_path, None)
         if link is not None:  # outside the lock: its thread may be waiting for it
             link.client.close()
+
+    def watch(self, ring_id: int, control_address: int, ring_size: int, events: dict, context: int = 0) -> None:
+        """With the core and ``wait_events``: check the datagrams of a ring the caller mapped before
+        delivering them (native.waiter.SignalWaiter.watch); the Python twin leaves it to ``deliver``."""
+        if self._waiter is not None and self._checks:
+            self._waiter.watch(ring_id, control_address, ring_size, events, context)
+
+    def watch_mapped(self, ring, context) -> None:
+        """``watch`` a ring a reader.HandoffReader mapped (its control block and opened events)."""
+        self.watch(ring.ring_id, ring.control.block.words.ctypes.data, ring.ring_size,
+                   {h: int(e.event) for h, e in ring.events.items()}, int(context))
+
+    def unwatch(self, ring_id: int) -> None:
+        """Before the caller unmaps a watched ring."""
+        if self._waiter is not None:
+            self._waiter.unwatch(ring_id)
+
+    @property
+    def native(self) -> bool:
+        """The hand-off core reads this consumer's datagrams."""
+        return self._waiter is not None
 
     @property
     def connected(self) -> int:
@@ -257,6 +320,8 @@ class AnnouncementLinks:
             self._filters, self._lift = {}, set()
         for link in links:  # outside the lock: their threads may be waiting for it
             link.client.close()
+        if self._waiter is not None:
+            self._waiter.close()
 
 
 class _Link:

@@ -62,15 +62,16 @@ class TensorHandoff:
 class CameraTensorProducer:
     """``slot_bytes``: the largest tensor published; ``ring_size``: slots before one is reused
     (make it cover every tensor of the sets a consumer may still be reading: e.g. 2 tensors x
-    N cameras x 3 sets)."""
+    N cameras x 3 sets). ``native``: the ring's per-tensor work in the hand-off core (True, False,
+    or None: as BEVPOOL_NATIVE says; HandoffRing)."""
 
-    def __init__(self, slot_bytes: int, ring_size: int, device: int = 0):
+    def __init__(self, slot_bytes: int, ring_size: int, device: int = 0, native: bool | None = None):
         self.device = Device(int(device))
         self.ring = None
         self.fallback_reason = None
         self._producer_sync = Event()
         try:
-            self.ring = HandoffRing(self.device, int(slot_bytes), int(ring_size))
+            self.ring = HandoffRing(self.device, int(slot_bytes), int(ring_size), native=native)
         except HandoffUnsupported as e:
             self.fallback_reason = str(e)
             log.warning("input hand-off unavailable, publish CameraTensor messages instead: %s", e)
@@ -83,6 +84,12 @@ class CameraTensorProducer:
         """Copy ``tensor`` (a C-contiguous device tensor: float32, float16 or E4M3 codes) into
         the next slot on ``stream`` (default: the tensor's framework's current stream, else the
         legacy default stream) and describe it. Returns before the copy ran."""
+        t, handle = self.prepare(tensor, stream)
+        return self.describe(t, self.ring.write(t.ptr, t.nbytes, handle), scale)
+
+    def prepare(self, tensor, stream=None):
+        """(device tensor, CUstream) of ``tensor`` about to be copied in: checked, and the copy's
+        stream ordered after the stream that wrote it."""
         if self.ring is None:
             raise HandoffUnsupported(self.fallback_reason)
         bind(self.device.ctx)
@@ -97,7 +104,10 @@ class CameraTensorProducer:
         if t.stream is not None and not streams.same_stream(t.stream, handle):
             self._producer_sync.record(t.stream)  # the copy waits for the stream that wrote it
             self._producer_sync.wait(handle)
-        written = self.ring.write(t.ptr, t.nbytes, handle)
+        return t, handle
+
+    def describe(self, t, written, scale: float = 1.0) -> TensorHandoff:
+        """The TensorHandoff of device tensor ``t`` written into the ring (producer.Written)."""
         return TensorHandoff(
             self.ring.socket_path,
             self.ring.ring_id,

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 
 import numpy as np
 
 from ..io.tensor_codec import make_camera_tensor
 from .cdr_template import TemplateWriter
+from .producer import Written
 from .vmm import HandoffUnsupported
 
 log = logging.getLogger(__name__)
@@ -100,9 +102,11 @@ class CameraHandoffPublisher:
     def __init__(self, node, rig=None, *, cameras=None, slot_bytes: int | None = None,
                  ring_size: int | None = None, device: int = 0, qos=None, mode: str = "auto",
                  handoff_topic: str = HANDOFF_TOPIC, tensor_topic: str = TENSOR_TOPIC,
-                 connect_timeout_s: float = 3.0, producer=None):
+                 connect_timeout_s: float = 3.0, producer=None, native: bool | None = None):
         """``rig`` sizes the ring (ring_for_rig) and names the cameras; or give ``cameras``,
-        ``slot_bytes`` and ``ring_size``. ``producer``: a CameraTensorProducer to use (tests)."""
+        ``slot_bytes`` and ``ring_size``. ``producer``: a CameraTensorProducer to use (tests).
+        ``native``: each set's copies and datagrams in the hand-off core (True, False, or None: as
+        BEVPOOL_NATIVE says; docs/gpu_handoff.md)."""
         from bevpool_msgs.msg import CameraTensor, TensorHandoff
 
         from ..ros.qos import make_qos
@@ -120,9 +124,10 @@ class CameraHandoffPublisher:
         self._first_announced: float | None = None
         self.producer = producer
         if mode != "off" and producer is None:
-            self.producer = self._make_producer(rig, slot_bytes, ring_size, device)
+            self.producer = self._make_producer(rig, slot_bytes, ring_size, device, native)
         self.handoff_pubs, self.tensor_pubs = {}, {}
         self._announcements = TemplateWriter(TensorHandoff)
+        self._native_ids: OrderedDict = OrderedDict()  # a tensor stream's fixed fields -> its template in the core
         for cam in self.cameras:
             for stream in STREAMS:
                 key = (cam, stream)
@@ -134,7 +139,7 @@ class CameraHandoffPublisher:
         if self.fallback_reason:
             self._warn_once()
 
-    def _make_producer(self, rig, slot_bytes, ring_size, device):
+    def _make_producer(self, rig, slot_bytes, ring_size, device, native):
         from ..errors import BackendUnavailable
         from ..logtext import captured_log
         from .camera_producer import CameraTensorProducer
@@ -144,7 +149,7 @@ class CameraHandoffPublisher:
             slot_bytes, ring_size = slot_bytes or slot, ring_size or size
         try:  # its own warning is said once below, through ROS
             with captured_log("bevpool_ros.handoff.camera_producer"):
-                producer = CameraTensorProducer(slot_bytes, ring_size, device)
+                producer = CameraTensorProducer(slot_bytes, ring_size, device, native=native)
         except (BackendUnavailable, ImportError, OSError, RuntimeError) as e:  # no GPU, no driver
             if self.mode == "on":
                 raise HandoffUnsupported(f"input hand-off impossible here: {e}") from None
@@ -173,40 +178,98 @@ class CameraHandoffPublisher:
         """A camera set at once: ``tensors`` is [(camera, stream, tensor, layout, scale)]. Every
         copy into the ring is enqueued before any announcement goes out, so the set's GPU work is
         one burst: on a GPU that another process's networks share without MPS each separate burst
-        waits for a time slice of its own (docs/gpu_sharing.md). Returns "handoff" or
-        "camera_tensor" per tensor."""
+        waits for a time slice of its own (docs/gpu_sharing.md). Then each announcement goes as a
+        datagram to the ring's linked consumers, then as a ROS message (the same bytes), CameraTensor
+        fallbacks in their place. With the hand-off core the copies and the datagrams are one native
+        call (``_hand_over_native``). Returns "handoff" or "camera_tensor" per tensor."""
         stamp_ns = int(stamp_ns)
-        handed = []
+        plan = []
         for camera, stream, tensor, layout, scale in tensors:
             key = (camera, stream)
             if key not in self.tensor_pubs:
                 raise KeyError(f"{camera}/{stream}: not a camera/stream of this publisher "
                                f"({list(self.cameras)} x {STREAMS})")
-            if self._use_handoff(key):
-                handed.append((key, layout, self.producer.publish(tensor, stream=cuda_stream, scale=scale)))
-            else:
-                handed.append((key, layout, (tensor, scale)))
+            plan.append((key, layout, tensor, scale, self._use_handoff(key)))
+        handed = [p for p in plan if p[4]]
+        if handed:
+            native = self.producer.ring.native is not None
+            announced = iter((self._hand_over_native if native else self._hand_over)(
+                handed, stamp_ns, frame_id, cuda_stream))
         ways = []
-        for key, layout, h in handed:
-            if isinstance(h, tuple):
-                self._publish_tensor(key, layout, h[0], h[1], stamp_ns, frame_id)
+        for key, layout, tensor, scale, handoff in plan:
+            if handoff:
+                self.handoff_pubs[key].publish(next(announced))
+                self.handed_off += 1
+                ways.append("handoff")
+            else:
+                self._publish_tensor(key, layout, tensor, scale, stamp_ns, frame_id)
                 ways.append("camera_tensor")
-                continue
-            camera, stream = key
-            # the announcement's bytes from this tensor's template: only the stamp, slot, sequence,
-            # event handle and scale are written per tensor (cdr_template.py); a ring id names its
-            # socket, size and device
-            data = self._announcements.serialize(
-                (camera, stream, layout, frame_id, h.ring_id, h.offset, h.nbytes, h.dtype, h.shape),
-                lambda: announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot),
-                (stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000, h.slot, h.sequence,
-                 h.event_handle, float(h.scale)))
-            # same-host consumers linked to the ring are woken first; one serialisation for both
-            self.producer.ring.announce(data)
-            self.handoff_pubs[key].publish(data)
-            self.handed_off += 1
-            ways.append("handoff")
         return ways
+
+    def _hand_over(self, handed, stamp_ns: int, frame_id: str, cuda_stream) -> list[bytes]:
+        """The Python twin: each tensor copied into the ring, then each announcement written from
+        its template and sent to the linked consumers; the announcements' bytes."""
+        written = [(key, layout, self.producer.publish(tensor, stream=cuda_stream, scale=scale))
+                   for key, layout, tensor, scale, _ in handed]
+        out = []
+        for key, layout, h in written:
+            data = self._serialize(key, layout, frame_id, h, stamp_ns)
+            self.producer.ring.announce(data)  # same-host consumers linked to the ring are woken first
+            out.append(data)
+        return out
+
+    def _hand_over_native(self, handed, stamp_ns: int, frame_id: str, cuda_stream) -> list[bytes]:
+        """The same in the core (native/ring.py): the set's claims, copies, event records, patched
+        announcements and datagrams in one call, the GIL released."""
+        ring = self.producer.ring
+        items, tensors = [], []
+        for key, layout, tensor, scale, _ in handed:
+            t, stream = self.producer.prepare(tensor, cuda_stream)
+            items.append((t.ptr, t.nbytes, int(stream), self._native_template(key, layout, frame_id, t, scale),
+                          float(scale)))
+            tensors.append((key, layout, t, scale))
+        out = []
+        for (slot, seq, data), (key, layout, t, scale) in zip(ring.native.publish_set(items, stamp_ns), tensors):
+            if data is None:  # no template for this one: rclpy serialises it
+                h = self.producer.describe(t, Written(slot, seq, ring.event_handles[slot]), scale)
+                data = self._serialize(key, layout, frame_id, h, stamp_ns)
+                ring.announce(data)
+            out.append(data)
+        return out
+
+    def _native_template(self, key, layout: str, frame_id: str, t, scale: float) -> int:
+        """The core's template of this tensor stream's announcements (-1: none can be made)."""
+        stream_key = (key, layout, frame_id, t.nbytes, t.dtype.str, tuple(t.shape))
+        tid = self._native_ids.get(stream_key)
+        if tid is None:
+            ring = self.producer.ring
+            h = self.producer.describe(t, Written(0, 0, ring.event_handles[0]), scale)  # the fixed fields
+            camera, stream = key
+            made = self._announcements.template(
+                self._template_key(key, layout, frame_id, h),
+                lambda: announcement(h, camera, stream, layout, 0, frame_id, self.boot))
+            tid = self._native_ids[stream_key] = ring.native.templates.add(made) if made is not None else -1
+            if len(self._native_ids) > TemplateWriter.KEPT:
+                _, old = self._native_ids.popitem(last=False)
+                if old >= 0:
+                    ring.native.templates.remove(old)
+        return tid
+
+    @staticmethod
+    def _template_key(key, layout: str, frame_id: str, h) -> tuple:
+        """Everything an announcement holds but its stamp, slot, sequence, event handle and scale
+        (a ring id names its socket, size and device)."""
+        return (*key, layout, frame_id, h.ring_id, h.offset, h.nbytes, h.dtype, h.shape)
+
+    def _serialize(self, key, layout: str, frame_id: str, h, stamp_ns: int) -> bytes:
+        """The announcement's bytes from its template: only the stamp, slot, sequence, event handle
+        and scale are written per tensor (cdr_template.py)."""
+        camera, stream = key
+        return self._announcements.serialize(
+            self._template_key(key, layout, frame_id, h),
+            lambda: announcement(h, camera, stream, layout, stamp_ns, frame_id, self.boot),
+            (stamp_ns // 1_000_000_000, stamp_ns % 1_000_000_000, h.slot, h.sequence, h.event_handle,
+             float(h.scale)))
 
     def _publish_tensor(self, key, layout: str, tensor, scale: float, stamp_ns: int, frame_id: str) -> None:
         from ..io.bev_message import ns_to_time

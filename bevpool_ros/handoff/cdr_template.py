@@ -219,16 +219,17 @@ class CdrTemplate:
 
     def message(self, data: bytes):
         """A new message equal to ``deserialize_message(data)`` (``data`` must match)."""
+        return self.message_with(self.values(data))
+
+    def message_with(self, values):
+        """A new message: the template with the varying fields set to ``values`` (``fields`` order,
+        bytes for the uint8 arrays), as the core reads them from a datagram."""
         m = clone(self.template)
-        for (parents, slot, is_array), packer, offset in zip(self._targets, self._packers, self.offsets):
+        for (parents, slot, is_array), value in zip(self._targets, values):
             target = m
             for p in parents:
                 target = getattr(target, p)
-            if is_array:
-                value = np.frombuffer(data, np.uint8, packer.size, offset).copy()
-            else:
-                value = packer.unpack_from(data, offset)[0]
-            setattr(target, slot, value)
+            setattr(target, slot, np.frombuffer(value, np.uint8).copy() if is_array else value)
         return m
 
 
@@ -246,10 +247,14 @@ class TemplateReader:
     REFUSED_MAX = 8     # messages no template could be made of: stop learning
     PENDING_MAX = 64    # misses waiting for a deferred job (older ones are forgotten)
 
-    def __init__(self, msg_type, defer=None):
+    def __init__(self, msg_type, defer=None, native=None):
+        """``native``: a template store of the core (native.templates.NativeTemplates) that keeps
+        every template learnt here too, so the core reads datagrams by them (``message_of``)."""
         self.msg_type = msg_type
         self.fields = varying_of(msg_type)
         self.defer = defer
+        self.native = native
+        self._by_native_id: dict[int, CdrTemplate] = {}
         self._templates: OrderedDict[int, list[CdrTemplate]] = OrderedDict()  # by length
         self.hits = self.misses = self.learnt = self.refused = 0
         self.learning = True
@@ -278,6 +283,16 @@ class TemplateReader:
         if schedule:
             self.defer(self._learn_one)
         return msg
+
+    def message_of(self, native_id: int, values):
+        """The message of a datagram the core read through template ``native_id`` (``values`` in
+        ``fields`` order); None when that template is gone meanwhile (read the bytes instead)."""
+        with self._lock:
+            t = self._by_native_id.get(native_id)
+            if t is None:
+                return None
+            self.hits += 1
+        return t.message_with(values[:len(self.fields)])
 
     def _matching(self, data: bytes) -> CdrTemplate | None:
         """(lock held)"""
@@ -324,11 +339,19 @@ class TemplateReader:
         if self.learnt > self.GIVE_UP_AFTER and self.hits < self.learnt:
             self.learning = False  # announcements that never repeat: learning only costs
         self._templates.setdefault(len(data), []).insert(0, t)
+        if self.native is not None:
+            try:
+                t.native_id = self.native.add(t)
+                self._by_native_id[t.native_id] = t
+            except TemplateError:  # the core refused it (or closed): datagrams of it come as bytes
+                pass
         if sum(len(v) for v in self._templates.values()) > self.KEPT:
             oldest = next(iter(self._templates))
-            self._templates[oldest].pop()
+            gone = self._templates[oldest].pop()
             if not self._templates[oldest]:
                 del self._templates[oldest]
+            if self._by_native_id.pop(getattr(gone, "native_id", None), None) is not None:
+                self.native.remove(gone.native_id)
 
 
 class TemplateWriter:
@@ -346,6 +369,14 @@ class TemplateWriter:
         self.refused = ""  # why a template could not be made (rclpy serialises those keys)
         self._lock = threading.Lock()  # a producer may publish its cameras from several threads
         load_type_support(msg_type)
+
+    def template(self, key, build) -> CdrTemplate | None:
+        """The template of ``key`` (made now from ``build()`` if new; None: rclpy's path for it)."""
+        with self._lock:
+            t = self._templates.get(key, False)
+            if t is False:
+                t = self._keep(key, self._make(build))
+        return t
 
     def serialize(self, key, build, values) -> bytes:
         schedule = False

@@ -23,9 +23,13 @@ class HandoffRing:
     """``ring_size`` device buffers of ``slot_bytes`` each, their events and the control block,
     handed to consumers through a Unix socket. ``write`` copies one grid in on the caller's stream;
     ``announce(data)`` sends its serialised announcement to the consumers connected to the signal
-    socket."""
+    socket. ``native``: claims, copies, event records and datagrams run in the hand-off core
+    (``self.native``: native.ring.NativeRing; True, False, or None: as BEVPOOL_NATIVE says)."""
 
-    def __init__(self, device, slot_bytes: int, ring_size: int = 4):
+    def __init__(self, device, slot_bytes: int, ring_size: int = 4, native: bool | None = False):
+        from .native.core import use_native
+
+        lib = use_native(native)
         reason = unsupported_reason(device_attributes(device), device.name)
         if reason:
             raise HandoffUnsupported(reason)
@@ -37,7 +41,7 @@ class HandoffRing:
         self.buffers: list[SharedDeviceMemory] = []
         self.events: list[IpcEvent] = []
         self.control = None
-        self.server = self.signal = None
+        self.server = self.signal = self.native = None
         try:
             for _ in range(ring_size):
                 self.buffers.append(SharedDeviceMemory.create(device, slot_bytes))
@@ -45,7 +49,13 @@ class HandoffRing:
             self.event_handles = [e.handle() for e in self.events]
             self.control = SharedControlBlock.create(self.ring_id, ring_size)
             self.server = FdServer(self._describe, name=f"ring-{os.getpid()}-{self.ring_id:x}")
-            self.signal = SignalServer(signal_path(self.server.path))
+            self.signal = SignalServer(signal_path(self.server.path), native=lib is not None)
+            if lib is not None:
+                from .native.ring import NativeRing
+
+                self.native = NativeRing(lib, self.control.block.words.ctypes.data, ring_size,
+                                         [b.ptr for b in self.buffers], self.slot_bytes,
+                                         [int(e.event) for e in self.events], self.event_handles, self.signal.fanout)
         except Exception:
             self.close()
             raise
@@ -71,6 +81,14 @@ class HandoffRing:
         kernel, so its set's work stays kernels only); default the driver's device-to-device copy."""
         if not 0 < nbytes <= self.slot_bytes:
             raise ValueError(f"{nbytes} bytes do not fit a {self.slot_bytes}-byte hand-off slot")
+        if self.native is not None:
+            if copy is None:
+                slot, seq = self.native.write(src_ptr, nbytes, int(stream_handle))
+            else:
+                slot, seq = self.native.claim()
+                copy(self.buffers[slot].ptr, int(src_ptr), int(nbytes), stream_handle)
+                self.native.finish(slot, seq, int(stream_handle))
+            return Written(slot, seq, self.event_handles[slot])
         slot, seq = self.cursor.next()
         self.control.block.claim(slot, seq)
         if copy is not None:
@@ -90,6 +108,9 @@ class HandoffRing:
             self.signal.send(data)
 
     def close(self) -> None:
+        if self.native is not None:  # before the memory and the fan-out it points at
+            self.native.close()
+            self.native = None
         if self.signal is not None:  # its socket lives in the server's folder
             self.signal.close()
             self.signal = None

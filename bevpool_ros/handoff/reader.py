@@ -131,13 +131,14 @@ class HandoffReader:
         self.uuid = device_uuid(self.device)
         self._rings: dict[str, _MappedRing] = {}  # socket path -> mapped ring
         self.overwritten = 0
+        self.unmapping: list = []  # callables(ring) run before a mapped ring is closed (the core's watch)
 
     def _ring(self, msg) -> _MappedRing:
         ring = self._rings.get(msg.socket_path)
         if ring is not None and ring.ring_id == int(msg.ring_id):
             return ring
         if ring is not None:  # the producer re-created its ring (restart, new geometry)
-            ring.close()
+            self._unmap(ring)
             del self._rings[msg.socket_path]
         if bytes(msg.device_uuid) != self.uuid:
             raise HandoffError("the grid lives on another GPU than this reader's; use the BevFeature topic")
@@ -170,18 +171,27 @@ class HandoffReader:
             view.wait()
         return view
 
+    def ring(self, socket_path: str) -> _MappedRing | None:
+        """The ring mapped for ``socket_path``, if any."""
+        return self._rings.get(socket_path)
+
     @property
     def socket_paths(self) -> list[str]:
         return list(self._rings)
+
+    def _unmap(self, ring: _MappedRing) -> None:
+        for hook in list(self.unmapping):
+            hook(ring)
+        ring.close()
 
     def forget(self, socket_path: str) -> None:
         """Unmap the ring served at ``socket_path`` (its producer went away); views of it must
         no longer be read."""
         ring = self._rings.pop(socket_path, None)
         if ring is not None:
-            ring.close()
+            self._unmap(ring)
 
     def close(self) -> None:
         for ring in self._rings.values():
-            ring.close()
+            self._unmap(ring)
         self._rings = {}

@@ -29,9 +29,13 @@ def signal_path(ring_socket_path: str) -> str:
 
 
 class SignalServer:
-    """Producer side: ``send(data)`` to every connected consumer, never blocking."""
+    """Producer side: ``send(data)`` to every connected consumer, never blocking. ``native``: the
+    sends run in the hand-off core (native/fanout.py; True, False, or None: as BEVPOOL_NATIVE says)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, native: bool | None = False):
+        from .native.core import use_native
+
+        lib = use_native(native)
         self.path = path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock.bind(path)
@@ -40,7 +44,12 @@ class SignalServer:
         self._sock.settimeout(0.2)
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
-        self.refused = self.dropped = 0
+        self.refused = self._dropped = 0
+        self.fanout = None
+        if lib is not None:
+            from .native.fanout import NativeFanout
+
+            self.fanout = NativeFanout(lib)
         self._running = True
         self._thread = threading.Thread(target=self._accept, name="bevpool-handoff-signal",
                                         daemon=True)
@@ -48,7 +57,12 @@ class SignalServer:
 
     @property
     def consumers(self) -> int:
-        return len(self._conns)
+        return self.fanout.consumers if self.fanout is not None else len(self._conns)
+
+    @property
+    def dropped(self) -> int:
+        """Datagrams not queued for a consumer whose queue was full."""
+        return self.fanout.dropped if self.fanout is not None else self._dropped
 
     def _accept(self) -> None:
         while self._running:
@@ -61,17 +75,23 @@ class SignalServer:
                 conn.close()
                 continue
             conn.setblocking(False)
+            if self.fanout is not None:
+                self.fanout.add(conn.detach())
+                continue
             with self._lock:
                 self._conns.append(conn)
 
     def send(self, data: bytes) -> None:
+        if self.fanout is not None:
+            self.fanout.send(data)
+            return
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
             try:
                 conn.send(data)
             except BlockingIOError:  # its queue is full: it still gets the ROS message
-                self.dropped += 1
+                self._dropped += 1
             except OSError:  # it went away
                 with self._lock:
                     if conn in self._conns:
@@ -85,6 +105,8 @@ class SignalServer:
             for conn in self._conns:
                 conn.close()
             self._conns = []
+        if self.fanout is not None:
+            self.fanout.close()
         self._sock.close()
         try:
             os.unlink(self.path)

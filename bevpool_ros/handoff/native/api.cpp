@@ -1,0 +1,112 @@
+// The C ABI (bevpool_handoff.h) over the core's classes: handles are the objects' addresses.
+#include <cstring>
+
+#include "bevpool_handoff.h"
+#include "cuda_driver.h"
+#include "error.h"
+#include "fanout.h"
+#include "ring.h"
+#include "templates.h"
+#include "waiter.h"
+
+#ifndef BP_SOURCE_DIGEST
+#define BP_SOURCE_DIGEST "unknown"
+#endif
+
+#define BP_EXPORT __attribute__((visibility("default")))
+
+using namespace bevpool;
+
+namespace {
+TemplateStore* store(void* p) { return static_cast<TemplateStore*>(p); }
+Fanout* fan(void* p) { return static_cast<Fanout*>(p); }
+Ring* ring(void* p) { return static_cast<Ring*>(p); }
+Waiter* waiter(void* p) { return static_cast<Waiter*>(p); }
+}  // namespace
+
+extern "C" {
+
+BP_EXPORT int bp_abi_version(void) { return BP_ABI_VERSION; }
+BP_EXPORT const char* bp_source_digest(void) { return BP_SOURCE_DIGEST; }
+BP_EXPORT uint32_t bp_sizeof(int what) {
+    switch (what) {
+        case 0: return sizeof(bp_values);
+        case 1: return sizeof(bp_item);
+        case 2: return sizeof(bp_arrival);
+        default: return 0;
+    }
+}
+BP_EXPORT const char* bp_last_error(void) { return last_error(); }
+BP_EXPORT int bp_driver_available(void) { return driver() != nullptr; }
+
+BP_EXPORT void* bp_templates_new(void) { return new TemplateStore(); }
+BP_EXPORT void bp_templates_free(void* s) { delete store(s); }
+BP_EXPORT int32_t bp_templates_add(void* s, const uint8_t* data, uint32_t length, const int32_t* offsets,
+                                   uint64_t ring_id) {
+    return store(s)->add(data, length, offsets, ring_id);
+}
+BP_EXPORT int bp_templates_remove(void* s, int32_t id) { return store(s)->remove(id) ? BP_OK : BP_E_ARGUMENT; }
+BP_EXPORT int bp_templates_encode(void* s, int32_t id, const bp_values* values, uint8_t* out, uint32_t capacity) {
+    return store(s)->encode(id, *values, out, capacity);
+}
+BP_EXPORT int32_t bp_templates_read(void* s, const uint8_t* data, uint32_t length, bp_values* values) {
+    uint64_t ring_id;
+    return store(s)->read(data, length, values, &ring_id);
+}
+
+BP_EXPORT void* bp_fanout_new(void) { return new Fanout(); }
+BP_EXPORT void bp_fanout_free(void* f) { delete fan(f); }
+BP_EXPORT void bp_fanout_add(void* f, int fd) { fan(f)->add(fd); }
+BP_EXPORT int bp_fanout_consumers(void* f) { return fan(f)->consumers(); }
+BP_EXPORT void bp_fanout_send(void* f, const uint8_t* data, uint32_t length) { fan(f)->send(data, length); }
+BP_EXPORT uint64_t bp_fanout_dropped(void* f) { return fan(f)->dropped(); }
+
+BP_EXPORT void* bp_ring_new(int64_t* control_words, uint32_t ring_size, const uint64_t* slot_ptrs,
+                            uint64_t slot_bytes, const uint64_t* events, const uint8_t* event_handles) {
+    return new Ring(control_words, ring_size, slot_ptrs, slot_bytes, events, event_handles);
+}
+BP_EXPORT void bp_ring_free(void* r) { delete ring(r); }
+BP_EXPORT void bp_ring_claim(void* r, uint32_t* slot, uint64_t* sequence) { ring(r)->claim(slot, sequence); }
+BP_EXPORT int bp_ring_finish(void* r, uint32_t slot, uint64_t sequence, uint64_t stream) {
+    return ring(r)->finish(slot, sequence, stream);
+}
+BP_EXPORT int bp_ring_write(void* r, uint64_t src, uint64_t nbytes, uint64_t stream, uint32_t* slot,
+                            uint64_t* sequence) {
+    return ring(r)->write(src, nbytes, stream, slot, sequence);
+}
+BP_EXPORT int bp_ring_publish_set(void* r, void* templates, void* fanout, int32_t sec, uint32_t nanosec,
+                                  bp_item* items, uint32_t count, uint8_t* out, uint32_t capacity) {
+    return ring(r)->publish_set(store(templates), fan(fanout), sec, nanosec, items, count, out, capacity);
+}
+
+BP_EXPORT void* bp_waiter_new(void* templates, int wait_events) {
+    auto* w = new Waiter(store(templates), wait_events != 0);
+    if (!w->ok()) {
+        delete w;
+        return nullptr;
+    }
+    return w;
+}
+BP_EXPORT void bp_waiter_free(void* w) { delete waiter(w); }
+BP_EXPORT int bp_waiter_add(void* w, int fd, uint64_t* link) { return waiter(w)->add(fd, link); }
+BP_EXPORT void bp_waiter_remove(void* w, uint64_t link) { waiter(w)->remove(link); }
+BP_EXPORT int bp_waiter_watch(void* w, uint64_t ring_id, const int64_t* control_words, uint32_t ring_size,
+                              uint32_t event_count, const uint8_t* event_handles, const uint64_t* events,
+                              uint64_t context) {
+    WatchedRing r{control_words, ring_size, {}, {}, reinterpret_cast<void*>(context)};
+    r.handles.resize(event_count);
+    r.events.resize(event_count);
+    for (uint32_t i = 0; i < event_count; ++i) {
+        std::memcpy(r.handles[i].data(), event_handles + 64 * i, 64);
+        r.events[i] = reinterpret_cast<void*>(events[i]);
+    }
+    waiter(w)->watch(ring_id, std::move(r));
+    return BP_OK;
+}
+BP_EXPORT void bp_waiter_unwatch(void* w, uint64_t ring_id) { waiter(w)->unwatch(ring_id); }
+BP_EXPORT int bp_waiter_wait(void* w, bp_arrival* arrival, uint8_t* buffer, uint32_t capacity) {
+    return waiter(w)->wait(arrival, buffer, capacity);
+}
+BP_EXPORT void bp_waiter_shutdown(void* w) { waiter(w)->shutdown(); }
+
+}  // extern "C"

@@ -1,0 +1,148 @@
+"""The hand-off core itself (bevpool_ros/handoff/native), no GPU needed: how it is found, built and
+refused (BEVPOOL_NATIVE, a missing or stale library, no compiler: one line saying why, the Python
+path runs), and the producer ring's seqlock claims, the core against the Python twin on a real
+shared control block another process maps read-only."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bevpool_ros.handoff.native import build, core
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def lib_or_skip():
+    if core.library() is None:
+        pytest.skip(f"the hand-off core is not available here: {core.unavailable_reason()}")
+    return core.library()
+
+
+@pytest.mark.parametrize("value, mode", [("0", "off"), ("off", "off"), ("1", "on"), ("ON", "on"), ("", "auto"),
+                                         ("auto", "auto")])
+def test_the_variable_picks_the_implementation(monkeypatch, value, mode):
+    monkeypatch.setenv(core.ENV, value)
+    assert core.mode() == mode
+
+
+def test_off_runs_python_and_an_explicit_argument_wins(monkeypatch):
+    monkeypatch.setenv(core.ENV, "0")
+    assert core.use_native() is None and core.use_native(False) is None
+    if core.library() is not None:
+        assert core.use_native(True) is core.library()
+
+
+def test_a_missing_library_is_said_in_one_line_and_on_refuses(monkeypatch, tmp_path, caplog):
+    for f in build.sources() + sorted(build.HERE.glob("*.h")):
+        shutil.copy(f, tmp_path)
+    lib, why = core.load(tmp_path)
+    assert lib is None and "not built" in why and "python -m bevpool_ros.handoff.native.build" in why
+    monkeypatch.setattr(core, "_state", {"lib": None, "why": why})
+    monkeypatch.setenv(core.ENV, "on")
+    with pytest.raises(core.NativeUnavailable, match="not built"):
+        core.use_native()
+    monkeypatch.setenv(core.ENV, "auto")
+    with caplog.at_level(logging.WARNING, logger=core.__name__):
+        assert core.use_native() is None and core.use_native() is None
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "\n" not in said[0] and "the Python path runs" in said[0], said
+
+
+def test_a_library_built_from_other_sources_is_refused(tmp_path):
+    try:
+        build.compiler()
+    except build.BuildError as e:
+        pytest.skip(str(e))
+    for f in build.sources() + sorted(build.HERE.glob("*.h")):
+        shutil.copy(f, tmp_path)
+    build.build(tmp_path, tmp_path)
+    lib, why = core.load(tmp_path)
+    assert lib is not None and why == ""
+    with open(tmp_path / "error.cpp", "a") as f:
+        f.write("// edited after the build\n")
+    lib, why = core.load(tmp_path)
+    assert lib is None and "built from other sources" in why
+
+
+def test_without_a_compiler_the_build_says_so_in_one_line(tmp_path):
+    env = dict(os.environ, CXX="/nonexistent/c++", PATH=os.path.dirname(sys.executable))
+    proc = subprocess.run([sys.executable, "-m", "bevpool_ros.handoff.native.build", "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, env=dict(env, PYTHONPATH=REPO))
+    assert proc.returncode == 1 and not list(tmp_path.iterdir())
+    assert proc.stderr.strip() == "the hand-off core was not built: no C++ compiler (c++, g++ or $CXX) on PATH"
+
+
+def test_the_structs_are_laid_out_as_the_library_lays_them():
+    lib = lib_or_skip()
+    assert [lib.bp_sizeof(i) for i in range(3)] == [88, 56, 120]
+    assert lib.bp_abi_version() == core.ABI_VERSION and lib.bp_source_digest().decode() == build.digest()
+
+
+READER = textwrap.dedent("""
+    import os, sys
+    from bevpool_ros.handoff.ring import SharedControlBlock
+    block = SharedControlBlock.attach(os.open(sys.argv[1], os.O_RDONLY)).block
+    print(" ".join(str(int(w)) for w in block.words), flush=True)
+""")
+
+
+def test_the_cores_claims_are_the_python_twins_seen_from_another_process(tmp_path):
+    """The producer's seqlock: sequence s claims slot (s - 1) % ring_size in the control block
+    before its copy; the core and the Python twin (RingCursor + ControlBlock.claim) leave the
+    same words, which a consumer process maps read-only."""
+    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.ring import RingCursor, SharedControlBlock
+
+    lib = lib_or_skip()
+    size = 3
+    twin, native = SharedControlBlock.create(5, size), SharedControlBlock.create(5, size)
+    ring = NativeRing(lib, native.block.words.ctypes.data, size, [0] * size, 1 << 20, [0] * size,
+                      [bytes([i]) * 64 for i in range(size)])
+    cursor = RingCursor(size)
+    try:
+        for _ in range(7):
+            slot, seq = cursor.next()
+            twin.block.claim(slot, seq)
+            assert ring.claim() == (slot, seq)
+            assert list(native.block.words) == list(twin.block.words)
+            assert native.block.holds(slot, seq) and not native.block.holds(slot, seq - size)
+        words = []
+        for block in (twin, native):
+            path = f"/proc/{os.getpid()}/fd/{block.fd}"
+            out = subprocess.run([sys.executable, "-c", READER, path], capture_output=True, text=True, cwd=REPO,
+                                 env=dict(os.environ, PYTHONPATH=REPO), timeout=60)
+            assert out.returncode == 0, out.stderr
+            words.append(out.stdout.split())
+        assert words[0] == words[1] and words[1][4:] == ["7", "5", "6"]
+    finally:
+        ring.close()
+        twin.close()
+        native.close()
+
+
+def test_without_a_driver_a_copy_is_refused_with_why():
+    """No GPU here: the core loads (sockets, templates) and a device copy says what is missing."""
+    from bevpool_ros.device.driver import CudaError
+    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.ring import SharedControlBlock
+
+    lib = lib_or_skip()
+    if lib.bp_driver_available():
+        pytest.skip("a CUDA driver is here: test_handoff_native_gpu.py copies for real")
+    block = SharedControlBlock.create(5, 2)
+    ring = NativeRing(lib, block.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes(64)] * 2)
+    try:
+        with pytest.raises(ValueError, match="do not fit a 64-byte hand-off slot"):
+            ring.write(0, 65, 0)
+        with pytest.raises(CudaError, match="no CUDA driver"):
+            ring.write(0, 64, 0)
+        assert block.block.published == 0
+    finally:
+        ring.close()
+        block.close()
