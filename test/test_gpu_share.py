@@ -138,7 +138,7 @@ class RecordingRing:
 
         self.events = events
         self.ring = SimpleNamespace(server=SimpleNamespace(served=1), socket_path=os.path.join(folder, "r.sock"),
-                                    announce=lambda data: events.append("announce"))
+                                    native=None, announce=lambda data: events.append("announce"))
         self.sequence = 0
 
     def publish(self, tensor, stream=None, scale=1.0):
