@@ -21,7 +21,7 @@ from ..device import dlpack
 from ..device.driver import Device, api, check
 from ..device.tensors import DeviceTensor
 from .fdpass import fetch
-from .ring import RingError, SharedControlBlock
+from .ring import RingError, SharedControlBlock, overwritten_text
 from .vmm import IpcEvent, SharedDeviceMemory, device_uuid
 
 # Tensor.DTYPE_* codes the hand-off publishes
@@ -165,7 +165,7 @@ class HandoffReader:
             raise HandoffError("the grid does not fit its slot")
         if not ring.control.block.holds(int(msg.slot), int(msg.sequence)):
             self.overwritten += 1
-            raise HandoffOverwritten(f"grid {msg.sequence} in slot {msg.slot} was already overwritten")
+            raise HandoffOverwritten(overwritten_text(msg.slot, msg.sequence))
         view = HandoffView(self, ring, msg, dtype)
         if wait:
             view.wait()

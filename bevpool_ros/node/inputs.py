@@ -92,6 +92,17 @@ def check_tensor(msg, header, stream: str, rig, cfg: dict, backend) -> np.ndarra
     return arr
 
 
+def check_stamp(stamp_ns: int, clock_ns: int, max_future_s: float) -> None:
+    """Stamp 0 (never set) and stamps from the future (beyond ``max_future_s`` ahead of the node's
+    clock, ``clock_ns``) are not capture times. The hand-off core checks the same (setloop.cpp)."""
+    if stamp_ns == 0:
+        raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
+    ahead_s = (stamp_ns - clock_ns) / 1e9
+    if ahead_s > max_future_s:
+        raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
+                          f"clock (sync.max_future_s {max_future_s})")
+
+
 class Inputs:
     """Everything between the input topics and the pooling thread.
 
@@ -289,14 +300,7 @@ class Inputs:
 
     # callbacks ------------------------------------------------------------------------------
     def check_stamp(self, stamp_ns: int) -> None:
-        """Stamp 0 (never set) and stamps from the future are not capture times."""
-        if stamp_ns == 0:
-            raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
-        limit = self.cfg["sync.max_future_s"]
-        ahead_s = (stamp_ns - self.node.get_clock().now().nanoseconds) / 1e9
-        if ahead_s > limit:
-            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
-                              f"clock (sync.max_future_s {limit})")
+        check_stamp(stamp_ns, self.node.get_clock().now().nanoseconds, self.cfg["sync.max_future_s"])
 
     def checked(self, msg, camera: str, stream: str) -> np.ndarray:
         if stream == "depth" and camera in self.depth_images:  # a depth camera's Image -> [D, H, W]

@@ -164,6 +164,9 @@ BP_EXPORT int bp_setloop_claim(void* l, uint64_t ring_id, uint64_t sequence, int
     return loop(l)->claim(ring_id, sequence, way) ? 1 : 0;
 }
 BP_EXPORT int bp_setloop_seen(void* l, uint64_t ring_id, uint64_t sequence) { return loop(l)->seen(ring_id, sequence); }
+BP_EXPORT void bp_setloop_sequence(void* l, uint64_t link, uint64_t ring_id, uint64_t sequence) {
+    loop(l)->sequence(link, ring_id, sequence);
+}
 BP_EXPORT void bp_setloop_offer(void* l, int camera, int stream, int64_t stamp, uint64_t token, double now) {
     loop(l)->offer(camera, stream, stamp, token, now);
 }

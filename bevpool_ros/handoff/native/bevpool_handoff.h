@@ -157,6 +157,8 @@ int32_t bp_setloop_learn(void* loop, const uint8_t* data, uint32_t length, const
 void bp_setloop_forget(void* loop, int32_t template_id);
 int bp_setloop_claim(void* loop, uint64_t ring_id, uint64_t sequence, int way);  // 1: first copy; 0: seen
 int bp_setloop_seen(void* loop, uint64_t ring_id, uint64_t sequence);  // 0 unseen, 1 signal, 2 dds
+// a BP_REC_RAW datagram's ring and sequence, as Python read them: its link's gaps are counted on
+void bp_setloop_sequence(void* loop, uint64_t link, uint64_t ring_id, uint64_t sequence);
 void bp_setloop_offer(void* loop, int camera, int stream, int64_t stamp, uint64_t token, double now);
 void bp_setloop_poll(void* loop, double now);
 void bp_setloop_reset(void* loop);

@@ -18,7 +18,7 @@ from . import build
 ENV = "BEVPOOL_NATIVE"
 ABI_VERSION = 2  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
-WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE, WAKE_TIMEOUT = range(5)  # bp_wake: what bp_waiter_wait returned
+WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
 READY = 2  # bp_check: the slot held the announced tensor (and its event was waited for); 0 unchecked, 1 overwritten
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_setloop_forget": (None, (_P, _I32)),
     "bp_setloop_claim": (ctypes.c_int, (_P, _U64, _U64, ctypes.c_int)),
     "bp_setloop_seen": (ctypes.c_int, (_P, _U64, _U64)),
+    "bp_setloop_sequence": (None, (_P, _U64, _U64, _U64)),
     "bp_setloop_offer": (None, (_P, ctypes.c_int, ctypes.c_int, ctypes.c_int64, _U64, ctypes.c_double)),
     "bp_setloop_poll": (None, (_P, ctypes.c_double)),
     "bp_setloop_reset": (None, (_P,)),

@@ -204,18 +204,7 @@ void SetLoop::take(const bp_arrival& arrival, uint64_t ring_id, const uint8_t* d
     }
     const StreamOf& of = it->second;
     const bp_values& v = arrival.values;
-    // a gap in the link's sequence: datagrams the producer could not queue for us (AnnouncementLinks)
-    auto last = last_.find(arrival.link);
-    if (last != last_.end() && last->second.first == ring_id && v.sequence > last->second.second + 1) {
-        Record r{};
-        r.head.kind = BP_REC_GAP;
-        r.head.link = arrival.link;
-        r.head.ring_id = ring_id;
-        r.head.lost = v.sequence - last->second.second - 1;
-        intake_["lost"] += r.head.lost;
-        outbox_.push_back(std::move(r));
-    }
-    last_[arrival.link] = std::make_pair(ring_id, v.sequence);
+    count(arrival.link, ring_id, v.sequence);
     if (!claim_locked(ring_id, v.sequence, SEEN_SIGNAL)) {
         intake_["signal_copies_ignored"] += 1;  // its ROS copy came first
         return;
@@ -252,6 +241,26 @@ void SetLoop::take(const bp_arrival& arrival, uint64_t ring_id, const uint8_t* d
     announcements_[token] = Announcement{ring_id, arrival.template_id, v};
     sync_.add(of.camera, of.stream, stamp, token, static_cast<double>(arrival.arrival_ns) * 1e-9);
     flush();
+}
+
+void SetLoop::sequence(uint64_t link, uint64_t ring_id, uint64_t sequence) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    count(link, ring_id, sequence);
+}
+
+void SetLoop::count(uint64_t link, uint64_t ring_id, uint64_t sequence) {
+    // a gap in the link's sequence: datagrams the producer could not queue for us (AnnouncementLinks)
+    auto last = last_.find(link);
+    if (last != last_.end() && last->second.first == ring_id && sequence > last->second.second + 1) {
+        Record r{};
+        r.head.kind = BP_REC_GAP;
+        r.head.link = link;
+        r.head.ring_id = ring_id;
+        r.head.lost = sequence - last->second.second - 1;
+        intake_["lost"] += r.head.lost;
+        outbox_.push_back(std::move(r));
+    }
+    last_[link] = std::make_pair(ring_id, sequence);
 }
 
 void SetLoop::drop(const std::string& reason, const std::string& detail, bool intake) {

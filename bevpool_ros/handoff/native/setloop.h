@@ -45,6 +45,7 @@ public:
                   int stream, int dtype);  // dtype: 0 float32, 1 float16, 2 E4M3 codes
     void forget(int32_t template_id);
     bool claim(uint64_t ring_id, uint64_t sequence, int way);  // true: the first copy
+    void sequence(uint64_t link, uint64_t ring_id, uint64_t sequence);  // a raw datagram's, read by Python
     int seen(uint64_t ring_id, uint64_t sequence);
     void offer(int camera, int stream, int64_t stamp, uint64_t token, double now);
     void poll(double now);
@@ -72,6 +73,7 @@ private:
 
     void take(const bp_arrival& arrival, uint64_t ring_id, const uint8_t* data);  // (mutex_ held)
     bool claim_locked(uint64_t ring_id, uint64_t sequence, int way);
+    void count(uint64_t link, uint64_t ring_id, uint64_t sequence);  // gaps (mutex_ held)
     void raw(const bp_arrival& arrival, const uint8_t* data);
     void drop(const std::string& reason, const std::string& detail, bool intake = true);
     void flush();  // the synchroniser's sets, drops and released payloads into the outbox

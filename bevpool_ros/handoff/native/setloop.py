@@ -19,13 +19,13 @@ from ..signal import MAX_DATAGRAM
 from .core import Member, Record, error
 from .templates import ROLES
 
-REC_NONE, REC_SET, REC_DROP, REC_RAW, REC_CLOSED, REC_GAP, REC_RELEASED = range(7)  # bp_record_kind
+REC_SET, REC_DROP, REC_RAW, REC_CLOSED, REC_GAP, REC_RELEASED = range(1, 7)  # bp_record_kind
 DROP_BY_SYNC, DROP_BY_INTAKE = 0, 1  # a REC_DROP's token: whose drop it is
-SEEN_NONE, SEEN_SIGNAL, SEEN_DDS = range(3)
+SEEN_SIGNAL, SEEN_DDS = 1, 2  # bp_setloop_seen; 0: not seen
 WAYS = {"signal": SEEN_SIGNAL, "dds": SEEN_DDS}
 ANNOUNCEMENT = 1 << 63  # BP_TOKEN_ANNOUNCEMENT: a member the loop took from a datagram
 DTYPE_CODES = {"float32": 0, "float16": 1, "float8_e4m3": 2}
-RUN_SHUTDOWN, RUN_RECORDS, RUN_TIMEOUT = range(3)  # bp_setloop_run
+RUN_SHUTDOWN = 0  # bp_setloop_run; 1: records wait, 2: timed out
 POLICIES = {"drop": 0, "zero_fill": 1}
 
 
@@ -114,6 +114,10 @@ class SetLoop:
         way = self.lib.bp_setloop_seen(self.handle, int(ring_id), int(sequence))
         return {SEEN_SIGNAL: "signal", SEEN_DDS: "dds"}.get(way)
 
+    def sequence(self, link_id: int, ring_id: int, sequence: int) -> None:
+        """A raw datagram's ring and sequence (read in Python): the link's gaps are counted on."""
+        self.lib.bp_setloop_sequence(self.handle, int(link_id), int(ring_id), int(sequence))
+
     # --- the synchroniser ------------------------------------------------------------------------
     def offer(self, camera: int, stream: int, stamp_ns: int, token: int, now: float) -> None:
         """A payload Python checked (``token`` < 2**63 names it): it joins the synchroniser."""
@@ -146,8 +150,8 @@ class SetLoop:
 
     # --- the loop ------------------------------------------------------------------------------
     def run(self, timeout_s: float | None = None) -> int:
-        """Wait (GIL released) until records wait (RUN_RECORDS), ``timeout_s`` passed
-        (RUN_TIMEOUT), or ``shutdown`` (RUN_SHUTDOWN). Call from one thread at a time."""
+        """Wait (GIL released) until records wait (1), ``timeout_s`` passed (2), or ``shutdown``
+        (RUN_SHUTDOWN). Call from one thread at a time."""
         ms = -1 if timeout_s is None else max(0, int(timeout_s * 1000))
         rc = self.lib.bp_setloop_run(self.handle, ms)
         if rc < 0:

@@ -34,7 +34,7 @@ class NativeSynchronizer:
         self._index = {c: i for i, c in enumerate(self.cameras)}
         self._payloads: dict[int, object] = {}
         self._tokens = itertools.count(1)
-        self._lock = threading.Lock()  # the records of one drain are handled in order
+        self._lock = threading.Lock()
         self.configure(slop, camera_timeout, missing_policy, min_cameras, max_pending)
 
     def configure(self, slop: float, camera_timeout: float, missing_policy: str, min_cameras: int,
@@ -78,20 +78,22 @@ class NativeSynchronizer:
         self.drain()
 
     def drain(self) -> list[CameraSet]:
-        """Every record the loop queued, in order: drops reported, payloads let go, sets returned."""
+        """Every record the loop queued, in order: drops reported, payloads let go, sets returned.
+        The callbacks run outside the lock: ``on_record`` may offer a payload (and drain again)."""
+        with self._lock:  # the loop's record buffers are this object's
+            records = list(self.loop.records())
         out = []
-        with self._lock:
-            for rec in self.loop.records():
-                kind = rec.head.kind
-                if kind == REC_SET:
-                    out.append(self._camera_set(rec))
-                elif kind == REC_RELEASED:
-                    self._payloads.pop(rec.head.token, None)
-                elif kind == REC_DROP and rec.head.token == DROP_BY_SYNC:
-                    reason, _, detail = rec.data.partition(b"\0")
-                    self._on_drop(reason.decode(), detail.decode(errors="replace"))
-                else:
-                    self._on_record(rec)
+        for rec in records:
+            kind = rec.head.kind
+            if kind == REC_SET:
+                out.append(self._camera_set(rec))
+            elif kind == REC_RELEASED:
+                self._payloads.pop(rec.head.token, None)
+            elif kind == REC_DROP and rec.head.token == DROP_BY_SYNC:
+                reason, _, detail = rec.data.partition(b"\0")
+                self._on_drop(reason.decode(), detail.decode(errors="replace"))
+            else:
+                self._on_record(rec)
         return out
 
     def _camera_set(self, rec) -> CameraSet:
