@@ -160,7 +160,7 @@ def setup():
     cameras = tuple(c.name for c in rig.cameras)
     producer = Producer(rig, 0x2F00_0000_0000_0007)
     node = Node(rig, producer)
-    got = {"drops": [], "sync_drops": [], "sets": [], "inline": []}
+    got = {"drops": [], "sync_drops": [], "sets": [], "inline": [], "version": 0}
 
     def deliver(camera_set, inline):
         got["sets"].append(camera_set)
@@ -169,8 +169,9 @@ def setup():
     intake = SetLoopIntake(lib, TensorHandoff, cameras=cameras, sync_args=SYNC,
                            max_future_s=defaults()["sync.max_future_s"], checks=node.checks,
                            report_drop=lambda r, d: got["drops"].append((r, d)),
-                           sync_dropped=lambda r, d: got["sync_drops"].append((r, d)), deliver=deliver)
-    intake.link(signal_path(producer.socket_path))
+                           sync_dropped=lambda r, d: got["sync_drops"].append((r, d)), deliver=deliver,
+                           rig_version=lambda: got["version"])
+    intake.connect(signal_path(producer.socket_path))
     intake.watch(producer.ring_id, producer.control.block.words.ctypes.data, RING_SIZE)
     deadline = time.monotonic() + 5
     while producer.server.consumers < 1 and time.monotonic() < deadline:
@@ -257,3 +258,77 @@ def test_the_core_takes_drops_and_assembles_what_the_python_twin_does(setup):
     counts = intake.loop.counts()
     assert counts["intake_signal_first"] == len(sent) - 1 and counts["intake_dds_first"] == 1
     assert counts["intake_signal_copies_ignored"] == 1
+
+
+def test_the_watchdog_names_a_set_loop_stuck_in_python(setup):
+    """The loop's thread is idle while blocked in the core; handling what it handed over (here a set
+    whose delivery hangs) for longer than the watchdog's timeout is a stall, named with its stack."""
+    import threading
+    from types import SimpleNamespace
+
+    from bevpool_ros.ros.liveness import Watchdog
+
+    rig, cameras, producer, node, intake, got = setup
+    release = threading.Event()
+    intake.deliver = lambda camera_set, inline: release.wait(10.0)
+    watchdog = Watchdog(SimpleNamespace(handoff_thread=intake, worker=None), timeout_s=0.3, backstop=False)
+
+    def judged_after(seconds: float) -> str:
+        time.sleep(seconds)
+        watchdog.beat()  # the executor is fine
+        return watchdog.stuck(time.monotonic())
+
+    try:
+        assert judged_after(0.5) == ""  # blocked in the core: idle, never stuck
+        stamp = time.time_ns() - 1_000_000_000
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, stamp)
+        assert wait_for(lambda: intake.busy_since is not None)
+        line = judged_after(0.5)
+        assert line.startswith("hand-off set loop made no progress for") and "test_handoff_setloop.py" in line, line
+    finally:
+        release.set()
+    assert wait_for(lambda: intake.busy_since is None)
+
+
+def test_the_loop_stops_and_starts_again_keeping_its_links_and_templates(setup):
+    """A lifecycle deactivation stops the thread (the loop and its links stay); activated again, the
+    next set is read by the templates learnt before."""
+    rig, cameras, producer, node, intake, got = setup
+
+    def one_set(stamp):
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, stamp)
+
+    t0 = time.time_ns() - 5_000_000_000
+    one_set(t0)
+    assert wait_for(lambda: len(got["sets"]) == 1)
+    intake.stop()
+    assert intake.thread is None
+    intake.start()
+    one_set(t0 + 100_000_000)
+    assert wait_for(lambda: len(got["sets"]) == 2), got
+    assert intake.raw == 12 and got["drops"] == []  # only the first set's datagrams were raw
+
+
+def test_a_calibration_change_has_every_stream_checked_in_full_again(setup):
+    """The templates were checked against the old rig: after a new calibration version each stream's
+    next datagram is raw again (checked in Python, learnt anew)."""
+    rig, cameras, producer, node, intake, got = setup
+    t0 = time.time_ns() - 5_000_000_000
+    for k in range(3):
+        if k == 2:
+            got["version"] += 1
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, t0 + k * 100_000_000)
+        assert wait_for(lambda: len(got["sets"]) == k + 1), got
+    # set 1 raw (learnt), set 2 by the templates; the set that completes after the change makes the
+    # loop let its templates go: the next set's datagrams are raw once more
+    for cam in cameras:
+        for stream in STREAMS:
+            producer.announce(cam, stream, t0 + 300_000_000)
+    assert wait_for(lambda: len(got["sets"]) == 4), got
+    assert intake.raw == 24 and got["drops"] == []

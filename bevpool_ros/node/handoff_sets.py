@@ -48,15 +48,46 @@ class Unopened(NamedTuple):
     detail: str
 
 
+class IntakeLink:
+    """One producer's signal socket linked to the loop (what signal.SignalClient is to the Python
+    twin, for handoff.announcements.AnnouncementLinks): ``connected``, ``close()``."""
+
+    def __init__(self, intake: "SetLoopIntake", link_id: int, on_closed, on_gap):
+        self.intake, self.id = intake, link_id
+        self.on_closed, self.on_gap = on_closed, on_gap
+        self._closed = threading.Event()
+
+    @property
+    def connected(self) -> bool:
+        return not self._closed.is_set()
+
+    def closed(self) -> None:
+        if not self._closed.is_set():
+            try:
+                self.on_closed()
+            finally:
+                self._closed.set()
+
+    def close(self) -> None:
+        """Unlink; returns once its ``on_closed`` ran (2 s at most), unless the loop's thread asks."""
+        self.intake.loop.unlink(self.id)
+        if self.intake.thread is not None and threading.current_thread() is not self.intake.thread:
+            self._closed.wait(2.0)
+
+
 class SetLoopIntake:
     def __init__(self, lib, msg_type, *, cameras, sync_args, max_future_s: float, checks: Checks,
-                 report_drop: Callable, sync_dropped: Callable, deliver: Callable, on_link_closed=None):
+                 report_drop: Callable, sync_dropped: Callable, deliver: Callable,
+                 rig_version: Callable = lambda: 0):
         """``sync_args``: CameraSetSynchronizer's (slop, camera_timeout, policy, min_cameras,
         max_pending); ``report_drop(reason, detail)``: the node's drop counter; ``sync_dropped``: the
-        synchroniser's; ``deliver(camera_set, inline)``: where complete sets go."""
+        synchroniser's; ``deliver(camera_set, inline)``: where complete sets go; ``rig_version()``:
+        the calibration's version (a new one: the templates, checked against the old rig, go)."""
         self.msg_type, self.cameras = msg_type, tuple(cameras)
+        self.rig_version = rig_version
+        self._version = rig_version()
         self.checks, self.report_drop, self.deliver = checks, report_drop, deliver
-        self.on_link_closed = on_link_closed or (lambda link: None)
+        self._links: dict[int, IntakeLink] = {}
         self.loop = SetLoop(lib, self.cameras)
         self.sync = NativeSynchronizer(lib, self.cameras, *sync_args, on_drop=sync_dropped, resolve=self._open,
                                        on_record=self._on_record, loop=self.loop)
@@ -67,6 +98,7 @@ class SetLoopIntake:
         self._lock = threading.Lock()
         self.lost = self.raw = 0
         self.thread: threading.Thread | None = None
+        self.busy_since: float | None = None  # monotonic, while Python handles what the loop handed over
         self._stopping = False
 
     # --- configuration (the node's thread) ---------------------------------------------------------
@@ -75,10 +107,16 @@ class SetLoopIntake:
         difference (0 on the system clock; sim time: the simulation's)."""
         self.loop.checks(self._max_future_s, clock_ns - time.time_ns())
 
-    def link(self, signal_socket: str) -> int:
-        return self.loop.link(signal_socket)
+    def connect(self, signal_socket: str, *, on_closed=None, on_gap=None, timeout: float = 2.0) -> IntakeLink:
+        """Link a producer's signal socket (OSError when nobody listens there). ``on_closed()``: it
+        closed; ``on_gap(ring_id, lost)``: ``lost`` datagrams of that ring never came."""
+        link_id = self.loop.link(signal_socket, timeout)
+        link = self._links[link_id] = IntakeLink(self, link_id, on_closed or (lambda: None),
+                                                 on_gap or (lambda ring_id, lost: None))
+        return link
 
     def watch(self, ring_id: int, control_address: int, ring_size: int) -> None:
+        """The loop checks the slots of this mapped ring (datagrams of a ring not watched: raw)."""
         self.loop.watch(ring_id, control_address, ring_size)
 
     def forget_ring(self, ring_id: int) -> None:
@@ -92,15 +130,17 @@ class SetLoopIntake:
         self.loop.unwatch(ring_id)
 
     def forget_templates(self) -> None:
-        """A calibration change: every stream's next datagram is checked in full again."""
+        """A calibration change: every stream's next datagram is checked in full again. (Their
+        Python twins stay until their ring goes: members taken before still open by them.)"""
         with self._lock:
             for tid in self._templates:
                 self.loop.forget(tid)
-            self._templates.clear()
             self._learnt.clear()
 
     # --- the thread --------------------------------------------------------------------------------
     def start(self) -> None:
+        """(again after ``stop``: a lifecycle activation)"""
+        self._stopping = False
         self.thread = threading.Thread(target=self._run, name="bevpool-handoff-sets", daemon=True)
         self.thread.start()
 
@@ -108,17 +148,34 @@ class SetLoopIntake:
         while not self._stopping:
             if self.loop.run(RUN_TIMEOUT_S) == RUN_SHUTDOWN:
                 break
-            for camera_set in self.sync.drain():
-                self._deliver(camera_set, inline=True)
+            self.busy_since = time.monotonic()
+            try:
+                for camera_set in self.sync.drain():
+                    self._deliver(camera_set, inline=True)
+                if self.rig_version() != self._version:
+                    self._version = self.rig_version()
+                    self.forget_templates()
+            except Exception as e:  # a callback's bug must not end every link's wake-up
+                self.report_drop("internal_error", f"hand-off set loop: {type(e).__name__}: {e}")
+            finally:
+                self.busy_since = None
+
+    @property
+    def thread_ident(self) -> int | None:
+        thread = self.thread
+        return thread.ident if thread is not None else None
 
     def stop(self, timeout: float = 2.0) -> None:
+        """The thread ends (joined); ``start`` may run it again."""
         self._stopping = True
-        self.loop.shutdown()
+        self.loop.wake()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout)
+        self.thread = None
 
     def close(self) -> None:
         self.stop()
+        self.loop.shutdown()
         self.loop.close()
 
     # --- the two ways in ---------------------------------------------------------------------------
@@ -141,8 +198,13 @@ class SetLoopIntake:
             self._on_raw(rec.data, rec.head.link, rec.head.first_arrival)
         elif kind == REC_GAP:
             self.lost += rec.head.lost
+            link = self._links.get(rec.head.link)
+            if link is not None:
+                link.on_gap(rec.head.ring_id, rec.head.lost)
         elif kind == REC_CLOSED:
-            self.on_link_closed(rec.head.link)
+            link = self._links.pop(rec.head.link, None)
+            if link is not None:
+                link.closed()
 
     def _on_raw(self, data: bytes, link: int, arrival: float) -> None:
         from rclpy.serialization import deserialize_message
@@ -203,6 +265,9 @@ class SetLoopIntake:
             return Unopened(e.reason, f"{msg.camera}/{msg.stream} (hand-off): {e.detail}")
 
     def _deliver(self, camera_set, inline: bool) -> None:
+        """``inline``: pooled in this thread when the pooling thread is idle, and only in the loop's
+        (a set the executor's own offer drained goes to the pooling thread, as the Python path's)."""
+        inline = inline and threading.current_thread() is self.thread
         for streams in camera_set.frames.values():
             for _, payload in streams.values():
                 if isinstance(payload, Unopened):

@@ -117,7 +117,6 @@ class Inputs:
         self.depth_images = depth_images  # camera -> converter, for depth cameras only
         self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
         self._backend, self._deliver = backend, deliver
-        self.sync = CameraSetSynchronizer(cameras, *self.sync_args(), on_drop=report.sync_dropped)
         self.lock = threading.Lock()
         self.subs: list = []                       # CameraInfo, message_filters' subscriptions
         self.readers = RenewableReaders(node)      # the tensor subscriptions of the built-in sync
@@ -130,7 +129,12 @@ class Inputs:
         self.handoff = None
         if cfg["input.handoff"] != "none":
             self.handoff = HandoffInputs(node, cfg=cfg, cameras=cameras, calibration=calibration, report=report,
-                                         check_stamp=self.check_stamp, wait_for_worker=wait_for_worker)
+                                         check_stamp=self.check_stamp, wait_for_worker=wait_for_worker,
+                                         sync_args=self.sync_args(), deliver=self.submit)
+        # one synchroniser: where the hand-off core's set loop takes the announcements, it is the loop's
+        intake = self.handoff.intake if self.handoff is not None else None
+        self.sync = intake.sync if intake is not None else CameraSetSynchronizer(
+            cameras, *self.sync_args(), on_drop=report.sync_dropped)
         if cfg["input.handoff"] == "only":  # a node that cannot map rings would receive nothing
             self.handoff.open_reader()
             if self.handoff.unavailable:

@@ -177,6 +177,7 @@ BP_EXPORT int bp_setloop_next(void* l, bp_record* record, bp_member* members, ui
                               uint32_t data_capacity) {
     return loop(l)->next(record, members, capacity, data, data_capacity) ? 1 : 0;
 }
+BP_EXPORT void bp_setloop_wake(void* l) { loop(l)->wake(); }
 BP_EXPORT void bp_setloop_shutdown(void* l) { loop(l)->shutdown(); }
 BP_EXPORT int bp_setloop_counts(void* l, char* out, uint32_t capacity) {
     std::string s = loop(l)->counts();

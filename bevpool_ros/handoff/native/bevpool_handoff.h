@@ -162,7 +162,9 @@ void bp_setloop_sequence(void* loop, uint64_t link, uint64_t ring_id, uint64_t s
 void bp_setloop_offer(void* loop, int camera, int stream, int64_t stamp, uint64_t token, double now);
 void bp_setloop_poll(void* loop, double now);
 void bp_setloop_reset(void* loop);
-int bp_setloop_run(void* loop, int timeout_ms);  // 1: records wait (bp_setloop_next); 0: shut down
+int bp_setloop_run(void* loop, int timeout_ms);  // 1: records wait (bp_setloop_next); 2: timed out or
+                                                // woken; 0: shut down
+void bp_setloop_wake(void* loop);                // a thread in bp_setloop_run returns (2)
 int bp_setloop_next(void* loop, bp_record* record, bp_member* members, uint32_t capacity, uint8_t* data,
                     uint32_t data_capacity);  // 1: a record; 0: none
 void bp_setloop_shutdown(void* loop);

@@ -119,6 +119,7 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_setloop_reset": (None, (_P,)),
     "bp_setloop_run": (ctypes.c_int, (_P, ctypes.c_int)),
     "bp_setloop_next": (ctypes.c_int, (_P, ctypes.POINTER(Record), ctypes.POINTER(Member), _U32, _P, _U32)),
+    "bp_setloop_wake": (None, (_P,)),
     "bp_setloop_shutdown": (None, (_P,)),
     "bp_setloop_counts": (ctypes.c_int, (_P, _P, _U32)),
     "bp_setloop_state": (ctypes.c_int64, (_P, ctypes.c_int)),

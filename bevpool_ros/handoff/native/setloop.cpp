@@ -124,6 +124,14 @@ void SetLoop::reset() {
     flush();
 }
 
+void SetLoop::wake() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        woken_ = true;
+    }
+    waiter_.interrupt();
+}
+
 void SetLoop::shutdown() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -150,6 +158,10 @@ int SetLoop::run(int timeout_ms) {
             std::lock_guard<std::mutex> lock(mutex_);
             if (shutdown_) return 0;
             if (!outbox_.empty()) return 1;
+            if (woken_) {
+                woken_ = false;
+                return 2;
+            }
             int remaining = timeout_ms < 0 ? -1 : static_cast<int>(std::ceil((end - monotonic_s()) * 1e3));
             if (timeout_ms >= 0 && remaining <= 0) return 2;
             wait = wait_ms(remaining < 0 && timeout_ms >= 0 ? 0 : remaining);

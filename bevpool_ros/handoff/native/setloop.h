@@ -52,6 +52,7 @@ public:
     void reset();
     int run(int timeout_ms);
     bool next(bp_record* record, bp_member* members, uint32_t capacity, uint8_t* data, uint32_t data_capacity);
+    void wake();  // run() returns (2) now, once
     void shutdown();
     std::string counts();
     int64_t state(int what);
@@ -95,6 +96,7 @@ private:
     double max_future_s_ = 1.0;
     int64_t clock_offset_ns_ = 0;
     bool shutdown_ = false;
+    bool woken_ = false;
 };
 
 }  // namespace bevpool

@@ -167,6 +167,10 @@ class SetLoop:
             raw = data.raw[:head.count] if head.kind in (REC_DROP, REC_RAW) else b""
             yield LoopRecord(head, [Member.from_buffer_copy(members[i]) for i in range(n)], raw)
 
+    def wake(self) -> None:
+        """A thread in ``run`` returns now (2), once."""
+        self.lib.bp_setloop_wake(self.handle)
+
     def shutdown(self) -> None:
         """``run`` returns RUN_SHUTDOWN, now and from then on."""
         self.lib.bp_setloop_shutdown(self.handle)
