@@ -288,10 +288,16 @@ class HandoffInputs:
         lost = f", {links.lost} datagram(s) lost" if links.lost else ""
         filtered = (f"ROS copies filtered on {links.filtered} topic(s)" if not links.filter_error
                     else "ROS copies not filtered")
-        t = links.templates
+        if self.intake is not None:
+            raw, c = self.intake.raw, self.intake.loop.counts()
+            taken = c.get("intake_signal_first", 0) + c.get("intake_signal_copies_ignored", 0)
+            read = f"set loop in the core, datagrams read by template {taken - raw} of {taken}"
+        else:
+            t = links.templates
+            read = f"datagrams read by template {t.hits} of {t.hits + t.misses}"
         return (f"{self.mode}, {rings} producer ring(s) mapped, {links.connected} signal link(s), "
                 f"first arrival: signal {links.first_by['signal']}, dds {links.first_by['dds']}"
-                f"{lost}, {filtered}, datagrams read by template {t.hits} of {t.hits + t.misses}")[:240]
+                f"{lost}, {filtered}, {read}")[:240]
 
     def close(self) -> None:
         self.unsubscribe()
