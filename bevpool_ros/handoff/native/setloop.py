@@ -11,11 +11,10 @@ hands over as a drop record with the same reason and text.
 from __future__ import annotations
 
 import ctypes
-import socket
 from collections import Counter
 from typing import NamedTuple
 
-from ..signal import MAX_DATAGRAM
+from ..signal import MAX_DATAGRAM, connect
 from .core import Member, Record, error
 from .templates import ROLES
 
@@ -63,13 +62,7 @@ class SetLoop:
 
     def link(self, path: str, timeout: float = 2.0) -> int:
         """Link the signal socket at ``path`` (OSError when no producer listens there); its id."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-        except OSError:
-            sock.close()
-            raise
+        sock = connect(path, timeout)
         link_id = ctypes.c_uint64()
         if self.lib.bp_setloop_link(self.handle, sock.detach(), ctypes.byref(link_id)) != 0:
             raise OSError(error(self.lib, "signal socket not linked"))
