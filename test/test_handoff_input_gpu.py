@@ -209,13 +209,18 @@ class Producer:
                 self.proc.wait(5)
 
 
-@pytest.fixture(scope="module")
-def graph():
+@pytest.fixture(scope="module", params=["python", "core"])
+def graph(request):
+    """The node with its intake in Python (BEVPOOL_NATIVE=0) and in the hand-off core's set loop:
+    every test below runs through both."""
     from ros_harness import RosGraph
 
-    g = RosGraph({"backend": "cuda", "precision": "fp16", "diagnostics.period_s": 0.1,
-                  "sync.camera_timeout_s": 0.3, "input.qos_reliability": "reliable",
-                  "output.gpu_handoff": True, "log_throttle_s": 0.5})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BEVPOOL_NATIVE", "0" if request.param == "python" else "1")
+        g = RosGraph({"backend": "cuda", "precision": "fp16", "diagnostics.period_s": 0.1,
+                      "sync.camera_timeout_s": 0.3, "input.qos_reliability": "reliable",
+                      "output.gpu_handoff": True, "log_throttle_s": 0.5})
+    g.intake = request.param
     yield g
     assert g.close() == 0
 
@@ -294,6 +299,10 @@ def test_announcements_also_arrive_over_the_signal_socket(graph, producer):
     def by_template(d):  # the producer's datagrams are read through learnt templates (cdr_template.py)
         m = re.search(r"datagrams read by template (\d+) of (\d+)", d.get("input_handoff", ""))
         return bool(m) and int(m.group(1)) > 0 and int(m.group(1)) >= int(m.group(2)) // 2
+    # read in the core's set loop exactly when the node runs it
+    in_core = graph.intake == "core"
+    d = graph.diagnostics_where(lambda d: ("set loop in the core" in d.get("input_handoff", "")) == in_core, 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
     # the node learns one template per set, after it (12 streams here): sets keep coming until the
     # templates carry most datagrams (and the ring stays mapped: an idle one is let go)
     for _ in range(60):
