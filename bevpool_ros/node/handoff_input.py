@@ -116,6 +116,7 @@ class HandoffInputs:
         self.links = None                        # handoff.announcements.AnnouncementLinks
         self._lock = threading.Lock()            # the executor and the signal threads
         self.intake = self._set_loop(sync_args, deliver) if deliver is not None else None
+        self._watched: set[int] = set()  # ring ids the set loop checks
 
     def _set_loop(self, sync_args: tuple, deliver: Callable):
         """The core's set loop (node/handoff_sets.py) where the core loads, else None: the Python path."""
@@ -220,8 +221,6 @@ class HandoffInputs:
                 self.check_stamp(stamp_ns)
                 check_announcement(msg, camera, stream, self.calibration.rig, self.cfg, self.boot)
                 view = self.open(msg)
-                if self.intake is not None:  # the set loop checks this ring's slots from now on
-                    self._watch(msg.socket_path)
             except TensorError as e:
                 self.report.drop(e.reason, f"{camera}/{stream} (hand-off): {e.detail}")
                 return
@@ -242,20 +241,25 @@ class HandoffInputs:
             raise TensorError("handoff_unavailable", self.unavailable)
         self._last_named[msg.socket_path] = time.monotonic()
         try:
-            return self.reader.open(msg, wait=False)
+            view = self.reader.open(msg, wait=False)
         except HandoffOverwritten as e:
             raise TensorError("handoff_overwritten", str(e)) from None
         except (HandoffError, FdPassError, RingError, OSError, RuntimeError) as e:
             self._last_named.pop(msg.socket_path, None)  # nothing kept: retried on the next one
             raise TensorError("handoff_refused", f"{type(e).__name__}: {e}") from None
+        if self.intake is not None and int(msg.ring_id) not in self._watched:
+            self._watch(msg.socket_path)  # the set loop checks this ring's slots from now on
+        return view
 
     def _watch(self, socket_path: str) -> None:
         ring = self.reader.ring(socket_path)
         if ring is not None:
             self.intake.watch(ring.ring_id, ring.control.block.words.ctypes.data, ring.ring_size)
+            self._watched.add(ring.ring_id)
 
     def _unwatch(self, ring) -> None:
         """(reader.unmapping) Before a ring is unmapped: the loop lets it go."""
+        self._watched.discard(ring.ring_id)
         self.intake.forget_ring(ring.ring_id)
 
     def sweep(self) -> None:
