@@ -81,7 +81,7 @@ class HandoffView:
 
     def __init__(self, reader: "HandoffReader", ring: _MappedRing, msg, dtype: np.dtype):
         self._reader, self._ring = reader, ring
-        self.slot, self.sequence = int(msg.slot), int(msg.sequence)
+        self.ring_id, self.slot, self.sequence = ring.ring_id, int(msg.slot), int(msg.sequence)
         self.shape = tuple(int(s) for s in msg.shape)
         self.dtype = dtype
         self.nbytes = int(msg.nbytes)

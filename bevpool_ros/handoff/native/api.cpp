@@ -1,4 +1,5 @@
 // The C ABI (bevpool_handoff.h) over the core's classes: handles are the objects' addresses.
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -7,6 +8,7 @@
 #include "cuda_driver.h"
 #include "error.h"
 #include "fanout.h"
+#include "launcher.h"
 #include "ring.h"
 #include "setloop.h"
 #include "templates.h"
@@ -26,6 +28,12 @@ Fanout* fan(void* p) { return static_cast<Fanout*>(p); }
 Ring* ring(void* p) { return static_cast<Ring*>(p); }
 Waiter* waiter(void* p) { return static_cast<Waiter*>(p); }
 SetLoop* loop(void* p) { return static_cast<SetLoop*>(p); }
+Launcher* launcher(void* p) { return static_cast<Launcher*>(p); }
+std::vector<std::array<uint8_t, 64>> handles_of(const uint8_t* data, uint32_t count) {
+    std::vector<std::array<uint8_t, 64>> out(count);
+    for (uint32_t i = 0; i < count; ++i) std::memcpy(out[i].data(), data + 64 * i, 64);
+    return out;
+}
 thread_local std::string text;  // what bp_setloop_configure returns, until the thread's next call
 }  // namespace
 
@@ -40,6 +48,7 @@ BP_EXPORT uint32_t bp_sizeof(int what) {
         case 2: return sizeof(bp_arrival);
         case 3: return sizeof(bp_record);
         case 4: return sizeof(bp_member);
+        case 5: return sizeof(bp_launch);
         default: return 0;
     }
 }
@@ -186,5 +195,35 @@ BP_EXPORT int bp_setloop_counts(void* l, char* out, uint32_t capacity) {
     return static_cast<int>(s.size());
 }
 BP_EXPORT int64_t bp_setloop_state(void* l, int what) { return loop(l)->state(what); }
+
+BP_EXPORT void* bp_launcher_new(uint64_t context, uint64_t stream, uint64_t flags, uint64_t grid, uint64_t grid_bytes,
+                                void* output_ring, void* templates, int32_t template_id, const uint8_t* slot_handles,
+                                uint32_t ring_size, void* fanout) {
+    LauncherConfig c{reinterpret_cast<void*>(context), reinterpret_cast<void*>(stream),
+                     reinterpret_cast<const volatile uint32_t*>(flags), grid, grid_bytes, ring(output_ring),
+                     store(templates), template_id, slot_handles, ring_size, fan(fanout)};
+    return new Launcher(c);
+}
+BP_EXPORT void bp_launcher_free(void* l) { delete launcher(l); }
+BP_EXPORT void bp_launcher_ring(void* l, uint64_t ring_id, const int64_t* control_words, uint32_t ring_size,
+                                uint32_t event_count, const uint8_t* event_handles, const uint64_t* events) {
+    std::vector<void*> evs(event_count);
+    for (uint32_t i = 0; i < event_count; ++i) evs[i] = reinterpret_cast<void*>(events[i]);
+    launcher(l)->ring(ring_id, control_words, ring_size, handles_of(event_handles, event_count), std::move(evs));
+}
+BP_EXPORT void bp_launcher_unring(void* l, uint64_t ring_id) { launcher(l)->unring(ring_id); }
+BP_EXPORT void bp_launcher_remember(void* l, const uint64_t* key, uint32_t words, uint64_t graph_exec) {
+    launcher(l)->remember(std::vector<uint64_t>(key, key + words), reinterpret_cast<void*>(graph_exec));
+}
+BP_EXPORT void bp_launcher_forget(void* l, const uint64_t* key, uint32_t words) {
+    launcher(l)->forget(std::vector<uint64_t>(key, key + words));
+}
+BP_EXPORT void bp_launcher_forget_all(void* l) { launcher(l)->forget_all(); }
+BP_EXPORT int bp_launcher_launch(void* l, const bp_member* members, uint32_t count, int32_t sec, uint32_t nanosec,
+                                 bp_launch* result, uint8_t* out, uint32_t capacity) {
+    return launcher(l)->launch(members, count, sec, nanosec, result, out, capacity);
+}
+BP_EXPORT void bp_launcher_hold(void* l) { launcher(l)->hold(); }
+BP_EXPORT void bp_launcher_release(void* l) { launcher(l)->release(); }
 
 }  // extern "C"

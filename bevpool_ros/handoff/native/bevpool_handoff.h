@@ -95,9 +95,31 @@ typedef struct {
 
 #define BP_TOKEN_ANNOUNCEMENT (1ull << 63)
 
+// what bp_launcher_launch did with a set
+enum bp_launch_result {
+    BP_LAUNCH_DONE,              // pooled, its grid in the output ring and announced (`length` bytes)
+    BP_LAUNCH_MISS,              // no graph for its slots (or a ring it does not know): nothing enqueued
+    BP_LAUNCH_NONFINITE_INPUT,   // the flag word: NaN/Inf (or beyond FP16) in the inputs; not announced
+    BP_LAUNCH_NONFINITE_OUTPUT,  // NaN/Inf in the grid; not announced
+    BP_LAUNCH_OVERWRITTEN,       // tensor `member` was overwritten while read; not announced
+};
+
+typedef struct {
+    int32_t result;       // bp_launch_result
+    uint32_t flags;       // the flag word
+    uint32_t slot;        // the output ring's slot and sequence the grid went to
+    uint32_t length;      // BP_LAUNCH_DONE: the announcement's bytes in the caller's buffer
+    uint64_t sequence;
+    int32_t member;       // BP_LAUNCH_OVERWRITTEN: which
+    uint32_t pad;
+    int64_t launched_ns;  // CLOCK_MONOTONIC: the first driver call, the host wait's end
+    int64_t done_ns;
+} bp_launch;
+
 int bp_abi_version(void);
 const char* bp_source_digest(void);
-uint32_t bp_sizeof(int what);  // 0: bp_values, 1: bp_item, 2: bp_arrival, 3: bp_record, 4: bp_member
+uint32_t bp_sizeof(int what);  // 0: bp_values, 1: bp_item, 2: bp_arrival, 3: bp_record, 4: bp_member,
+                               // 5: bp_launch
                                // (the ctypes mirrors are checked against it)
 const char* bp_last_error(void);
 int bp_driver_available(void);  // 1: libcuda.so.1 loaded (else bp_last_error says why)
@@ -171,6 +193,22 @@ void bp_setloop_shutdown(void* loop);
 // counters as text lines "<name> <value>" (the synchroniser's counts, missing_<camera>, the intake's)
 int bp_setloop_counts(void* loop, char* out, uint32_t capacity);
 int64_t bp_setloop_state(void* loop, int what);  // 0 pending sets, 1 held messages, 2 epoch
+
+// a set's device work and its grid's hand-off (launcher.h); `flags`: the page-locked flag word
+void* bp_launcher_new(uint64_t context, uint64_t stream, uint64_t flags, uint64_t grid, uint64_t grid_bytes, void* ring,
+                      void* templates, int32_t template_id, const uint8_t* slot_handles, uint32_t ring_size,
+                      void* fanout);
+void bp_launcher_free(void* launcher);
+void bp_launcher_ring(void* launcher, uint64_t ring_id, const int64_t* control_words, uint32_t ring_size,
+                      uint32_t event_count, const uint8_t* event_handles, const uint64_t* events);
+void bp_launcher_unring(void* launcher, uint64_t ring_id);
+void bp_launcher_remember(void* launcher, const uint64_t* key, uint32_t words, uint64_t graph_exec);
+void bp_launcher_forget(void* launcher, const uint64_t* key, uint32_t words);
+void bp_launcher_forget_all(void* launcher);
+int bp_launcher_launch(void* launcher, const bp_member* members, uint32_t count, int32_t sec, uint32_t nanosec,
+                       bp_launch* result, uint8_t* out, uint32_t capacity);
+void bp_launcher_hold(void* launcher);     // Python pools a set on the same buffers meanwhile
+void bp_launcher_release(void* launcher);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,13 @@ class Member(ctypes.Structure):
                 ("pad", ctypes.c_uint32), ("values", Values)]
 
 
+class Launch(ctypes.Structure):
+    """bp_launch: what bp_launcher_launch did with a set (bp_launch_result)."""
+    _fields_ = [("result", ctypes.c_int32), ("flags", ctypes.c_uint32), ("slot", ctypes.c_uint32),
+                ("length", ctypes.c_uint32), ("sequence", ctypes.c_uint64), ("member", ctypes.c_int32),
+                ("pad", ctypes.c_uint32), ("launched_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64)]
+
+
 _P, _U8P, _U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_uint64)
 _I32, _U32, _U64, _I64P = ctypes.c_int32, ctypes.c_uint32, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)
 PROTOTYPES = {  # name: (result, arguments)
@@ -123,6 +130,17 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_setloop_shutdown": (None, (_P,)),
     "bp_setloop_counts": (ctypes.c_int, (_P, _P, _U32)),
     "bp_setloop_state": (ctypes.c_int64, (_P, ctypes.c_int)),
+    "bp_launcher_new": (_P, (_U64, _U64, _U64, _U64, _U64, _P, _P, _I32, ctypes.c_char_p, _U32, _P)),
+    "bp_launcher_free": (None, (_P,)),
+    "bp_launcher_ring": (None, (_P, _U64, _I64P, _U32, _U32, ctypes.c_char_p, _U64P)),
+    "bp_launcher_unring": (None, (_P, _U64)),
+    "bp_launcher_remember": (None, (_P, _U64P, _U32, _U64)),
+    "bp_launcher_forget": (None, (_P, _U64P, _U32)),
+    "bp_launcher_forget_all": (None, (_P,)),
+    "bp_launcher_launch": (ctypes.c_int, (_P, ctypes.POINTER(Member), _U32, _I32, _U32, ctypes.POINTER(Launch), _P,
+                                          _U32)),
+    "bp_launcher_hold": (None, (_P,)),
+    "bp_launcher_release": (None, (_P,)),
 }
 
 _state: dict = {}  # "lib": the loaded library or None, "why": why not, "warned"
@@ -147,7 +165,7 @@ def load(folder: Path = build.HERE):
     want = build.digest(Path(folder))
     if want and lib.bp_source_digest().decode() != want:
         return None, f"{path.name} was built from other sources (python -m bevpool_ros.handoff.native.build)"
-    structs = (Values, Item, Arrival, Record, Member)
+    structs = (Values, Item, Arrival, Record, Member, Launch)
     sizes = [lib.bp_sizeof(i) for i in range(len(structs))]
     if sizes != [ctypes.sizeof(s) for s in structs]:
         return None, f"{path.name} lays its structs out otherwise ({sizes} bytes): rebuild it"

@@ -29,7 +29,7 @@ std::string py_repr(double v) {
     if (exponent < -4 || exponent >= 16) {  // float_repr_style: scientific, at least two exponent digits
         out += ds.substr(0, 1);
         if (ds.size() > 1) out += "." + ds.substr(1);
-        char ex[8];
+        char ex[16];
         std::snprintf(ex, sizeof(ex), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
         return out + ex;
     }
