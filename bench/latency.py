@@ -415,7 +415,7 @@ def run_pipeline(args) -> dict:
         params[key] = value
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
-    node_env = dict(os.environ, PYTHONUNBUFFERED="1")
+    node_env = dict(os.environ, PYTHONUNBUFFERED="1", BEVPOOL_NATIVE=args.native)  # its set loop too
     if args.split:  # the node's timeline (bench/trace_hooks): its arrivals and publishes per set
         node_env.update(TIMELINE_DIR=str(work / "timeline"), PYTHONPATH=os.pathsep.join(
             [str(ROOT / "bench" / "trace_hooks"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -430,9 +430,11 @@ def run_pipeline(args) -> dict:
             print(log.read()[-4000:], file=sys.stderr)
             raise SystemExit(f"no {args.transport} grid publisher reached the subscriber "
                              f"in {READY_TIMEOUT_S:g} s (node log above)")
+        cpu_before = cpu_seconds(node.pid)
         pub = _child("publisher", args, str(work / "pub.json"), log)
         pub.wait(args.frames / args.rate * 3 + 120)
         time.sleep(DRAIN_S)  # grids still in flight reach the subscriber
+        cpu_after = cpu_seconds(node.pid)
         (work / "sub.json.stop").touch()
         sub.wait(30)
     finally:
@@ -449,7 +451,24 @@ def run_pipeline(args) -> dict:
     timelines = sorted((work / "timeline").glob("timeline_*.json")) if args.split else []
     return {"sent": dict(pubrec["sent"]), "first": dict(pubrec.get("first", [])), "sub": subrec, "pub": pubrec,
             "node_rc": node_rc, "log_tail": log_tail,
+            "node_cpu_s": None if None in (cpu_before, cpu_after) else cpu_after - cpu_before,
             "timeline": json.loads(timelines[-1].read_text()) if timelines else None}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time process ``pid`` used so far (/proc/<pid>/stat), in seconds; None: gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def node_cpu_per_set(run: dict, received: int) -> float | None:
+    """The node's CPU time (user + sys) per received set, in ms, over the publisher's run and the
+    drain: everything the node did meanwhile (its timers and executor too), so an upper bound."""
+    cpu = run.get("node_cpu_s")
+    return None if cpu is None or not received else cpu * 1e3 / received
 
 
 def split_sets(run: dict, measured) -> dict:
@@ -528,6 +547,8 @@ def render_md(res: dict) -> str:
         f"{r['gpu_device_p99_ms']:.3f} |",
         f"| its wait for the GPU (submitted -> done, minus the above) | {r['gpu_wait_p50_ms']:.3f} | | "
         f"{r['gpu_wait_p99_ms']:.3f} |",
+        f"| the node's CPU time per set (user + sys, /proc; all its threads) | "
+        f"{_ms(r['node_cpu_ms_per_set'])} | | |",
         "",
         f"GPU load: {r['gpu_load']}" + (f" (another process, {r['gpu_load_steps_per_s']:.1f} steps/s)"
                                         if r.get("gpu_load_steps_per_s") else "") + f"; MPS: {r['mps']}.",
@@ -547,16 +568,20 @@ def render_md(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _ms(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def handoff_stages_md(r: dict) -> str:
     def cell(name):
         p50, p99 = r.get(f"{name}_p50_ms"), r.get(f"{name}_p99_ms")
         return "n/a (--split)" if p50 is None else f"{p50:.3f} / {p99:.3f}"
     impl = {True: "the hand-off core", False: "the Python path", None: "?"}
     return (f"Hand-off stages (p50 / p99 ms; publisher: {impl[r.get('native_publisher')]}, subscriber: "
-            f"{impl[r.get('native_subscriber')]}, node: the Python path): producer enqueue -> announcements sent "
-            f"{cell('producer_sent')}, -> ROS copies published {cell('producer_published')}; consumer wake-up "
-            f"(node's datagram sent -> read off the socket) {cell('consumer_wakeup')}; consumer read (-> on_grid, "
-            f"grid waited for) {cell('consumer_read')}.")
+            f"{impl[r.get('native_subscriber')]}, node's intake: {impl[r.get('native_node')]}): producer enqueue "
+            f"-> announcements sent {cell('producer_sent')}, -> ROS copies published {cell('producer_published')}; "
+            f"consumer wake-up (node's datagram sent -> read off the socket) {cell('consumer_wakeup')}; "
+            f"consumer read (-> on_grid, grid waited for) {cell('consumer_read')}.")
 
 
 def write_results(prefix: Path, res: dict, md: str, rows_file: str | None, row: dict,
@@ -740,6 +765,8 @@ def main(argv=None) -> int:
            "gpu_device_p50_ms": f("gpu_device_p50_ms"), "gpu_device_p99_ms": f("gpu_device_p99_ms"),
            "gpu_wait_p50_ms": f("gpu_wait_p50_ms"), "gpu_wait_p99_ms": f("gpu_wait_p99_ms"),
            "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param), **load_fields(args, load),
+           "node_cpu_ms_per_set": node_cpu_per_set(run, len(sub["received"])),
+           "native_node": "set loop in the core" in d.get("input_handoff", ""),
            **handoff_stage_fields(args, run, measured)}
     res = {
         "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,

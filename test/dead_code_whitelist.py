@@ -55,3 +55,5 @@ _.shipped_data
 # rclpy's CallbackGroup interface, called by rclpy's executors (ros/subscription_thread.py)
 _.beginning_execution
 _.ending_execution
+# read by name by the watchdog (ros/liveness.py: getattr, a node may have no hand-off set loop)
+_.handoff_thread

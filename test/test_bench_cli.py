@@ -99,3 +99,6 @@ def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     parts = split["to_node"]["50"] + split["node"]["50"] + split["to_consumer"]["50"]
     assert abs(parts - res["e2e_ms"]["50"]) <= 0.5 * res["e2e_ms"]["50"], (parts, res["e2e_ms"])
     assert "Split per set" in out.with_suffix(".md").read_text()
+    # the node's CPU time per set, from /proc: something, and less than a set's period
+    assert 0 < row["node_cpu_ms_per_set"] < 100, row["node_cpu_ms_per_set"]
+    assert "the node's CPU time per set" in out.with_suffix(".md").read_text()

@@ -118,7 +118,8 @@ def test_cpu_backend_downloads_device_payloads(smap):
 
 # --- the ROS graph: producer process -> bevpool_node -> this process ----------------------------------
 PRODUCER = textwrap.dedent("""
-    # commands on stdin, one per line: "<stamp> <camera,camera,...> [overwrite]"; "ok" per line
+    # commands on stdin, one per line: "<stamp> <camera,camera,...> [overwrite|nan]"; "ok" per line
+    # (nan: the first camera's features hold a NaN)
     import sys
     import numpy as np
     import rclpy
@@ -148,11 +149,17 @@ PRODUCER = textwrap.dedent("""
                 "data": (buf.ptr, False), "version": 3, "strides": None, "stream": None}
 
     views = {k: View(*v) for k, v in tensors.items()}
+    first = (rig.cameras[0].name, "feat")
+    bad = tensors[first][1].copy()
+    bad[0, 0, 0] = np.nan
+    bad_buf = DeviceBuffer(bad.nbytes)
+    check(api().cuMemcpyHtoD(bad_buf.ptr, bad.ctypes.data, bad.nbytes), "cuMemcpyHtoD")
+    nan_view = View(bad_buf, bad)
     print("ready", pub.handing_off, flush=True)
     for line in sys.stdin:
         words = line.split()
         stamp, cameras = int(words[0]), words[1].split(",")
-        if len(words) > 2:  # overwrite: every slot is claimed again before the announcements go
+        if words[2:] == ["overwrite"]:  # every slot is claimed again before the announcements go
             held = [(cam, s, pub.producer.publish(views[(cam, s)]))
                     for cam in cameras for s in ("depth", "feat")]
             for _ in range(pub.producer.ring.ring_size):
@@ -165,8 +172,8 @@ PRODUCER = textwrap.dedent("""
         else:
             for cam in cameras:
                 for s in ("depth", "feat"):
-                    pub.publish(cam, s, views[(cam, s)], stamp,
-                                layout="DHW" if s == "depth" else "HWC")
+                    view = nan_view if words[2:] == ["nan"] and (cam, s) == first else views[(cam, s)]
+                    pub.publish(cam, s, view, stamp, layout="DHW" if s == "depth" else "HWC")
         rclpy.spin_once(node, timeout_sec=0.0)
         print("ok", flush=True)
     pub.close()
@@ -194,8 +201,11 @@ class Producer:
                 return line
             seen.append(line)
 
-    def send(self, stamp: int, cameras, overwrite: bool = False) -> None:
-        self.proc.stdin.write(f"{stamp} {','.join(cameras)}{' overwrite' if overwrite else ''}\n")
+    def send(self, stamp: int, cameras, overwrite: bool = False, nan: bool = False) -> None:
+        """``overwrite``: every slot claimed again before the announcements go; ``nan``: the first
+        camera's features hold a NaN."""
+        word = " overwrite" if overwrite else " nan" if nan else ""
+        self.proc.stdin.write(f"{stamp} {','.join(cameras)}{word}\n")
         self.proc.stdin.flush()
         self._expect("ok")
 
@@ -209,13 +219,18 @@ class Producer:
                 self.proc.wait(5)
 
 
-@pytest.fixture(scope="module")
-def graph():
+@pytest.fixture(scope="module", params=["python", "core"])
+def graph(request):
+    """The node with its intake in Python (BEVPOOL_NATIVE=0) and in the hand-off core's set loop:
+    every test below runs through both."""
     from ros_harness import RosGraph
 
-    g = RosGraph({"backend": "cuda", "precision": "fp16", "diagnostics.period_s": 0.1,
-                  "sync.camera_timeout_s": 0.3, "input.qos_reliability": "reliable",
-                  "output.gpu_handoff": True, "log_throttle_s": 0.5})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("BEVPOOL_NATIVE", "0" if request.param == "python" else "1")
+        g = RosGraph({"backend": "cuda", "precision": "fp16", "diagnostics.period_s": 0.1,
+                      "sync.camera_timeout_s": 0.3, "input.qos_reliability": "reliable",
+                      "output.gpu_handoff": True, "log_throttle_s": 0.5})
+    g.intake = request.param
     yield g
     assert g.close() == 0
 
@@ -294,6 +309,10 @@ def test_announcements_also_arrive_over_the_signal_socket(graph, producer):
     def by_template(d):  # the producer's datagrams are read through learnt templates (cdr_template.py)
         m = re.search(r"datagrams read by template (\d+) of (\d+)", d.get("input_handoff", ""))
         return bool(m) and int(m.group(1)) > 0 and int(m.group(1)) >= int(m.group(2)) // 2
+    # read in the core's set loop exactly when the node runs it
+    in_core = graph.intake == "core"
+    d = graph.diagnostics_where(lambda d: ("set loop in the core" in d.get("input_handoff", "")) == in_core, 10.0)
+    assert d, (graph.diagnostics_where(lambda d: True) or {}).get("input_handoff")
     # the node learns one template per set, after it (12 streams here): sets keep coming until the
     # templates carry most datagrams (and the ring stays mapped: an idle one is let go)
     for _ in range(60):
@@ -433,3 +452,168 @@ def test_bev_handoff_subscriber_takes_the_grids_over_the_signal_link(graph, rig_
     finally:
         sub.close()
         producer.stop()
+
+
+# --- the core's launch of a set (handoff/native/launcher.py) against the backend's own pooling -------
+def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, producer, rig_path, reference):
+    """The producer process's tensors read here (HandoffReader): the cuda backend pools each set in
+    Python (the twin) and shares its graphs with the core's launcher; a set whose slots it has a graph
+    for is launched by the core: its grid lands in the output ring (slots poisoned with NaN) bit for
+    bit as the backend's own, within the FP64 reference's tolerance, and its BevHandoff datagram
+    reaches a linked consumer naming the ring's slot, sequence and the set's stamp. A slot
+    combination without a graph is a miss (nothing enqueued, nothing announced); a set whose tensors
+    were overwritten since is launched but not announced."""
+    import ctypes
+
+    from bevpool_msgs.msg import BevHandoff, TensorHandoff
+    from rclpy.serialization import deserialize_message
+    from std_msgs.msg import Header
+
+    from bevpool_ros.backends import NonFiniteInput
+    from bevpool_ros.backends.cuda import CudaBackend
+    from bevpool_ros.cameras.sync import CameraSet
+    from bevpool_ros.device.driver import api, check
+    from bevpool_ros.handoff.cdr_template import CdrTemplate
+    from bevpool_ros.handoff.message import handoff_msg
+    from bevpool_ros.handoff.native import launcher as launch
+    from bevpool_ros.handoff.native.core import Member, Values, library
+    from bevpool_ros.handoff.native.setloop import ANNOUNCEMENT
+    from bevpool_ros.handoff.producer import HandoffRing, Written
+    from bevpool_ros.handoff.reader import HandoffReader
+    from bevpool_ros.handoff.signal import SignalClient, signal_path
+    from bevpool_ros.io.bev_message import stamp_to_ns
+    from bevpool_ros.node.handoff_input import handoff_topics
+    from bevpool_ros.node.handoff_launch import SharedGraphs, member_key, set_key
+    from bevpool_ros.params.table import defaults
+    from bevpool_ros.rig_yaml import load_rig
+    from bevpool_ros.scatter_map import build_scatter_map
+    from bevpool_ros.tolerance import error_ratio
+
+    if graph.intake == "python":
+        pytest.skip("the launcher does not depend on the node's intake: run once")
+    lib = library()
+    assert lib is not None, "the hand-off core is missing beside a GPU"
+    rig = load_rig(rig_path)
+    names = [c.name for c in rig.cameras]
+    got: dict = {}
+
+    def on_announcement(m):
+        got.setdefault(stamp_to_ns(m.header.stamp), {})[(m.camera, m.stream)] = m
+    subs = [graph.con.create_subscription(TensorHandoff, topic, on_announcement, 50)
+            for topic in handoff_topics(defaults(), names).values()]
+
+    def announced(stamp, nan=False):
+        """One set handed off by the producer: its announcements, cameras in rig order, depth then feat."""
+        producer.send(stamp, names, nan=nan)
+        assert graph.spin_until(lambda: len(got.get(stamp, {})) == 2 * len(names), 10.0), got.get(stamp)
+        return [got[stamp][(cam, s)] for cam in names for s in ("depth", "feat")]
+
+    def members(msgs):
+        out = []
+        for i, m in enumerate(msgs):
+            v = Values(sec=m.header.stamp.sec, nanosec=m.header.stamp.nanosec, slot=m.slot, scale=m.scale,
+                       sequence=m.sequence)
+            ctypes.memmove(v.event_handle, bytes(m.event_handle), 64)
+            out.append(Member(camera=i // 2, stream=i % 2, stamp=stamp_to_ns(m.header.stamp), token=ANNOUNCEMENT,
+                              ring_id=m.ring_id, template_id=-1, values=v))
+        return out
+
+    reader = HandoffReader(0)
+    be = CudaBackend("fp16")
+    be.prepare(build_scatter_map(rig))
+    run = be.device_input_run()
+    out_dtype = np.dtype(np.float16)
+    flags_ptr, grid_ptr, grid_bytes = run.targets(out_dtype)
+    ring = HandoffRing(be.rt.device, grid_bytes, 4, native=True)
+    be.rt.device.make_current()
+    poison = np.full(grid_bytes // 2, np.nan, np.float16)
+    for b in ring.buffers:
+        check(api().cuMemcpyHtoD(b.ptr, poison.ctypes.data, grid_bytes), "cuMemcpyHtoD")
+    header = Header()
+    header.frame_id = "ego"
+    shape = tuple(run.smap.bev_shape)
+    first = handoff_msg(header, rig, ring, Written(0, 1, ring.event_handles[0]), shape, out_dtype, "cuda", "fp16")
+    launcher = launch.NativeLauncher(lib, context=int(be.rt.device.ctx), stream=int(be.rt.stream.handle),
+                                     flags_ptr=flags_ptr, grid_ptr=grid_ptr, grid_bytes=grid_bytes,
+                                     output=ring.native, template_id=ring.native.templates.add(CdrTemplate(first)))
+    shared = SharedGraphs(launcher, run)
+    datagrams: list = []
+    client = SignalClient(signal_path(ring.socket_path), datagrams.append)
+    try:
+        assert graph.spin_until(lambda: ring.signal.consumers == 1, 5.0)
+
+        def python_pool(msgs):
+            """The twin: views opened, pooled by the backend (the launcher held meanwhile), graph shared."""
+            views = [reader.open(m, wait=False) for m in msgs]
+            mapped = reader.ring(msgs[0].socket_path)
+            launcher.ring(mapped.ring_id, mapped.control.block.words.ctypes.data, mapped.ring_size,
+                          {h: int(e.event) for h, e in mapped.events.items()})
+            host = np.full(shape, np.nan, out_dtype)  # poisoned: every cell is written
+            with launcher.held():
+                be.pool_cameras([(views[2 * i], views[2 * i + 1]) for i in range(len(names))], out=host)
+            frames = {cam: {"depth": (0, views[2 * i]), "feat": (0, views[2 * i + 1])} for i, cam in enumerate(names)}
+            shared.after_set(set_key(CameraSet(frames, tuple(names), (), 0.0, 0.0, True), names))
+            return host
+
+        # the producer's ring cycles through three sets' slots: a combination's second set is captured
+        # (and shared), its third is the core's
+        earlier, shared_keys = {}, set()
+        for _ in range(12):
+            stamp = graph.next_stamp()
+            msgs = announced(stamp)
+            key = member_key(members(msgs))
+            if key in shared_keys:
+                break
+            earlier.setdefault(key, msgs)
+            python_pool(msgs)
+            if run.device.last_graph is not None:
+                shared_keys.add(key)
+        assert key in shared_keys, "no slot combination came back"
+        result, data = launcher.launch(members(msgs), stamp)
+        assert result.result == launch.DONE, result.result
+        grid = np.empty(shape, out_dtype)
+        be.rt.device.make_current()
+        check(api().cuMemcpyDtoH(grid.ctypes.data, ring.buffers[result.slot].ptr, grid_bytes), "cuMemcpyDtoH")
+        twin = python_pool(msgs)
+        assert np.array_equal(grid.view(np.uint16), twin.view(np.uint16))  # one graph: the same bits
+        assert error_ratio(grid.astype(np.float32), reference, "fp16") <= 1.0
+        assert graph.spin_until(lambda: datagrams, 5.0) and datagrams == [data]
+        msg = deserialize_message(data, BevHandoff)
+        assert (msg.ring_id, msg.slot, msg.sequence) == (ring.ring_id, result.slot, result.sequence)
+        assert stamp_to_ns(msg.header.stamp) == stamp and bytes(msg.event_handle) == ring.event_handles[result.slot]
+        published = ring.control.block.published
+
+        # slots in another order: no graph of the backend's for them
+        missed, _ = launcher.launch(members(msgs)[::-1], stamp)
+        assert missed.result == launch.MISS and ring.control.block.published == published
+        # the first set of that combination: its tensors were overwritten by the later ones
+        old, _ = launcher.launch(members(earlier[key]), stamp)
+        assert launch.DROPS[old.result] == "handoff_overwritten" and old.member == 0
+        # a NaN in a camera's features: flagged on the device, not announced (the backend raises it)
+        for _ in range(6):
+            stamp = graph.next_stamp()
+            msgs = announced(stamp, nan=True)
+            key = member_key(members(msgs))
+            if key in shared_keys:
+                break
+            with pytest.raises(NonFiniteInput):
+                python_pool(msgs)
+            shared.after_set(key)  # its graph replayed before the flags were read
+            if run.device.last_graph is not None:
+                shared_keys.add(key)
+        assert key in shared_keys, "no slot combination came back"
+        flagged, _ = launcher.launch(members(msgs), stamp)
+        assert launch.DROPS[flagged.result] == "non_finite" and flagged.flags & 1
+        graph.spin_until(lambda: len(datagrams) > 1, 0.5)
+        assert datagrams == [data]  # none of them was announced
+    finally:
+        client.close()
+        for mapped_path in reader.socket_paths:  # before the reader unmaps the producer's ring
+            launcher.unring(reader.ring(mapped_path).ring_id)
+        shared.close()
+        launcher.close()
+        ring.close()
+        be.close()
+        reader.close()
+        for sub in subs:
+            graph.con.destroy_subscription(sub)

@@ -85,7 +85,7 @@ def test_without_a_compiler_the_build_says_so_in_one_line(tmp_path):
 
 def test_the_structs_are_laid_out_as_the_library_lays_them():
     lib = lib_or_skip()
-    assert [lib.bp_sizeof(i) for i in range(3)] == [88, 56, 120]
+    assert [lib.bp_sizeof(i) for i in range(6)] == [88, 56, 120, 72, 128, 48]
     assert lib.bp_abi_version() == core.ABI_VERSION and lib.bp_source_digest().decode() == build.digest()
 
 
@@ -151,3 +151,34 @@ def test_without_a_driver_a_copy_is_refused_with_why():
     finally:
         ring.close()
         block.close()
+
+
+def test_a_set_the_launcher_has_no_graph_or_ring_for_is_a_miss_with_nothing_enqueued():
+    """The launcher (launcher.cpp) takes only a set whose producer rings it knows and whose slots the
+    backend left a graph for; any other set is Python's, before a driver call (none here)."""
+    from bevpool_ros.handoff.native.core import Member, Values
+    from bevpool_ros.handoff.native.launcher import MISS, NativeLauncher
+    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.ring import SharedControlBlock
+
+    lib = lib_or_skip()
+    output, producer = SharedControlBlock.create(5, 2), SharedControlBlock.create(6, 4)
+    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
+    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
+                              template_id=-1)
+    members = [Member(camera=0, stream=k, ring_id=6, values=Values(slot=k, sequence=k + 1)) for k in range(2)]
+    for k, m in enumerate(members):
+        m.values.event_handle[:] = bytes([10 + k]) * 64
+    try:
+        assert launcher.launch(members, 1)[0].result == MISS  # a ring it does not know
+        launcher.ring(6, producer.block.words.ctypes.data, 4, {bytes([10 + k]) * 64: 0x1000 + k for k in range(4)})
+        assert launcher.launch(members, 1)[0].result == MISS  # no graph for slots (6, 0), (6, 1)
+        launcher.remember([(6, 0), (6, 1)], 0x2000)
+        launcher.forget([(6, 0), (6, 1)])  # the backend destroyed it
+        result, data = launcher.launch(members, 1)
+        assert result.result == MISS and data == b"" and output.block.published == 0
+    finally:
+        launcher.close()
+        ring.close()
+        output.close()
+        producer.close()

@@ -43,7 +43,8 @@ FILTER = "ring_id <> %0"  # DDS content filter (SQL subset): every ring but the 
 
 class AnnouncementLinks:
     def __init__(self, node, msg_type, deliver, *, accepts=lambda msg: True, on_bad=None, log=None,
-                 one_at_a_time: bool = True, defer=None, native: bool | None = False, wait_events=None):
+                 one_at_a_time: bool = True, defer=None, native: bool | None = False, wait_events=None,
+                 intake=None):
         """``deliver(msg, way, arrival)`` gets the first copy of each announcement (``way``
         "signal" or "dds", ``arrival`` a perf_counter time), from the signal thread or the
         executor; one call at a time unless ``one_at_a_time`` is False (a caller with locks of its
@@ -55,7 +56,10 @@ class AnnouncementLinks:
         ``native``: datagrams read in the hand-off core (True, False, or None: as BEVPOOL_NATIVE
         says). ``wait_events`` (not None): the core checks each datagram of a ring given to ``watch``
         before its delivery (the seqlock; with True also the host wait on its event), and
-        ``deliver`` gets a fourth argument: True when that was done (the Python twin: False)."""
+        ``deliver`` gets a fourth argument: True when that was done (the Python twin: False).
+        ``intake``: bevpool_node's set loop (node/handoff_sets.SetLoopIntake), which takes the linked
+        rings' datagrams itself: links are made there, the one "seen" record of both ways is its,
+        and its gaps lift the filters; this class keeps the ROS copies and the content filters."""
         self.node, self.msg_type = node, msg_type
         self._deliver, self._accepts = deliver, accepts
         self._on_bad = on_bad or (lambda detail: None)
@@ -67,7 +71,7 @@ class AnnouncementLinks:
         self._links: dict[str, _Link | None] = {}  # socket path -> link (None: no signal socket)
         self._filters: dict = {}  # subscription -> (socket path, ring id) its copies are dropped for
         self._lift: set = set()   # subscriptions whose filter goes (applied by the executor)
-        self.first_by: Counter = Counter()
+        self._first_by: Counter = Counter()
         self.lost = 0             # datagrams the producer could not queue for us
         self.ignored = 0          # datagrams of tensors this consumer does not take
         self.unreadable = 0       # datagrams that are no announcement of this type
@@ -78,7 +82,8 @@ class AnnouncementLinks:
         self._lift_scheduled = False
         self._checks = wait_events is not None
         self._waiter = None  # native.waiter.SignalWaiter: the core's wake-up, or the Python twin's links
-        lib = use_native(native)
+        self._intake = intake
+        lib = use_native(native) if intake is None else None
         if lib is not None:
             from .native.waiter import SignalWaiter
 
@@ -98,9 +103,7 @@ class AnnouncementLinks:
             if self._closed:
                 return
             self.ros_copies += 1
-            first = self._seen.get(key)
-            if first is None:
-                self._remember(key, "dds")
+            first = self._first(key, "dds")
             refilter = first == "signal" and self._should_filter(subscription, msg)
         if refilter:
             self._filter(subscription, msg.socket_path, int(msg.ring_id))
@@ -109,6 +112,8 @@ class AnnouncementLinks:
 
     def signalled(self, msg) -> bool:
         """``msg``'s announcement already came over a signal socket: this ROS copy is one to drop."""
+        if self._intake is not None:
+            return self._intake.signalled(msg)
         with self._lock:
             return self._seen.get((msg.socket_path, int(msg.ring_id), int(msg.sequence))) == "signal"
 
@@ -153,17 +158,31 @@ class AnnouncementLinks:
             if not self._accepts(msg):
                 self.ignored += 1
                 return
-            first = self._seen.get(key)
-            if first is None:
-                self._remember(key, "signal")
+            first = self._first(key, "signal")
         if first != "dds":
             self._hand_over(msg, "signal", arrival, waited)
 
-    def _remember(self, key, way: str) -> None:
-        self._seen[key] = way
-        self.first_by[way] += 1
-        while len(self._seen) > SEEN_KEPT:
-            self._seen.popitem(last=False)
+    def _first(self, key, way: str) -> str | None:
+        """(lock held) How announcement ``key`` came first, or None: this copy (by ``way``) is the
+        first, and remembered."""
+        if self._intake is not None:
+            loop = self._intake.loop
+            return None if loop.claim(key[1], key[2], way) else loop.seen(key[1], key[2]) or way
+        first = self._seen.get(key)
+        if first is None:
+            self._seen[key] = way
+            self._first_by[way] += 1
+            while len(self._seen) > SEEN_KEPT:
+                self._seen.popitem(last=False)
+        return first
+
+    @property
+    def first_by(self) -> Counter:
+        """Announcements by the way their first copy came ("signal", "dds")."""
+        if self._intake is None:
+            return self._first_by
+        counts = self._intake.loop.counts()
+        return Counter({way: counts.get(f"intake_{way}_first", 0) for way in ("signal", "dds")})
 
     def _hand_over(self, msg, way: str, arrival: float, waited: bool) -> None:
         with self._delivering:
@@ -185,7 +204,10 @@ class AnnouncementLinks:
         link = _Link()
         on_closed = functools.partial(self._on_closed, socket_path, link)
         try:
-            if self._waiter is not None:
+            if self._intake is not None:
+                link.client = self._intake.connect(signal_path(socket_path), on_closed=on_closed,
+                                                   on_gap=functools.partial(self._on_gap, socket_path, link))
+            elif self._waiter is not None:
                 link.client = self._waiter.connect(signal_path(socket_path),
                                                    on_values=functools.partial(self._on_read, socket_path),
                                                    on_raw=functools.partial(self._on_datagram, socket_path),
@@ -211,6 +233,13 @@ class AnnouncementLinks:
             if self._links.get(socket_path) is link:
                 self._links.pop(socket_path)
             self._lift_ring(socket_path, None)
+
+    def _on_gap(self, socket_path: str, link: "_Link", ring_id: int, lost: int) -> None:
+        """(the intake's thread) ``lost`` datagrams of ``ring_id`` never came over this link."""
+        with self._lock:
+            self.lost += lost
+            link.lost_some()
+            self._lift_ring(socket_path, ring_id)
 
     def forget(self, socket_path: str) -> None:
         """The caller unmapped this producer's ring."""
@@ -339,8 +368,12 @@ class _Link:
         self._last[ring_id] = sequence
         self.gap = 0 if last is None else sequence - last - 1
         if self.gap > 0:
-            self._unhealthy_until = time.monotonic() + REFILTER_AFTER_S
+            self.lost_some()
         return self.gap > 0
+
+    def lost_some(self) -> None:
+        """Datagrams were lost: no filter for REFILTER_AFTER_S."""
+        self._unhealthy_until = time.monotonic() + REFILTER_AFTER_S
 
     def healthy(self) -> bool:
         return (self.client is not None and self.client.connected

@@ -21,7 +21,7 @@ from ..device import dlpack
 from ..device.driver import Device, api, check
 from ..device.tensors import DeviceTensor
 from .fdpass import fetch
-from .ring import RingError, SharedControlBlock
+from .ring import RingError, SharedControlBlock, overwritten_text
 from .vmm import IpcEvent, SharedDeviceMemory, device_uuid
 
 # Tensor.DTYPE_* codes the hand-off publishes
@@ -81,7 +81,7 @@ class HandoffView:
 
     def __init__(self, reader: "HandoffReader", ring: _MappedRing, msg, dtype: np.dtype):
         self._reader, self._ring = reader, ring
-        self.slot, self.sequence = int(msg.slot), int(msg.sequence)
+        self.ring_id, self.slot, self.sequence = ring.ring_id, int(msg.slot), int(msg.sequence)
         self.shape = tuple(int(s) for s in msg.shape)
         self.dtype = dtype
         self.nbytes = int(msg.nbytes)
@@ -165,7 +165,7 @@ class HandoffReader:
             raise HandoffError("the grid does not fit its slot")
         if not ring.control.block.holds(int(msg.slot), int(msg.sequence)):
             self.overwritten += 1
-            raise HandoffOverwritten(f"grid {msg.sequence} in slot {msg.slot} was already overwritten")
+            raise HandoffOverwritten(overwritten_text(msg.slot, msg.sequence))
         view = HandoffView(self, ring, msg, dtype)
         if wait:
             view.wait()

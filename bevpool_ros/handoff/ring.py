@@ -40,6 +40,11 @@ class RingCursor:
         return slot_of(self.sequence, self.ring_size), self.sequence
 
 
+def overwritten_text(slot: int, sequence: int) -> str:
+    """Why a tensor or grid cannot be read any more (the core says the same: setloop.cpp)."""
+    return f"grid {sequence} in slot {slot} was already overwritten"
+
+
 class ControlBlock:
     """``[magic, ring_id, ring_size, published, slot_seq[0] .. slot_seq[N-1]]`` over any buffer."""
 

@@ -114,18 +114,25 @@ class SignalServer:
             pass
 
 
+def connect(path: str, timeout: float = 2.0) -> socket.socket:
+    """A consumer's connected socket to the signal socket at ``path`` (OSError when no producer
+    listens there), still with ``timeout``."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class SignalClient:
     """Consumer side: ``on_datagram(bytes)`` in a thread of its own for every datagram, until
     the producer goes away or ``close``; then ``on_closed()`` (same thread)."""
 
     def __init__(self, path: str, on_datagram, timeout: float = 2.0, on_closed=None):
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock.settimeout(timeout)
-        try:
-            self._sock.connect(path)
-        except OSError:
-            self._sock.close()
-            raise
+        self._sock = connect(path, timeout)
         self._sock.settimeout(None)
         self._on_datagram = on_datagram
         self._on_closed = on_closed or (lambda: None)

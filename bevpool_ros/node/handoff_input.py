@@ -102,7 +102,9 @@ class HandoffInputs:
     waits (bounded) while the pooling thread pools a set."""
 
     def __init__(self, node, *, cfg: dict, cameras: tuple, calibration, report, check_stamp: Callable,
-                 wait_for_worker: Callable):
+                 wait_for_worker: Callable, sync_args: tuple = (), deliver: Callable | None = None):
+        """``sync_args``, ``deliver(camera_set, inline)``: the synchroniser's policy and where its sets
+        go, for the hand-off core's set loop (``intake``), made where the core loads."""
         self.node = node
         self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
         self.check_stamp, self.wait_for_worker = check_stamp, wait_for_worker
@@ -113,6 +115,29 @@ class HandoffInputs:
         self._last_named: dict[str, float] = {}  # socket path -> monotonic time last announced
         self.links = None                        # handoff.announcements.AnnouncementLinks
         self._lock = threading.Lock()            # the executor and the signal threads
+        self.intake = self._set_loop(sync_args, deliver) if deliver is not None else None
+        self._watched: set[int] = set()  # ring ids the set loop checks
+
+    def _set_loop(self, sync_args: tuple, deliver: Callable):
+        """The core's set loop (node/handoff_sets.py) where the core loads, else None: the Python path."""
+        from ..handoff.native.core import use_native
+
+        lib = use_native()
+        if lib is None:
+            return None
+        from bevpool_msgs.msg import TensorHandoff
+
+        from .handoff_sets import Checks, SetLoopIntake
+
+        checks = Checks(self.check_stamp, self.checked, self.open)
+        return SetLoopIntake(lib, TensorHandoff, cameras=self.cameras, sync_args=sync_args,
+                             max_future_s=self.cfg["sync.max_future_s"], checks=checks,
+                             report_drop=self.report.drop, sync_dropped=self.report.sync_dropped, deliver=deliver,
+                             rig_version=lambda: self.calibration.version)
+
+    def checked(self, msg) -> np.dtype:
+        """``msg`` checked against the rig, on the topic its camera and stream name (a datagram)."""
+        return check_announcement(msg, msg.camera, msg.stream, self.calibration.rig, self.cfg, self.boot)
 
     @property
     def mode(self) -> str:
@@ -126,6 +151,8 @@ class HandoffInputs:
             from ..handoff.reader import HandoffReader
 
             self.reader = HandoffReader(0)
+            if self.intake is not None:
+                self.reader.unmapping.append(self._unwatch)
         except Exception as e:  # no driver, no GPU, no cuda-python: one reason, said once
             self.unavailable = f"{type(e).__name__}: {e}"
             self.node.get_logger().warning(f"input hand-off announcements cannot be opened on "
@@ -144,7 +171,11 @@ class HandoffInputs:
             accepts=lambda m: m.camera in self.cameras and m.stream in STREAMS,
             on_bad=lambda detail: self.report.drop("bad_handoff", detail),
             one_at_a_time=False,  # its own locks; a delivery may pool a set (run_or_submit)
-            defer=node.after_set)  # templates learnt after a set, not while the first arrives
+            defer=node.after_set,  # templates learnt after a set, not while the first arrives
+            intake=self.intake)
+        if self.intake is not None:
+            self.intake.set_clock_offset(node.get_clock().now().nanoseconds)
+            self.intake.start()
         for (cam, stream), topic in handoff_topics(self.cfg, self.cameras).items():
             events = self.report.subscription_events(topic)
             sub = node.create_subscription(TensorHandoff, topic, lambda m: None, qos,
@@ -160,6 +191,8 @@ class HandoffInputs:
         if self.links is not None:  # a datagram still arriving joins nothing
             self.links.close()
             self.links = None
+        if self.intake is not None:
+            self.intake.stop()
 
     def on_ros_copy(self, msg, subscription, camera: str, stream: str) -> None:
         """A TensorHandoff from DDS (executor thread), on the topic of ``camera``/``stream``."""
@@ -208,12 +241,26 @@ class HandoffInputs:
             raise TensorError("handoff_unavailable", self.unavailable)
         self._last_named[msg.socket_path] = time.monotonic()
         try:
-            return self.reader.open(msg, wait=False)
+            view = self.reader.open(msg, wait=False)
         except HandoffOverwritten as e:
             raise TensorError("handoff_overwritten", str(e)) from None
         except (HandoffError, FdPassError, RingError, OSError, RuntimeError) as e:
             self._last_named.pop(msg.socket_path, None)  # nothing kept: retried on the next one
             raise TensorError("handoff_refused", f"{type(e).__name__}: {e}") from None
+        if self.intake is not None and int(msg.ring_id) not in self._watched:
+            self._watch(msg.socket_path)  # the set loop checks this ring's slots from now on
+        return view
+
+    def _watch(self, socket_path: str) -> None:
+        ring = self.reader.ring(socket_path)
+        if ring is not None:
+            self.intake.watch(ring.ring_id, ring.control.block.words.ctypes.data, ring.ring_size)
+            self._watched.add(ring.ring_id)
+
+    def _unwatch(self, ring) -> None:
+        """(reader.unmapping) Before a ring is unmapped: the loop lets it go."""
+        self._watched.discard(ring.ring_id)
+        self.intake.forget_ring(ring.ring_id)
 
     def sweep(self) -> None:
         """Unmap the rings of producers that went away (none named them for a while)."""
@@ -245,13 +292,22 @@ class HandoffInputs:
         lost = f", {links.lost} datagram(s) lost" if links.lost else ""
         filtered = (f"ROS copies filtered on {links.filtered} topic(s)" if not links.filter_error
                     else "ROS copies not filtered")
-        t = links.templates
+        if self.intake is not None:
+            raw, c = self.intake.raw, self.intake.loop.counts()
+            taken = c.get("intake_signal_first", 0) + c.get("intake_signal_copies_ignored", 0)
+            read = f"set loop in the core, datagrams read by template {taken - raw} of {taken}"
+        else:
+            t = links.templates
+            read = f"datagrams read by template {t.hits} of {t.hits + t.misses}"
         return (f"{self.mode}, {rings} producer ring(s) mapped, {links.connected} signal link(s), "
                 f"first arrival: signal {links.first_by['signal']}, dds {links.first_by['dds']}"
-                f"{lost}, {filtered}, datagrams read by template {t.hits} of {t.hits + t.misses}")[:240]
+                f"{lost}, {filtered}, {read}")[:240]
 
     def close(self) -> None:
         self.unsubscribe()
         if self.reader is not None:
             self.reader.close()
             self.reader = None
+        if self.intake is not None:
+            self.intake.close()
+            self.intake = None

@@ -92,6 +92,17 @@ def check_tensor(msg, header, stream: str, rig, cfg: dict, backend) -> np.ndarra
     return arr
 
 
+def check_stamp(stamp_ns: int, clock_ns: int, max_future_s: float) -> None:
+    """Stamp 0 (never set) and stamps from the future (beyond ``max_future_s`` ahead of the node's
+    clock, ``clock_ns``) are not capture times. The hand-off core checks the same (setloop.cpp)."""
+    if stamp_ns == 0:
+        raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
+    ahead_s = (stamp_ns - clock_ns) / 1e9
+    if ahead_s > max_future_s:
+        raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
+                          f"clock (sync.max_future_s {max_future_s})")
+
+
 class Inputs:
     """Everything between the input topics and the pooling thread.
 
@@ -106,7 +117,6 @@ class Inputs:
         self.depth_images = depth_images  # camera -> converter, for depth cameras only
         self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
         self._backend, self._deliver = backend, deliver
-        self.sync = CameraSetSynchronizer(cameras, *self.sync_args(), on_drop=report.sync_dropped)
         self.lock = threading.Lock()
         self.subs: list = []                       # CameraInfo, message_filters' subscriptions
         self.readers = RenewableReaders(node)      # the tensor subscriptions of the built-in sync
@@ -119,7 +129,12 @@ class Inputs:
         self.handoff = None
         if cfg["input.handoff"] != "none":
             self.handoff = HandoffInputs(node, cfg=cfg, cameras=cameras, calibration=calibration, report=report,
-                                         check_stamp=self.check_stamp, wait_for_worker=wait_for_worker)
+                                         check_stamp=self.check_stamp, wait_for_worker=wait_for_worker,
+                                         sync_args=self.sync_args(), deliver=self.submit)
+        # one synchroniser: where the hand-off core's set loop takes the announcements, it is the loop's
+        intake = self.handoff.intake if self.handoff is not None else None
+        self.sync = intake.sync if intake is not None else CameraSetSynchronizer(
+            cameras, *self.sync_args(), on_drop=report.sync_dropped)
         if cfg["input.handoff"] == "only":  # a node that cannot map rings would receive nothing
             self.handoff.open_reader()
             if self.handoff.unavailable:
@@ -289,14 +304,7 @@ class Inputs:
 
     # callbacks ------------------------------------------------------------------------------
     def check_stamp(self, stamp_ns: int) -> None:
-        """Stamp 0 (never set) and stamps from the future are not capture times."""
-        if stamp_ns == 0:
-            raise TensorError("stamp_zero", "stamp 0 (the producer never set it)")
-        limit = self.cfg["sync.max_future_s"]
-        ahead_s = (stamp_ns - self.node.get_clock().now().nanoseconds) / 1e9
-        if ahead_s > limit:
-            raise TensorError("stamp_in_future", f"stamp {ahead_s:.3f} s ahead of this node's "
-                              f"clock (sync.max_future_s {limit})")
+        check_stamp(stamp_ns, self.node.get_clock().now().nanoseconds, self.cfg["sync.max_future_s"])
 
     def checked(self, msg, camera: str, stream: str) -> np.ndarray:
         if stream == "depth" and camera in self.depth_images:  # a depth camera's Image -> [D, H, W]

@@ -100,6 +100,12 @@ class BevPoolNode(LifecycleNode):
         """The thread taking the input tensors beside the executor (the watchdog watches it), or None."""
         return getattr(self.inputs, "thread", None)
 
+    @property
+    def handoff_thread(self):
+        """The hand-off core's set loop (handoff_sets.SetLoopIntake; the watchdog watches it), or None."""
+        handoff = getattr(self.inputs, "handoff", None)
+        return getattr(handoff, "intake", None)
+
     def snapshot(self) -> dict:
         return self.report.snapshot()
 

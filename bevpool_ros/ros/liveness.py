@@ -9,7 +9,10 @@ watchdog thread watches
   than that (``PoolingWorker.in_progress``; a calibration change's re-prepare is exempt: a
   TensorRT engine build takes minutes), or the thread gone;
 - the input thread (``node.input_thread``, subscription_thread.py): messages being taken and
-  handled for longer than that.
+  handled for longer than that;
+- the hand-off set loop (``node.handoff_thread``, node/handoff_sets.py): what the core handed to
+  Python (a stream's first announcement, a set, a drop) handled for longer than that; blocked in
+  the core, waiting for datagrams, it is idle.
 On a stall it logs one line naming the thread and where it is (its Python stack, innermost last),
 publishes an ERROR status on /diagnostics (from its own thread, waiting at most 0.5 s for it),
 and exits with EXIT_STUCK.
@@ -211,11 +214,12 @@ class Watchdog:
         if age > self.timeout_s and self._executor_ident not in _long_steps:
             return (f"executor thread made no progress for {age:.1f} s: at "
                     f"{stack_of(self._executor_ident)}")
-        inputs = getattr(self.node, "input_thread", None)
-        since = inputs.busy_since if inputs is not None else None
-        if since is not None and now - max(since, self._watching_since) > self.timeout_s:
-            return (f"input thread made no progress for {now - max(since, self._watching_since):.1f} s: "
-                    f"at {stack_of(inputs.thread_ident)}")
+        for name, attr in (("input thread", "input_thread"), ("hand-off set loop", "handoff_thread")):
+            watched = getattr(self.node, attr, None)
+            since = watched.busy_since if watched is not None else None
+            if since is not None and now - max(since, self._watching_since) > self.timeout_s:
+                return (f"{name} made no progress for {now - max(since, self._watching_since):.1f} s: "
+                        f"at {stack_of(watched.thread_ident)}")
         worker = getattr(self.node, "worker", None)
         if worker is None:
             return ""

@@ -94,7 +94,7 @@ class GpuBackend(Backend):
         device (``device_output()``, frame hooks) and returns None."""
         self._require_map()
         if any_device(cameras):
-            return self._device_inputs().run(cameras, out, host_copy)
+            return self.device_input_run().run(cameras, out, host_copy)
         return self.frame.run(cameras, out)
 
     def warm_device_inputs(self, out: np.ndarray | None = None) -> None:
@@ -105,9 +105,10 @@ class GpuBackend(Backend):
         will name (its dtype picks the grid's)."""
         self._require_map()
         cameras = [(None, None)] * self.smap.depth_shape[0]
-        self._device_inputs().run(cameras, out, host_copy=False, publish=False)
+        self.device_input_run().run(cameras, out, host_copy=False, publish=False)
 
-    def _device_inputs(self):
+    def device_input_run(self):
+        """The device-input path of the prepared frame (device_inputs.DeviceInputRun), made on first use."""
         from .device_inputs import DeviceInputRun
 
         run = self._device_run

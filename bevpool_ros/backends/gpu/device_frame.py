@@ -93,6 +93,9 @@ class DeviceFrame:
         self._scratch = DeviceBuffer(32)
         self._capture = Stream()
         self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
+        self.last_graph: Graph | None = None  # the graph the last enqueue replayed (None: run eagerly)
+        self.last_key: tuple | None = None    # and its key
+        self.on_destroy: list = []  # hook(key, graph) before a graph is destroyed (the hand-off core's launcher)
         self._seen: OrderedDict[tuple, None] = OrderedDict()
         self.graph_replays = 0
         self.eager_frames = 0
@@ -120,7 +123,8 @@ class DeviceFrame:
                 self._capture, lambda s: self._record(s, binding, done, gather, captured=True)
             )
             while len(self._graphs) > GRAPHS_KEPT:
-                self._graphs.popitem(last=False)[1].destroy()
+                self._destroy(*self._graphs.popitem(last=False))
+        self.last_graph, self.last_key = graph, key
         if graph is not None:
             self._graphs.move_to_end(key)
             graph.replay(stream)
@@ -242,9 +246,14 @@ class DeviceFrame:
         blocks = max(1, min(-(-n // _THREADS), self.rt.device.sm_count * 8))
         launch_args(self.rt.module, kernel, (blocks, 1, 1), (_THREADS, 1, 1), args, s)
 
+    def _destroy(self, key, graph: Graph) -> None:
+        for hook in list(self.on_destroy):  # whoever launches it elsewhere lets it go first
+            hook(key, graph)
+        graph.destroy()
+
     def close(self) -> None:
-        for graph in self._graphs.values():
-            graph.destroy()
+        for key, graph in list(self._graphs.items()):
+            self._destroy(key, graph)
         self._graphs.clear()
         for buf in (*self._kin.values(), self._kout, self._scratch):
             buf.free()

@@ -138,6 +138,12 @@ class DeviceInputRun:
         payloads = [np.ascontiguousarray(p, dtype) if isinstance(p, np.ndarray) else p for p in payloads]
         return payloads, dtype, k
 
+    def targets(self, dtype) -> tuple[int, int, int]:
+        """(the page-locked flag word's address, the device grid of ``dtype``, its bytes): what this
+        run's graphs write, for the hand-off core's launcher (handoff/native/launcher.py)."""
+        grid = self._grid(dtype)
+        return self._flags.ptr, grid.ptr, int(np.prod(self.smap.bev_shape)) * np.dtype(dtype).itemsize
+
     def _grid(self, dtype) -> DeviceBuffer:
         dtype = np.dtype(dtype)
         if dtype not in self._grids:

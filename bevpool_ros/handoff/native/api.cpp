@@ -1,11 +1,16 @@
 // The C ABI (bevpool_handoff.h) over the core's classes: handles are the objects' addresses.
+#include <array>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "bevpool_handoff.h"
 #include "cuda_driver.h"
 #include "error.h"
 #include "fanout.h"
+#include "launcher.h"
 #include "ring.h"
+#include "setloop.h"
 #include "templates.h"
 #include "waiter.h"
 
@@ -22,6 +27,14 @@ TemplateStore* store(void* p) { return static_cast<TemplateStore*>(p); }
 Fanout* fan(void* p) { return static_cast<Fanout*>(p); }
 Ring* ring(void* p) { return static_cast<Ring*>(p); }
 Waiter* waiter(void* p) { return static_cast<Waiter*>(p); }
+SetLoop* loop(void* p) { return static_cast<SetLoop*>(p); }
+Launcher* launcher(void* p) { return static_cast<Launcher*>(p); }
+std::vector<std::array<uint8_t, 64>> handles_of(const uint8_t* data, uint32_t count) {
+    std::vector<std::array<uint8_t, 64>> out(count);
+    for (uint32_t i = 0; i < count; ++i) std::memcpy(out[i].data(), data + 64 * i, 64);
+    return out;
+}
+thread_local std::string text;  // what bp_setloop_configure returns, until the thread's next call
 }  // namespace
 
 extern "C" {
@@ -33,6 +46,9 @@ BP_EXPORT uint32_t bp_sizeof(int what) {
         case 0: return sizeof(bp_values);
         case 1: return sizeof(bp_item);
         case 2: return sizeof(bp_arrival);
+        case 3: return sizeof(bp_record);
+        case 4: return sizeof(bp_member);
+        case 5: return sizeof(bp_launch);
         default: return 0;
     }
 }
@@ -108,5 +124,106 @@ BP_EXPORT int bp_waiter_wait(void* w, bp_arrival* arrival, uint8_t* buffer, uint
     return waiter(w)->wait(arrival, buffer, capacity);
 }
 BP_EXPORT void bp_waiter_shutdown(void* w) { waiter(w)->shutdown(); }
+
+BP_EXPORT void* bp_setloop_new(const char* cameras, uint32_t count) {
+    std::vector<std::string> names;
+    std::string all(cameras), name;
+    for (char c : all) {
+        if (c == '\n') {
+            names.push_back(name);
+            name.clear();
+        } else {
+            name += c;
+        }
+    }
+    names.push_back(name);
+    if (names.size() != count || count == 0 || count > 32) {
+        set_error("the set loop takes 1 to 32 named cameras, got " + std::to_string(count));
+        return nullptr;
+    }
+    auto* l = new SetLoop(std::move(names));
+    if (!l->ok()) {
+        delete l;
+        return nullptr;
+    }
+    return l;
+}
+BP_EXPORT void bp_setloop_free(void* l) { delete loop(l); }
+BP_EXPORT const char* bp_setloop_configure(void* l, double slop, double camera_timeout, int policy,
+                                           int min_cameras, int max_pending) {
+    text = loop(l)->configure(slop, camera_timeout, policy, min_cameras, max_pending);
+    return text.c_str();
+}
+BP_EXPORT void bp_setloop_checks(void* l, double max_future_s, int64_t clock_offset_ns) {
+    loop(l)->checks(max_future_s, clock_offset_ns);
+}
+BP_EXPORT int bp_setloop_link(void* l, int fd, uint64_t* link) { return loop(l)->link(fd, link); }
+BP_EXPORT void bp_setloop_unlink(void* l, uint64_t link) { loop(l)->unlink(link); }
+BP_EXPORT int bp_setloop_watch(void* l, uint64_t ring_id, const int64_t* control_words, uint32_t ring_size) {
+    loop(l)->watch(ring_id, control_words, ring_size);
+    return BP_OK;
+}
+BP_EXPORT void bp_setloop_unwatch(void* l, uint64_t ring_id) { loop(l)->unwatch(ring_id); }
+BP_EXPORT int32_t bp_setloop_learn(void* l, const uint8_t* data, uint32_t length, const int32_t* offsets,
+                                   uint64_t ring_id, int camera, int stream, int dtype) {
+    return loop(l)->learn(data, length, offsets, ring_id, camera, stream, dtype);
+}
+BP_EXPORT void bp_setloop_forget(void* l, int32_t template_id) { loop(l)->forget(template_id); }
+BP_EXPORT int bp_setloop_claim(void* l, uint64_t ring_id, uint64_t sequence, int way) {
+    return loop(l)->claim(ring_id, sequence, way) ? 1 : 0;
+}
+BP_EXPORT int bp_setloop_seen(void* l, uint64_t ring_id, uint64_t sequence) { return loop(l)->seen(ring_id, sequence); }
+BP_EXPORT void bp_setloop_sequence(void* l, uint64_t link, uint64_t ring_id, uint64_t sequence) {
+    loop(l)->sequence(link, ring_id, sequence);
+}
+BP_EXPORT void bp_setloop_offer(void* l, int camera, int stream, int64_t stamp, uint64_t token, double now) {
+    loop(l)->offer(camera, stream, stamp, token, now);
+}
+BP_EXPORT void bp_setloop_poll(void* l, double now) { loop(l)->poll(now); }
+BP_EXPORT void bp_setloop_reset(void* l) { loop(l)->reset(); }
+BP_EXPORT int bp_setloop_run(void* l, int timeout_ms) { return loop(l)->run(timeout_ms); }
+BP_EXPORT int bp_setloop_next(void* l, bp_record* record, bp_member* members, uint32_t capacity, uint8_t* data,
+                              uint32_t data_capacity) {
+    return loop(l)->next(record, members, capacity, data, data_capacity) ? 1 : 0;
+}
+BP_EXPORT void bp_setloop_wake(void* l) { loop(l)->wake(); }
+BP_EXPORT void bp_setloop_shutdown(void* l) { loop(l)->shutdown(); }
+BP_EXPORT int bp_setloop_counts(void* l, char* out, uint32_t capacity) {
+    std::string s = loop(l)->counts();
+    if (s.size() + 1 > capacity) return -static_cast<int>(s.size() + 1);
+    std::memcpy(out, s.c_str(), s.size() + 1);
+    return static_cast<int>(s.size());
+}
+BP_EXPORT int64_t bp_setloop_state(void* l, int what) { return loop(l)->state(what); }
+
+BP_EXPORT void* bp_launcher_new(uint64_t context, uint64_t stream, uint64_t flags, uint64_t grid, uint64_t grid_bytes,
+                                void* output_ring, void* templates, int32_t template_id, const uint8_t* slot_handles,
+                                uint32_t ring_size, void* fanout) {
+    LauncherConfig c{reinterpret_cast<void*>(context), reinterpret_cast<void*>(stream),
+                     reinterpret_cast<const volatile uint32_t*>(flags), grid, grid_bytes, ring(output_ring),
+                     store(templates), template_id, slot_handles, ring_size, fan(fanout)};
+    return new Launcher(c);
+}
+BP_EXPORT void bp_launcher_free(void* l) { delete launcher(l); }
+BP_EXPORT void bp_launcher_ring(void* l, uint64_t ring_id, const int64_t* control_words, uint32_t ring_size,
+                                uint32_t event_count, const uint8_t* event_handles, const uint64_t* events) {
+    std::vector<void*> evs(event_count);
+    for (uint32_t i = 0; i < event_count; ++i) evs[i] = reinterpret_cast<void*>(events[i]);
+    launcher(l)->ring(ring_id, control_words, ring_size, handles_of(event_handles, event_count), std::move(evs));
+}
+BP_EXPORT void bp_launcher_unring(void* l, uint64_t ring_id) { launcher(l)->unring(ring_id); }
+BP_EXPORT void bp_launcher_remember(void* l, const uint64_t* key, uint32_t words, uint64_t graph_exec) {
+    launcher(l)->remember(std::vector<uint64_t>(key, key + words), reinterpret_cast<void*>(graph_exec));
+}
+BP_EXPORT void bp_launcher_forget(void* l, const uint64_t* key, uint32_t words) {
+    launcher(l)->forget(std::vector<uint64_t>(key, key + words));
+}
+BP_EXPORT void bp_launcher_forget_all(void* l) { launcher(l)->forget_all(); }
+BP_EXPORT int bp_launcher_launch(void* l, const bp_member* members, uint32_t count, int32_t sec, uint32_t nanosec,
+                                 bp_launch* result, uint8_t* out, uint32_t capacity) {
+    return launcher(l)->launch(members, count, sec, nanosec, result, out, capacity);
+}
+BP_EXPORT void bp_launcher_hold(void* l) { launcher(l)->hold(); }
+BP_EXPORT void bp_launcher_release(void* l) { launcher(l)->release(); }
 
 }  // extern "C"

@@ -18,7 +18,7 @@ from . import build
 
 ENV = "BEVPOOL_NATIVE"
 DEFAULT_MODE = "off"  # opt-in until the GPU suite has run the core's copies, events and waits
-ABI_VERSION = 1  # bevpool_handoff.h BP_ABI_VERSION
+ABI_VERSION = 2  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
 WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
 READY = 2  # bp_check: the slot held the announced tensor (and its event was waited for); 0 unchecked, 1 overwritten
@@ -50,6 +50,28 @@ class Arrival(ctypes.Structure):
     _fields_ = [("link", ctypes.c_uint64), ("arrival_ns", ctypes.c_int64), ("length", ctypes.c_uint32),
                 ("template_id", ctypes.c_int32), ("check", ctypes.c_int32), ("pad", ctypes.c_uint32),
                 ("values", Values)]
+
+
+class Record(ctypes.Structure):
+    """bp_record: one thing the set loop hands to Python (bp_record_kind)."""
+    _fields_ = [("kind", ctypes.c_int32), ("count", ctypes.c_uint32), ("link", ctypes.c_uint64),
+                ("token", ctypes.c_uint64), ("lost", ctypes.c_uint64), ("ring_id", ctypes.c_uint64),
+                ("epoch", ctypes.c_int64), ("first_arrival", ctypes.c_double), ("last_arrival", ctypes.c_double),
+                ("complete", ctypes.c_uint32), ("missing", ctypes.c_uint32)]
+
+
+class Member(ctypes.Structure):
+    """bp_member: one camera stream's message in a set."""
+    _fields_ = [("camera", ctypes.c_int32), ("stream", ctypes.c_int32), ("stamp", ctypes.c_int64),
+                ("token", ctypes.c_uint64), ("ring_id", ctypes.c_uint64), ("template_id", ctypes.c_int32),
+                ("pad", ctypes.c_uint32), ("values", Values)]
+
+
+class Launch(ctypes.Structure):
+    """bp_launch: what bp_launcher_launch did with a set (bp_launch_result)."""
+    _fields_ = [("result", ctypes.c_int32), ("flags", ctypes.c_uint32), ("slot", ctypes.c_uint32),
+                ("length", ctypes.c_uint32), ("sequence", ctypes.c_uint64), ("member", ctypes.c_int32),
+                ("pad", ctypes.c_uint32), ("launched_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64)]
 
 
 _P, _U8P, _U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_uint64)
@@ -86,6 +108,41 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_waiter_unwatch": (None, (_P, _U64)),
     "bp_waiter_wait": (ctypes.c_int, (_P, ctypes.POINTER(Arrival), _P, _U32)),
     "bp_waiter_shutdown": (None, (_P,)),
+    "bp_setloop_new": (_P, (ctypes.c_char_p, _U32)),
+    "bp_setloop_free": (None, (_P,)),
+    "bp_setloop_configure": (ctypes.c_char_p, (_P, ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.c_int,
+                                               ctypes.c_int)),
+    "bp_setloop_checks": (None, (_P, ctypes.c_double, ctypes.c_int64)),
+    "bp_setloop_link": (ctypes.c_int, (_P, ctypes.c_int, _U64P)),
+    "bp_setloop_unlink": (None, (_P, _U64)),
+    "bp_setloop_watch": (ctypes.c_int, (_P, _U64, _I64P, _U32)),
+    "bp_setloop_unwatch": (None, (_P, _U64)),
+    "bp_setloop_learn": (_I32, (_P, ctypes.c_char_p, _U32, ctypes.POINTER(_I32), _U64, ctypes.c_int, ctypes.c_int,
+                                ctypes.c_int)),
+    "bp_setloop_forget": (None, (_P, _I32)),
+    "bp_setloop_claim": (ctypes.c_int, (_P, _U64, _U64, ctypes.c_int)),
+    "bp_setloop_seen": (ctypes.c_int, (_P, _U64, _U64)),
+    "bp_setloop_sequence": (None, (_P, _U64, _U64, _U64)),
+    "bp_setloop_offer": (None, (_P, ctypes.c_int, ctypes.c_int, ctypes.c_int64, _U64, ctypes.c_double)),
+    "bp_setloop_poll": (None, (_P, ctypes.c_double)),
+    "bp_setloop_reset": (None, (_P,)),
+    "bp_setloop_run": (ctypes.c_int, (_P, ctypes.c_int)),
+    "bp_setloop_next": (ctypes.c_int, (_P, ctypes.POINTER(Record), ctypes.POINTER(Member), _U32, _P, _U32)),
+    "bp_setloop_wake": (None, (_P,)),
+    "bp_setloop_shutdown": (None, (_P,)),
+    "bp_setloop_counts": (ctypes.c_int, (_P, _P, _U32)),
+    "bp_setloop_state": (ctypes.c_int64, (_P, ctypes.c_int)),
+    "bp_launcher_new": (_P, (_U64, _U64, _U64, _U64, _U64, _P, _P, _I32, ctypes.c_char_p, _U32, _P)),
+    "bp_launcher_free": (None, (_P,)),
+    "bp_launcher_ring": (None, (_P, _U64, _I64P, _U32, _U32, ctypes.c_char_p, _U64P)),
+    "bp_launcher_unring": (None, (_P, _U64)),
+    "bp_launcher_remember": (None, (_P, _U64P, _U32, _U64)),
+    "bp_launcher_forget": (None, (_P, _U64P, _U32)),
+    "bp_launcher_forget_all": (None, (_P,)),
+    "bp_launcher_launch": (ctypes.c_int, (_P, ctypes.POINTER(Member), _U32, _I32, _U32, ctypes.POINTER(Launch), _P,
+                                          _U32)),
+    "bp_launcher_hold": (None, (_P,)),
+    "bp_launcher_release": (None, (_P,)),
 }
 
 _state: dict = {}  # "lib": the loaded library or None, "why": why not, "warned"
@@ -110,8 +167,9 @@ def load(folder: Path = build.HERE):
     want = build.digest(Path(folder))
     if want and lib.bp_source_digest().decode() != want:
         return None, f"{path.name} was built from other sources (python -m bevpool_ros.handoff.native.build)"
-    sizes = [lib.bp_sizeof(i) for i in range(3)]
-    if sizes != [ctypes.sizeof(s) for s in (Values, Item, Arrival)]:
+    structs = (Values, Item, Arrival, Record, Member, Launch)
+    sizes = [lib.bp_sizeof(i) for i in range(len(structs))]
+    if sizes != [ctypes.sizeof(s) for s in structs]:
         return None, f"{path.name} lays its structs out otherwise ({sizes} bytes): rebuild it"
     return lib, ""
 

@@ -33,7 +33,8 @@ void load() {
     if (find(lib, "cuMemcpyDtoDAsync_v2", table.cuMemcpyDtoDAsync) && find(lib, "cuEventRecord", table.cuEventRecord) &&
         find(lib, "cuEventSynchronize", table.cuEventSynchronize) &&
         find(lib, "cuCtxSetCurrent", table.cuCtxSetCurrent) && find(lib, "cuCtxGetCurrent", table.cuCtxGetCurrent) &&
-        find(lib, "cuGetErrorName", table.cuGetErrorName)) {
+        find(lib, "cuGetErrorName", table.cuGetErrorName) && find(lib, "cuStreamWaitEvent", table.cuStreamWaitEvent) &&
+        find(lib, "cuGraphLaunch", table.cuGraphLaunch) && find(lib, "cuStreamSynchronize", table.cuStreamSynchronize)) {
         loaded = &table;
     }
 }

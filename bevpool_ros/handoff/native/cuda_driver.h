@@ -13,6 +13,7 @@ using CUdeviceptr = unsigned long long;
 using CUstream = void*;
 using CUevent = void*;
 using CUcontext = void*;
+using CUgraphExec = void*;
 constexpr CUresult CUDA_SUCCESS = 0;
 
 struct Driver {
@@ -22,6 +23,9 @@ struct Driver {
     CUresult (*cuCtxSetCurrent)(CUcontext ctx);
     CUresult (*cuCtxGetCurrent)(CUcontext* ctx);
     CUresult (*cuGetErrorName)(CUresult error, const char** name);
+    CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned int flags);
+    CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+    CUresult (*cuStreamSynchronize)(CUstream stream);
 };
 
 // The driver's table, or nullptr (the error buffer then says why: no libcuda.so.1, a symbol missing).

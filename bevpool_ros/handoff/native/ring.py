@@ -24,7 +24,8 @@ class NativeRing:
         self.templates = NativeTemplates(lib)
         slots = (ctypes.c_uint64 * ring_size)(*map(int, slot_ptrs))
         evs = (ctypes.c_uint64 * ring_size)(*map(int, events))
-        handles = b"".join(bytes(h) for h in event_handles)
+        self.event_handles = [bytes(h) for h in event_handles]
+        handles = b"".join(self.event_handles)
         if len(handles) != 64 * ring_size:
             raise ValueError(f"{ring_size} slots need {ring_size} 64-byte event handles")
         self.handle = lib.bp_ring_new(ctypes.c_void_p(control_address), ring_size, slots, int(slot_bytes), evs,

@@ -123,7 +123,7 @@ int Waiter::check(uint64_t ring_id, const bp_values& values) {
     return BP_UNCHECKED;  // an event the ring does not have: the reader raises it
 }
 
-int Waiter::wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity) {
+int Waiter::wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity, int timeout_ms, uint64_t* matched_ring) {
     epoll_event events[16];
     for (;;) {
         {
@@ -138,8 +138,9 @@ int Waiter::wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity) {
                 return BP_WAKE_CLOSED;
             }
         }
-        int n = epoll_wait(epoll_, events, 16, -1);
+        int n = epoll_wait(epoll_, events, 16, timeout_ms);
         if (n < 0 && errno == EINTR) continue;
+        if (n == 0) return BP_WAKE_TIMEOUT;
         if (n < 0) {
             set_error(std::string("epoll_wait: ") + std::strerror(errno));
             return BP_E_SYSTEM;
@@ -175,6 +176,7 @@ int Waiter::wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity) {
                 arrival->template_id = templates_->read(buffer, arrival->length, &arrival->values, &ring_id);
             }
             if (arrival->template_id < 0) return BP_WAKE_RAW;
+            if (matched_ring != nullptr) *matched_ring = ring_id;
             arrival->check = check(ring_id, arrival->values);
             return BP_WAKE_TEMPLATE;
         }

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import socket
 import threading
 
-from ..signal import MAX_DATAGRAM
+from ..signal import MAX_DATAGRAM, connect
 from .core import WAKE_CLOSED, WAKE_RAW, WAKE_SHUTDOWN, WAKE_TEMPLATE, Arrival, error
 from .templates import NativeTemplates
 
@@ -67,13 +66,7 @@ class SignalWaiter:
         """Link the signal socket at ``path`` (OSError when no producer listens there).
         ``on_values(template_id, values, arrival_s, check, data)``: a datagram the core read through
         a template; ``on_raw(data, arrival_s)``: one it did not; ``on_closed()``: the link is gone."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(path)
-        except OSError:
-            sock.close()
-            raise
+        sock = connect(path, timeout)
         link_id = ctypes.c_uint64()
         with self._lock:
             if self._closing:
