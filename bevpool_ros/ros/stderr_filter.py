@@ -42,7 +42,7 @@ class StderrFilter:
         self._thread: threading.Thread | None = None
         self._shown: dict[bytes, float] = {}
         self._held: dict[bytes, int] = {}  # known lines not shown since their last showing
-        self._idle = threading.Event()
+        self._busy = False  # the thread holds bytes it read and has not passed on yet
 
     def install(self) -> None:
         self.original = os.dup(2)
@@ -58,11 +58,15 @@ class StderrFilter:
         self._thread.start()
 
     def flush(self, timeout: float = 0.3) -> None:
-        """Wait until what was written so far has been passed on (at most ``timeout``)."""
-        if self._read is None or not select.select([self._read], [], [], 0)[0]:
-            return  # nothing unread in the pipe (a line being passed on is the thread's last step)
-        self._idle.clear()
-        self._idle.wait(timeout)
+        """Wait until what was written so far has been passed on (at most ``timeout``): nothing
+        unread in the pipe and nothing read and not yet written (the watchdog's last line, read by
+        the thread just before the process exits, was lost on a busy host when only the pipe was
+        looked at)."""
+        if self._read is None:
+            return
+        deadline = time.monotonic() + timeout
+        while (self._busy or select.select([self._read], [], [], 0)[0]) and time.monotonic() < deadline:
+            time.sleep(0.002)
 
     def close(self) -> None:
         """stderr back to the original; the thread passes on what is left and ends."""
@@ -89,25 +93,24 @@ class StderrFilter:
             waiting = pending or any(self._held.values())
             ready, _, _ = select.select([self._read], [], [], PARTIAL_FLUSH_S if waiting else None)
             if ready:
+                self._busy = True
                 chunk = os.read(self._read, 1 << 16)
                 if not chunk:
                     break
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     self._line(line)
-                if not select.select([self._read], [], [], 0)[0]:
-                    self._idle.set()  # all that was written has been passed on
+                self._busy = False  # a partial line left in ``pending`` is written within 0.1 s
                 continue
             if pending:  # a partial line and nothing more for a while
                 self._write(pending)
                 pending = b""
             self._summaries(time.monotonic())
-            self._idle.set()
         if pending:
             self._write(pending)
         self._summaries(float("inf"))
         os.close(self._read)
-        self._idle.set()
+        self._busy = False
 
     def _line(self, line: bytes) -> None:
         key = line.strip()
