@@ -332,3 +332,30 @@ def test_a_calibration_change_has_every_stream_checked_in_full_again(setup):
             producer.announce(cam, stream, t0 + 300_000_000)
     assert wait_for(lambda: len(got["sets"]) == 4), got
     assert intake.raw == 24 and got["drops"] == []
+
+
+def test_stamps_are_judged_against_the_node_clock_as_it_moves(setup):
+    """Under sim time the node's clock is not the system's and moves apart from it: the core judges
+    future stamps against the node's clock as read now, not as it was at activation."""
+    from bevpool_ros.node.handoff_sets import RUN_TIMEOUT_S
+
+    rig, cameras, producer, node, intake, got = setup
+    clock = [time.time_ns() - 100_000_000_000]  # a simulation 100 s behind the system clock
+    intake.clock_ns = lambda: clock[0]
+    time.sleep(2 * RUN_TIMEOUT_S)
+
+    def one_set(stamp):
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, stamp)
+
+    one_set(time.time_ns() - 300_000_000_000)  # behind both clocks; checked in Python and learnt
+    assert wait_for(lambda: len(got["sets"]) == 1), got
+    one_set(time.time_ns() - 1_000_000_000)  # read by the templates: ~100 s ahead of the (stopped) node clock
+    assert wait_for(lambda: len(got["drops"]) == 12), got
+    assert {r for r, _ in got["drops"]} == {"stamp_in_future"} and 98.0 < ahead(got["drops"]) < 103.0
+    clock[0] = time.time_ns()  # the simulation caught up
+    time.sleep(2 * RUN_TIMEOUT_S)
+    one_set(time.time_ns() - 500_000_000)
+    assert wait_for(lambda: len(got["sets"]) == 2), got
+    assert len(got["drops"]) == 12

@@ -133,7 +133,8 @@ class HandoffInputs:
         return SetLoopIntake(lib, TensorHandoff, cameras=self.cameras, sync_args=sync_args,
                              max_future_s=self.cfg["sync.max_future_s"], checks=checks,
                              report_drop=self.report.drop, sync_dropped=self.report.sync_dropped, deliver=deliver,
-                             rig_version=lambda: self.calibration.version)
+                             rig_version=lambda: self.calibration.version,
+                             clock_ns=lambda: self.node.get_clock().now().nanoseconds)
 
     def checked(self, msg) -> np.dtype:
         """``msg`` checked against the rig, on the topic its camera and stream name (a datagram)."""
@@ -174,7 +175,6 @@ class HandoffInputs:
             defer=node.after_set,  # templates learnt after a set, not while the first arrives
             intake=self.intake)
         if self.intake is not None:
-            self.intake.set_clock_offset(node.get_clock().now().nanoseconds)
             self.intake.start()
         for (cam, stream), topic in handoff_topics(self.cfg, self.cameras).items():
             events = self.report.subscription_events(topic)

@@ -30,6 +30,7 @@ from ..io.bev_message import stamp_to_ns
 from ..io.tensor_codec import CODE_NAMES, TensorError
 
 RUN_TIMEOUT_S = 0.5  # the thread looks at its stop flag this often while no datagram comes
+CLOCK_REFRESH_S = 0.05  # the node's clock (sim time moves apart from the system's) is read this often
 
 
 class Checks(NamedTuple):
@@ -78,12 +79,15 @@ class IntakeLink:
 class SetLoopIntake:
     def __init__(self, lib, msg_type, *, cameras, sync_args, max_future_s: float, checks: Checks,
                  report_drop: Callable, sync_dropped: Callable, deliver: Callable,
-                 rig_version: Callable = lambda: 0):
+                 rig_version: Callable = lambda: 0, clock_ns: Callable = time.time_ns):
         """``sync_args``: CameraSetSynchronizer's (slop, camera_timeout, policy, min_cameras,
         max_pending); ``report_drop(reason, detail)``: the node's drop counter; ``sync_dropped``: the
         synchroniser's; ``deliver(camera_set, inline)``: where complete sets go; ``rig_version()``:
-        the calibration's version (a new one: the templates, checked against the old rig, go)."""
+        the calibration's version (a new one: the templates, checked against the old rig, go);
+        ``clock_ns()``: the node's clock, which stamps from the future are judged against."""
         self.msg_type, self.cameras = msg_type, tuple(cameras)
+        self.clock_ns = clock_ns
+        self._clock_read = -float("inf")  # monotonic time the clock was last handed to the loop
         self.rig_version = rig_version
         self._version = rig_version()
         self.checks, self.report_drop, self.deliver = checks, report_drop, deliver
@@ -92,7 +96,6 @@ class SetLoopIntake:
         self.sync = NativeSynchronizer(lib, self.cameras, *sync_args, on_drop=sync_dropped, resolve=self._open,
                                        on_record=self._on_record, loop=self.loop)
         self._max_future_s = float(max_future_s)
-        self.loop.checks(self._max_future_s, 0)
         self._templates: dict[int, tuple[CdrTemplate, int]] = {}  # template id -> (template, ring id)
         self._learnt: set = set()  # (ring id, camera, stream)
         self._lock = threading.Lock()
@@ -101,12 +104,17 @@ class SetLoopIntake:
         self.busy_since: float | None = None  # monotonic, while Python handles what the loop handed over
         self._stopping = False
 
-    # --- configuration (the node's thread) ---------------------------------------------------------
-    def set_clock_offset(self, clock_ns: int) -> None:
-        """The node's clock now (``clock_ns``): stamps are judged against CLOCK_REALTIME plus the
-        difference (0 on the system clock; sim time: the simulation's)."""
-        self.loop.checks(self._max_future_s, clock_ns - time.time_ns())
+    def _read_clock(self) -> None:
+        """(the loop's thread, between runs) The core judges stamps against CLOCK_REALTIME plus the
+        node's clock's lead on it (0 on the system clock; under sim time the simulation's, which
+        moves: read again every CLOCK_REFRESH_S while datagrams come, as the Python path reads the
+        clock at every stamp)."""
+        now = time.monotonic()
+        if now - self._clock_read >= CLOCK_REFRESH_S:
+            self._clock_read = now
+            self.loop.checks(self._max_future_s, self.clock_ns() - time.time_ns())
 
+    # --- configuration (the node's thread) ---------------------------------------------------------
     def connect(self, signal_socket: str, *, on_closed=None, on_gap=None, timeout: float = 2.0) -> IntakeLink:
         """Link a producer's signal socket (OSError when nobody listens there). ``on_closed()``: it
         closed; ``on_gap(ring_id, lost)``: ``lost`` datagrams of that ring never came."""
@@ -146,6 +154,7 @@ class SetLoopIntake:
 
     def _run(self) -> None:
         while not self._stopping:
+            self._read_clock()
             if self.loop.run(RUN_TIMEOUT_S) == RUN_SHUTDOWN:
                 break
             self.busy_since = time.monotonic()
