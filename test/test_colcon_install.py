@@ -97,6 +97,14 @@ def test_installed_kernel_sources_compile_with_nvrtc(install):
     assert lines[0].startswith(str(install / "install")) and int(lines[-1]) > 1000
 
 
+def test_the_hand_off_core_is_built_into_the_install_space_and_loads_from_it(install):
+    r = in_install(install, f"BEVPOOL_NATIVE=on {VENV}/bin/python -c 'from bevpool_ros.handoff.native import core; "
+                            "print(core.use_native()._name)'")
+    assert r.returncode == 0, r.stderr[-3000:]
+    library = r.stdout.strip().splitlines()[-1]
+    assert library.startswith(str(install / "install")) and library.endswith("libbevpool_handoff.so"), library
+
+
 def _start(install, exe: str, args: str) -> tuple[subprocess.Popen, Path]:
     log = install / f"{exe}_{time.time_ns()}.log"
     cmd = f"source {install}/install/setup.bash && exec {install}/install/bevpool_ros/lib/bevpool_ros/{exe} {args}"
