@@ -617,3 +617,96 @@ def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, produ
         reader.close()
         for sub in subs:
             graph.con.destroy_subscription(sub)
+
+
+# --- the node's sets launched by the core (node/handoff_launch.py CoreLaunch) ------------------------
+def test_the_node_launches_handed_off_sets_in_the_core(graph, rig_path, reference):
+    """With only hand-off consumers, sets whose slots the backend met before are pooled and announced
+    by the core's launcher from the set loop's thread (counted ``launched_by_core``): each grid a
+    BevHandoffSubscriber reads equals the FP64 reference; a set with a NaN is dropped ``non_finite``;
+    a calibration change mid-stream stops the launcher before the next set, which re-prepares the
+    backend, and the grids after it are the new map's; a BevFeature subscriber gets grids again."""
+    from dataclasses import replace as dc_replace
+
+    from bevpool_msgs.msg import BevFeature
+    from ros_harness import assert_bev_matches
+
+    from bevpool_ros.demo.synthetic_publisher import camera_info_msg
+    from bevpool_ros.handoff import BevHandoffSubscriber
+    from bevpool_ros.reference import pool_reference
+    from bevpool_ros.ros.qos import make_qos
+    from bevpool_ros.scatter_map import build_scatter_map
+
+    if graph.intake == "python":
+        pytest.skip("the launcher runs in the core's set loop")
+    producer = Producer(rig_path)
+    con, qos = graph.con, make_qos("reliable", 10)
+    grids = []
+    sub = BevHandoffSubscriber(con, "bev/handoff",
+                               lambda view, msg: grids.append((view.copy_to_host(), view.still_valid(), msg)))
+    con.destroy_subscription(con.bev_sub)
+    con.bev_sub = None
+
+    def launched(timeout=1.0) -> int:
+        d = graph.diagnostics_where(lambda d: True, timeout)
+        return graph.counter(d, "launched_by_core")
+
+    def send_until(predicate, tries=60):
+        for _ in range(tries):
+            n = len(grids)
+            producer.send(graph.next_stamp(), cameras(graph))
+            graph.spin_until(lambda: len(grids) > n, 2.0)
+            if predicate():
+                return True
+        return False
+
+    try:
+        start = launched()
+        assert send_until(lambda: launched(0.3) >= start + 3), graph.node.output()[-4000:]
+        n = len(grids)
+        for _ in range(3):
+            producer.send(graph.next_stamp(), cameras(graph))
+        assert graph.spin_until(lambda: len(grids) >= n + 3, 10.0)
+        for bev, valid, msg in grids[n:]:
+            assert valid
+            assert_bev_matches(bev, reference, msg)
+        stamps = [(g[2].header.stamp.sec, g[2].header.stamp.nanosec) for g in grids]
+        assert len(set(stamps)) == len(stamps) and stamps == sorted(stamps)  # each grid once, in order
+
+        before = graph.counter(graph.diagnostics_where(lambda d: True), "dropped_non_finite")
+        producer.send(graph.next_stamp(), cameras(graph), nan=True)
+        assert graph.diagnostics_where(lambda d: graph.counter(d, "dropped_non_finite") > before, 10.0)
+
+        # a calibration change mid-stream: the next grids are the new map's
+        cam = graph.rig.cameras[0]
+        K = np.array(cam.K)
+        K[0, 0] *= 1.15
+        K[1, 1] *= 1.15
+        new_rig = graph.rig.with_cameras([dc_replace(c, K=K) if c.name == cam.name else c for c in graph.rig.cameras])
+        depth, feat = graph.pub.scene.frame(0)
+        new_ref = pool_reference(depth.astype(np.float16), feat.astype(np.float16), build_scatter_map(new_rig))
+        assert np.abs(new_ref - reference).max() > 0.1 * np.abs(new_ref).max()
+        changes = graph.counter(graph.diagnostics_where(lambda d: True), "calibration_changes")
+        graph.pub.pubs[(cam.name, "camera_info")].publish(
+            camera_info_msg(new_rig, 0, graph.pub.get_clock().now().to_msg(), "x"))
+        assert graph.diagnostics_where(lambda d: graph.counter(d, "calibration_changes") > changes, 10.0)
+        at_change = launched()
+        for _ in range(6):  # the first after the change is Python's (re-prepared); then the core's again
+            producer.send(graph.next_stamp(), cameras(graph))
+        assert send_until(lambda: launched(0.3) >= at_change + 3), graph.node.output()[-4000:]
+        n = len(grids)
+        producer.send(graph.next_stamp(), cameras(graph))
+        assert graph.spin_until(lambda: len(grids) > n, 10.0)
+        bev, valid, msg = grids[-1]
+        assert valid
+        assert_bev_matches(bev, new_ref, msg)
+    finally:
+        graph.pub.pubs[(graph.rig.cameras[0].name, "camera_info")].publish(
+            camera_info_msg(graph.rig, 0, graph.pub.get_clock().now().to_msg(), "x"))
+        sub.close()
+        if con.bev_sub is None:
+            con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, qos)
+    try:
+        assert send_until_grid(graph, producer, cameras(graph)) is not None  # BevFeature again
+    finally:
+        producer.stop()

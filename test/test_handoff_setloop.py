@@ -359,3 +359,78 @@ def test_stamps_are_judged_against_the_node_clock_as_it_moves(setup):
     one_set(time.time_ns() - 500_000_000)
     assert wait_for(lambda: len(got["sets"]) == 2), got
     assert len(got["drops"]) == 12
+
+
+def test_the_loop_launches_a_complete_set_only_when_the_gate_allows(setup):
+    """The core's launcher takes a complete set of template-read announcements as it completes, in
+    the loop's thread, only while the gate's words allow it (node/handoff_launch.py writes them): a
+    set without a graph is a miss and goes to Python, counted; with Python busy or the calibration
+    moved on, sets go to Python without a try; a stamp not newer than the last published one is
+    dropped as publishing.py drops it; a launch the driver refuses (none here) is dropped
+    internal_error and the core closes the gate itself."""
+    from bevpool_ros.handoff.native.launcher import NativeLauncher
+    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.native.setloop import (GATE_ARMED, GATE_BUSY, GATE_EPOCH, GATE_STAMP, GATE_VERSION,
+                                                    GATE_WORDS)
+    from bevpool_ros.handoff.ring import SharedControlBlock
+
+    rig, cameras, producer, node, intake, got = setup
+    lib = intake.loop.lib
+    output = SharedControlBlock.create(5, 2)
+    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
+    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
+                              template_id=-1)
+    gate = np.zeros(GATE_WORDS, np.int64)
+    gate[GATE_EPOCH] = -1
+    intake.loop.launch_with(launcher, gate)
+    t0 = time.time_ns() - 5_000_000_000
+
+    def one_set(k):
+        """Set ``k``: its (ring id, slot) key, in the loop's member order."""
+        key = []
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, t0 + k * 100_000_000)
+                key.append((producer.ring_id, (producer.sequence - 1) % RING_SIZE))
+        return key
+
+    def misses():
+        return intake.loop.counts().get("intake_launch_misses", 0)
+
+    try:
+        one_set(0)  # read in Python (the streams' templates learnt): its payloads are Python's
+        assert wait_for(lambda: len(got["sets"]) == 1), got
+        assert misses() == 0
+        one_set(1)  # read by the templates: tried, no graph
+        assert wait_for(lambda: len(got["sets"]) == 2), got
+        assert misses() == 1
+        for k, (word, value) in enumerate(((GATE_BUSY, 1), (GATE_VERSION, 1), (GATE_ARMED, -1)), start=2):
+            gate[word] = value
+            one_set(k)
+            assert wait_for(lambda: len(got["sets"]) == k + 1), got
+            gate[GATE_BUSY] = gate[GATE_VERSION] = gate[GATE_ARMED] = 0
+        assert misses() == 1 and got["drops"] == []
+        gate[GATE_EPOCH], gate[GATE_STAMP] = got["sets"][-1].epoch, t0 + 10**12
+        one_set(6)
+        assert wait_for(lambda: len(got["drops"]) == 1), got
+        assert got["drops"] == [("stamp_regression", f"set {t0 + 600_000_000} ns is not newer than the last "
+                                 f"published {t0 + 10**12} ns")]
+        assert len(got["sets"]) == 5
+        if lib.bp_driver_available():
+            return  # a launch with a graph would hand made-up events to a real driver
+        gate[GATE_EPOCH] = -1
+        launcher.ring(producer.ring_id, producer.control.block.words.ctypes.data, RING_SIZE,
+                      {bytes(range(s, s + 64)): 0x1000 + s for s in range(RING_SIZE - 63)})
+        key = [(producer.ring_id, (producer.sequence + i) % RING_SIZE) for i in range(2 * len(cameras))]
+        launcher.remember(key, 0x2000)
+        assert one_set(7) == key
+        assert wait_for(lambda: len(got["drops"]) == 2), got
+        reason, detail = got["drops"][1]
+        assert reason == "internal_error" and detail.startswith("hand-off core launch failed: ")
+        assert gate[GATE_ARMED] == -1 and intake.loop.counts()["intake_launch_failed"] == 1
+        assert len(got["sets"]) == 5
+    finally:
+        intake.loop.launch_with(None, None)
+        launcher.close()
+        ring.close()
+        output.close()

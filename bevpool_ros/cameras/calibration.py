@@ -30,6 +30,13 @@ class LiveCalibration:
         self.invalid: dict[str, str] = {}
         self.version = 0
         self._lock = threading.Lock()
+        # callables run (under the lock) right after a change of the version or of ``invalid``: the
+        # hand-off core's launcher stops before the next set (node/handoff_launch.py)
+        self.on_change: list = []
+
+    def _changed(self) -> None:
+        for hook in self.on_change:
+            hook()
 
     @property
     def rig(self) -> Rig:
@@ -51,11 +58,14 @@ class LiveCalibration:
         """Replace one camera; the Rig constructor re-validates the whole geometry."""
         old = self.camera(name)
         rig = self._rig.with_cameras([new if c.name == name else c for c in self._rig.cameras])
-        self.invalid.pop(name, None)
+        was_invalid = self.invalid.pop(name, None) is not None
         if new == old:
+            if was_invalid:
+                self._changed()
             return False
         self._rig = rig
         self.version += 1
+        self._changed()
         return True
 
     def update_intrinsics(self, name: str, k, width: int, height: int) -> bool:
@@ -73,6 +83,7 @@ class LiveCalibration:
                 return self._swap(name, new)
             except RigError as e:
                 self.invalid[name] = str(e)
+                self._changed()
                 raise
 
     def update_extrinsics(self, name: str, rotation: np.ndarray, translation) -> bool:

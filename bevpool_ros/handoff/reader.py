@@ -81,6 +81,7 @@ class HandoffView:
 
     def __init__(self, reader: "HandoffReader", ring: _MappedRing, msg, dtype: np.dtype):
         self._reader, self._ring = reader, ring
+        self.mapped = ring  # its producer's ring (the core's launcher checks its control block)
         self.ring_id, self.slot, self.sequence = ring.ring_id, int(msg.slot), int(msg.sequence)
         self.shape = tuple(int(s) for s in msg.shape)
         self.dtype = dtype

@@ -36,7 +36,7 @@ class HandoffOutput:
         from bevpool_msgs.msg import BevHandoff
 
         out = device_output(backend)  # after prepare: sized for the widest published dtype (float32)
-        self.ring = HandoffRing(out.device, grid_bytes(out), ring_size)
+        self.ring = HandoffRing(out.device, grid_bytes(out), ring_size, native=None)  # BEVPOOL_NATIVE
         self.pub = node.create_publisher(BevHandoff, topic, qos)
         self.backend = backend
         self._written = None  # (producer.Written, DeviceOutput) of the frame being published

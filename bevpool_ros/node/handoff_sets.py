@@ -24,7 +24,8 @@ from typing import Callable, NamedTuple
 
 from ..cameras.sync import STREAMS
 from ..handoff.cdr_template import CdrTemplate, TemplateError
-from ..handoff.native.setloop import DROP_BY_INTAKE, REC_CLOSED, REC_DROP, REC_GAP, REC_RAW, RUN_SHUTDOWN, SetLoop
+from ..handoff.native.setloop import (DROP_BY_INTAKE, REC_CLOSED, REC_DROP, REC_GAP, REC_LAUNCHED, REC_RAW,
+                                      RUN_SHUTDOWN, SetLoop)
 from ..handoff.native.sync import NativeSynchronizer
 from ..io.bev_message import stamp_to_ns
 from ..io.tensor_codec import CODE_NAMES, TensorError
@@ -103,6 +104,7 @@ class SetLoopIntake:
         self.thread: threading.Thread | None = None
         self.busy_since: float | None = None  # monotonic, while Python handles what the loop handed over
         self._stopping = False
+        self.on_launched: Callable | None = None  # (record) a set the core's launcher pooled and announced
 
     def _read_clock(self) -> None:
         """(the loop's thread, between runs) The core judges stamps against CLOCK_REALTIME plus the
@@ -202,6 +204,9 @@ class SetLoopIntake:
         if kind == REC_DROP and rec.head.token == DROP_BY_INTAKE:
             reason, _, detail = rec.data.partition(b"\0")
             self.report_drop(reason.decode(), detail.decode(errors="replace"))
+        elif kind == REC_LAUNCHED:
+            if self.on_launched is not None:
+                self.on_launched(rec)
         elif kind == REC_RAW:
             self.raw += 1
             self._on_raw(rec.data, rec.head.link, rec.head.first_arrival)

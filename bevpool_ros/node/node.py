@@ -57,7 +57,7 @@ class BevPoolNode(LifecycleNode):
         super().__init__(node_name, **kwargs)
         self.params_files = [*params_files, *ros_params_files(kwargs.get("cli_args"))]
         self.cfg = self.calibration = self.backend = self.worker = None
-        self.inputs = self.outputs = self.watch = None
+        self.inputs = self.outputs = self.watch = self.launch = None
         self.cameras: tuple = ()
         self.active = False
         self.memory_at_start: int | None = None  # resident bytes once active (the ceiling is above it)
@@ -152,9 +152,11 @@ class BevPoolNode(LifecycleNode):
             on_prepare_error=self._cpu_instead, host_grid=self.outputs.host_grid_needed,
             warm_device_inputs=cfg["input.handoff"] != "none", on_warning=self.report.warn)
         self.report.compose(self.status, lambda: backend_status(self._backend_now(), self.backend_requested),
-                            self.calibration.status, self.inputs.status, self.worker.status, self.outputs.status)
+                            self.calibration.status, self.inputs.status, self.worker.status, self.outputs.status,
+                            lambda: self.launch.status() if self.launch is not None else {})
         self.worker.start()  # prepares the backend: the map, kernels or engines, before any data
         self.outputs.start_handoff(self.backend)
+        self.launch = self._core_launch(cfg)
         self.report.start(cfg["diagnostics.period_s"])
 
     def on_activate(self, state) -> TransitionCallbackReturn:
@@ -203,6 +205,8 @@ class BevPoolNode(LifecycleNode):
 
     def _stop_input(self) -> None:
         self.active = False
+        if self.launch is not None:  # before the inputs go: no set launched by the core after this
+            self.launch.stop()
         if self.watch is not None:
             self.watch.close()
             self.watch = None
@@ -217,13 +221,15 @@ class BevPoolNode(LifecycleNode):
         self.report.stop()
         if self.worker is not None:
             self.worker.stop()
+        if self.launch is not None:
+            self.launch.close()
         if self.inputs is not None:
             self.inputs.close()
         if self.outputs is not None:
             self.outputs.close()
         if self.backend is not None:
             self.backend.close()
-        self.worker = self.inputs = self.outputs = self.backend = self.cfg = None
+        self.worker = self.inputs = self.outputs = self.backend = self.cfg = self.launch = None
 
     def destroy_node(self):
         # also called by rclpy's context cleanup on a node whose __init__ failed half-way
@@ -328,7 +334,25 @@ class BevPoolNode(LifecycleNode):
         self.backend = configure.cpu_instead(self.cfg, self.get_logger(), backend, error, rig)
         return self.backend
 
+    def _core_launch(self, cfg):
+        """The hand-off core's launcher of all-hand-off sets (node/handoff_launch.py), where the core
+        runs the node's set loop and the output hand-off is on; else None."""
+        handoff = self.inputs.handoff
+        intake = handoff.intake if handoff is not None else None
+        if intake is None or self.outputs.handoff is None:
+            return None
+        from .handoff_launch import CoreLaunch
+
+        return CoreLaunch(intake.loop.lib, intake=intake, inputs=handoff, worker=self.worker, outputs=self.outputs,
+                          calibration=self.calibration, ego_frame=cfg["ego_frame"],
+                          out_dtype=lambda: self.cfg["output.bev_dtype"], active=lambda: self.active,
+                          wanted=lambda: (not self.cfg["processing.skip_without_subscribers"]
+                                          or self.outputs.anyone_listening()),
+                          warn=self.report.warn)
+
     def _on_rebuild(self, rig) -> None:
+        if self.launch is not None:  # its graphs and grid were the old frame's
+            self.launch.teardown()
         self.report.count("scatter_map_rebuilds")
         self.get_logger().info(f"scatter map rebuilt for calibration {rig.digest()}")
 

@@ -13,6 +13,8 @@ make their context current in whichever thread calls them.
 """
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import threading
 import time
@@ -117,6 +119,12 @@ class PoolingWorker:
         self.rebuilds = 0
         self.busy = False
         self._after: deque = deque(maxlen=AFTER_SET_KEPT)  # after_set: one run after each set
+        # the hand-off core's launcher (node/handoff_launch.py), when the node has one: each pool
+        # runs inside ``pool_guard()`` (the launcher held), ``on_busy(n)`` hears how many sets this
+        # worker has queued or pools, ``after_pool(camera_set)`` runs after each published set
+        self.pool_guard = contextlib.nullcontext
+        self.on_busy = None
+        self.after_pool = None
         self._adopted: dict = {}  # between_sets: job -> [timer, period s, next due], while sets flow
         self._last_set = -1e9  # monotonic time the last set was pooled
         self._current: tuple | None = None  # (monotonic start, thread ident, stamp) of the set pooled now
@@ -138,6 +146,11 @@ class PoolingWorker:
             self._thread.join(timeout)
         with self._cv:  # and for a set pooled inline (run_or_submit) by another thread
             self._cv.wait_for(lambda: not self.busy, timeout)
+
+    @property
+    def prepared_version(self):
+        """The calibration version the backend is prepared for (None before the first prepare)."""
+        return self._prepared_version
 
     def prepare(self) -> bool:
         """Adopt the current calibration if it changed; True when a new map was prepared. A long
@@ -172,12 +185,18 @@ class PoolingWorker:
             self.on_warning("warm_up_failed", f"device-input warm-up failed: {type(e).__name__}: {e}")
 
     # input ------------------------------------------------------------------------------
+    def _busy_changed(self) -> None:
+        """(lock held) Say how many sets wait here or are pooled (the launcher's gate)."""
+        if self.on_busy is not None:
+            self.on_busy(len(self._queue) + int(self.busy))
+
     def submit(self, camera_set: CameraSet) -> None:
         with self._cv:
             self._queue.append(camera_set)
             while len(self._queue) > self.queue_size:
                 self._queue.popleft()
                 self.on_drop("worker_busy", "pooling thread busy: oldest waiting set dropped")
+            self._busy_changed()
             self._cv.notify()
 
     def run_or_submit(self, camera_set: CameraSet) -> None:
@@ -190,6 +209,7 @@ class PoolingWorker:
                 inline = False
             else:
                 inline = self.busy = True
+                self._busy_changed()
         if not inline:
             self.submit(camera_set)
             return
@@ -200,6 +220,7 @@ class PoolingWorker:
         with self._cv:
             n = len(self._queue)
             self._queue.clear()
+            self._busy_changed()
         return n
 
     @property
@@ -297,6 +318,17 @@ class PoolingWorker:
                         getattr(job, "__qualname__", job), type(e).__name__, e)
 
     # work -------------------------------------------------------------------------------
+    def launched_set(self) -> None:
+        """A set the hand-off core pooled and announced without this worker: the housekeeping due
+        after a set runs now, in the caller's thread (the core's set loop, its datagram sent)."""
+        with self._cv:
+            self._last_set = time.monotonic()
+            jobs = self._due_jobs(self._last_set)
+            if self._after:
+                jobs.append(self._after.popleft())
+        for job in jobs:
+            self._run_job(job)
+
     def _overwritten(self, camera_set: CameraSet, when: str) -> bool:
         stale = overwritten(camera_set)
         if stale:
@@ -336,6 +368,7 @@ class PoolingWorker:
                 self._run_job(job)
             with self._cv:
                 self.busy = False
+                self._busy_changed()
                 self._cv.notify_all()
 
     def process(self, camera_set: CameraSet) -> PoolResult | None:
@@ -369,7 +402,8 @@ class PoolingWorker:
         out = self.out_buffer.view((*rig.grid_shape, C), dtype)
         t1 = time.perf_counter()
         try:
-            bev = self.backend.pool_cameras(decode_mixed_e4m3(cameras), out=out, host_copy=self.host_grid())
+            with self.pool_guard():
+                bev = self.backend.pool_cameras(decode_mixed_e4m3(cameras), out=out, host_copy=self.host_grid())
         except NonFiniteInput as e:  # found by the backend's own (device) check: the node's reason
             self.on_drop("non_finite", str(e))
             return None
@@ -385,4 +419,6 @@ class PoolingWorker:
         result = PoolResult(camera_set, bev, rig, t2 - t1, t1 - t0, started,
                             getattr(self.backend, "last_frame_timing", None))
         self.on_result(result)
+        if self.after_pool is not None:
+            self.after_pool(camera_set)
         return result

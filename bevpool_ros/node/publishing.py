@@ -15,6 +15,20 @@ from ..ros.qos import make_qos
 from .pooling import PoolResult
 
 
+class LastStamp:
+    """(epoch, stamp ns) of the last published grid, None before the first: published stamps never
+    go back within a clock epoch. (With the hand-off core's launcher, words it shares: handoff_launch.py.)"""
+
+    def __init__(self):
+        self._value = None
+
+    def get(self) -> tuple | None:
+        return self._value
+
+    def set(self, epoch: int, stamp_ns: int) -> None:
+        self._value = (epoch, stamp_ns)
+
+
 class Outputs:
     """``node``: the lifecycle node (publishers, logger, ``active``); ``cfg``, ``report``: what
     configure made; ``backend()``: the backend now (prepare may fall back to cpu)."""
@@ -31,8 +45,7 @@ class Outputs:
         self.handoff = None
         self.handoff_off_reason = ""
         self.published = 0
-        # (epoch, stamp) of the last grid: published stamps never go back within a clock epoch
-        self._last = None
+        self.last = LastStamp()
 
     def start_handoff(self, backend) -> None:
         """output.gpu_handoff: the zero-copy GPU ring (after the backend prepared its buffers),
@@ -87,11 +100,12 @@ class Outputs:
         if not node.active:
             return  # deactivated while this set was pooled: nothing leaves an inactive node
         if s.epoch is not None:
-            if self._last is not None and self._last[0] == s.epoch and s.stamp_ns <= self._last[1]:
+            last = self.last.get()
+            if last is not None and last[0] == s.epoch and s.stamp_ns <= last[1]:
                 self.report.drop("stamp_regression", f"set {s.stamp_ns} ns is not newer than the "
-                                 f"last published {self._last[1]} ns")
+                                 f"last published {last[1]} ns")
                 return
-            self._last = (s.epoch, s.stamp_ns)
+            self.last.set(s.epoch, s.stamp_ns)
         cfg = self.cfg
         header = self._header(s) if self.handoff is not None else None  # the BevFeature builds its own
         t_handoff = time.perf_counter()
@@ -119,6 +133,18 @@ class Outputs:
         if r.bev is not None and cfg["output.publish_image"] and self.published % cfg["output.image_every_n"] == 0:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), header or self._header(s)))
+
+    def launched(self, announcement: bytes, arrivals: tuple, launched: float, done: float) -> None:
+        """A grid the hand-off core pooled and announced to the linked consumers (the loop's
+        thread, after its datagram left): its ROS copy and its counts. ``arrivals``: the set's
+        (first, last); ``launched``, ``done``: the core's launch and host wait's end (perf_counter s)."""
+        if not self.node.active or self.handoff is None:
+            return  # deactivated as it ran: the linked consumers had it, ROS gets nothing more
+        t_pub = time.perf_counter()
+        self.handoff.pub.publish(announcement)
+        self.report.launched(arrivals, launched, done, t_pub, time.perf_counter())
+        self.report.count("handoff_only_grids")
+        self.published += 1
 
     def _header(self, s):
         from std_msgs.msg import Header

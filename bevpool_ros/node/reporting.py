@@ -103,6 +103,21 @@ class Report:
         self.overhead.add((latency - r.pool_s) * 1e3)
         self.count("published" if s.complete else "published_partial")
 
+    def launched(self, arrivals: tuple, launched: float, done: float, t_pub: float, published: float) -> None:
+        """A set the hand-off core pooled and announced (perf_counter seconds): its queue wait is
+        the loop's, from the set's last tensor to the launch; its pool, the launch to the host
+        wait's end; its publish, the ROS copy of the announcement (as published() measures a set
+        Python pooled, to the end of that copy)."""
+        latency = published - arrivals[1]
+        for k, v in (("queue_wait", launched - arrivals[1]), ("assemble", 0.0), ("handoff", t_pub - done),
+                     ("message", 0.0), ("publish", published - t_pub)):
+            self.stages[k].add(v * 1e3)
+        self.latency.add(latency * 1e3)
+        self.pool_time.add((done - launched) * 1e3)
+        self.overhead.add((latency - (done - launched)) * 1e3)
+        self.count("published")
+        self.count("launched_by_core")
+
     # /diagnostics ---------------------------------------------------------------------------
     def start(self, period_s: float) -> None:
         """/diagnostics every ``period_s``: by a housekeeping timer (the executor while the node

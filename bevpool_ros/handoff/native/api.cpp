@@ -195,6 +195,9 @@ BP_EXPORT int bp_setloop_counts(void* l, char* out, uint32_t capacity) {
     return static_cast<int>(s.size());
 }
 BP_EXPORT int64_t bp_setloop_state(void* l, int what) { return loop(l)->state(what); }
+BP_EXPORT void bp_setloop_launch_with(void* l, void* launcher_or_null, int64_t* gate) {
+    loop(l)->launch_with(launcher(launcher_or_null), gate);
+}
 
 BP_EXPORT void* bp_launcher_new(uint64_t context, uint64_t stream, uint64_t flags, uint64_t grid, uint64_t grid_bytes,
                                 void* output_ring, void* templates, int32_t template_id, const uint8_t* slot_handles,

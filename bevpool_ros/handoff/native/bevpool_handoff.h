@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-#define BP_ABI_VERSION 2
+#define BP_ABI_VERSION 3
 
 // error codes (bp_last_error: the calling thread's message)
 #define BP_OK 0
@@ -66,6 +66,8 @@ enum bp_record_kind {
     BP_REC_CLOSED,    // a link closed (its producer went away)
     BP_REC_GAP,       // a link's ring skipped `lost` sequences (datagrams the producer could not queue)
     BP_REC_RELEASED,  // a caller's payload the synchroniser let go without a set (`token`)
+    BP_REC_LAUNCHED,  // a set the launcher pooled and announced (bp_setloop_launch_with): data = its
+                      // bp_launch, then the announcement's bytes; `stamp`, `epoch`, the arrivals
 };
 
 typedef struct {
@@ -80,6 +82,7 @@ typedef struct {
     double last_arrival;
     uint32_t complete;
     uint32_t missing;   // bit per camera (rig order)
+    int64_t stamp;      // BP_REC_LAUNCHED: the set's (its members' newest)
 } bp_record;
 
 typedef struct {
@@ -193,6 +196,11 @@ void bp_setloop_shutdown(void* loop);
 // counters as text lines "<name> <value>" (the synchroniser's counts, missing_<camera>, the intake's)
 int bp_setloop_counts(void* loop, char* out, uint32_t capacity);
 int64_t bp_setloop_state(void* loop, int what);  // 0 pending sets, 1 held messages, 2 epoch
+// The loop's complete sets of announcements go to `launcher` (null: none do) while the gate allows it:
+// words written by Python (armed: the calibration version the launcher's graphs were made for, -1 off;
+// version: the current one; busy: sets Python queued or pools) and by both (the last published set).
+enum bp_gate { BP_GATE_ARMED, BP_GATE_VERSION, BP_GATE_BUSY, BP_GATE_EPOCH, BP_GATE_STAMP, BP_GATE_WORDS };
+void bp_setloop_launch_with(void* loop, void* launcher, int64_t* gate);
 
 // a set's device work and its grid's hand-off (launcher.h); `flags`: the page-locked flag word
 void* bp_launcher_new(uint64_t context, uint64_t stream, uint64_t flags, uint64_t grid, uint64_t grid_bytes, void* ring,

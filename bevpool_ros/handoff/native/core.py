@@ -18,7 +18,7 @@ from . import build
 
 ENV = "BEVPOOL_NATIVE"
 DEFAULT_MODE = "off"  # opt-in until the GPU suite has run the core's copies, events and waits
-ABI_VERSION = 2  # bevpool_handoff.h BP_ABI_VERSION
+ABI_VERSION = 3  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
 WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
 READY = 2  # bp_check: the slot held the announced tensor (and its event was waited for); 0 unchecked, 1 overwritten
@@ -57,7 +57,7 @@ class Record(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("count", ctypes.c_uint32), ("link", ctypes.c_uint64),
                 ("token", ctypes.c_uint64), ("lost", ctypes.c_uint64), ("ring_id", ctypes.c_uint64),
                 ("epoch", ctypes.c_int64), ("first_arrival", ctypes.c_double), ("last_arrival", ctypes.c_double),
-                ("complete", ctypes.c_uint32), ("missing", ctypes.c_uint32)]
+                ("complete", ctypes.c_uint32), ("missing", ctypes.c_uint32), ("stamp", ctypes.c_int64)]
 
 
 class Member(ctypes.Structure):
@@ -132,6 +132,7 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_setloop_shutdown": (None, (_P,)),
     "bp_setloop_counts": (ctypes.c_int, (_P, _P, _U32)),
     "bp_setloop_state": (ctypes.c_int64, (_P, ctypes.c_int)),
+    "bp_setloop_launch_with": (None, (_P, _P, _I64P)),
     "bp_launcher_new": (_P, (_U64, _U64, _U64, _U64, _U64, _P, _P, _I32, ctypes.c_char_p, _U32, _P)),
     "bp_launcher_free": (None, (_P,)),
     "bp_launcher_ring": (None, (_P, _U64, _I64P, _U32, _U32, ctypes.c_char_p, _U64P)),

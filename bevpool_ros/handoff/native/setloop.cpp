@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "error.h"
+#include "launcher.h"
 #include "pyfmt.h"
 
 namespace bevpool {
@@ -15,6 +16,9 @@ namespace {
 const char* const STREAM_NAMES[SYNC_STREAMS] = {"depth", "feat"};
 const char* const DTYPE_NAMES[3] = {"float32", "float16", "float8_e4m3"};  // handoff_input.DTYPES
 constexpr int E4M3 = 2;
+constexpr uint32_t ANNOUNCEMENT_CAPACITY = 65536;  // a BevHandoff is a few hundred bytes
+
+int64_t gate_word(const int64_t* gate, int word) { return __atomic_load_n(&gate[word], __ATOMIC_ACQUIRE); }
 
 int64_t realtime_ns() {
     timespec ts;
@@ -327,9 +331,85 @@ void SetLoop::flush() {
             }
         }
         r.head.count = static_cast<uint32_t>(r.members.size());
+        int64_t stamp = 0;
+        for (const bp_member& m : r.members) stamp = std::max(stamp, m.stamp);
+        if (launchable(r) && launched(r, stamp)) continue;
         outbox_.push_back(std::move(r));
     }
     sync_.emitted.clear();
+}
+
+void SetLoop::launch_with(Launcher* launcher, int64_t* gate) {
+    std::lock_guard<std::mutex> lock(mutex_);  // launches run under it: none runs once it is taken
+    launcher_ = launcher;
+    gate_ = gate;
+}
+
+bool SetLoop::launchable(const Record& set) const {
+    if (launcher_ == nullptr || !set.head.complete || set.members.size() != SYNC_STREAMS * cameras_.size()) return false;
+    int64_t armed = gate_word(gate_, BP_GATE_ARMED);
+    if (armed < 0 || armed != gate_word(gate_, BP_GATE_VERSION) || gate_word(gate_, BP_GATE_BUSY) != 0) return false;
+    for (const bp_member& m : set.members) {
+        if (!(m.token & BP_TOKEN_ANNOUNCEMENT) || m.template_id < 0) return false;  // a payload Python holds
+    }
+    for (const Record& r : outbox_) {
+        if (r.head.kind == BP_REC_SET) return false;  // an earlier set waits for Python: this one follows it
+    }
+    return true;
+}
+
+bool SetLoop::launched(Record& set, int64_t stamp) {
+    int64_t epoch = gate_word(gate_, BP_GATE_EPOCH);
+    if (epoch == set.head.epoch && stamp <= gate_word(gate_, BP_GATE_STAMP)) {  // publishing.py's rule
+        drop("stamp_regression", "set " + std::to_string(stamp) + " ns is not newer than the last published " +
+                                     std::to_string(gate_word(gate_, BP_GATE_STAMP)) + " ns");
+        return true;
+    }
+    bp_launch result{};
+    announcement_.resize(ANNOUNCEMENT_CAPACITY);
+    int32_t sec = static_cast<int32_t>(stamp / 1000000000);
+    uint32_t nanosec = static_cast<uint32_t>(stamp % 1000000000);
+    int rc = launcher_->launch(set.members.data(), static_cast<uint32_t>(set.members.size()), sec, nanosec, &result,
+                               announcement_.data(), ANNOUNCEMENT_CAPACITY);
+    if (rc != BP_OK) {  // the set is lost with its device work; Python disarms (its launch_failed)
+        __atomic_store_n(&gate_[BP_GATE_ARMED], -1, __ATOMIC_RELEASE);
+        intake_["launch_failed"] += 1;
+        drop("internal_error", std::string("hand-off core launch failed: ") + last_error() +
+                                   "; set not published, the next sets are pooled by Python");
+        return true;
+    }
+    switch (result.result) {
+        case BP_LAUNCH_MISS:
+            intake_["launch_misses"] += 1;
+            return false;
+        case BP_LAUNCH_NONFINITE_INPUT:
+            drop("non_finite", "inputs hold NaN/Inf (or values beyond FP16's range)");
+            return true;
+        case BP_LAUNCH_NONFINITE_OUTPUT:
+            drop("non_finite_output", "the grid holds NaN/Inf (overflow of the published dtype?); set not published");
+            return true;
+        case BP_LAUNCH_OVERWRITTEN: {
+            const bp_member& m = set.members[static_cast<size_t>(result.member)];
+            drop("handoff_overwritten", "hand-off tensors " + cameras_[m.camera] + "/" + STREAM_NAMES[m.stream] +
+                                            " were overwritten by their producer while it was read; set not published");
+            return true;
+        }
+        default:
+            break;
+    }
+    __atomic_store_n(&gate_[BP_GATE_EPOCH], set.head.epoch, __ATOMIC_RELEASE);
+    __atomic_store_n(&gate_[BP_GATE_STAMP], stamp, __ATOMIC_RELEASE);
+    intake_["launched"] += 1;
+    Record r{};
+    r.head = set.head;
+    r.head.kind = BP_REC_LAUNCHED;
+    r.head.stamp = stamp;
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&result);
+    r.data.assign(bytes, bytes + sizeof(result));
+    r.data.insert(r.data.end(), announcement_.begin(), announcement_.begin() + result.length);
+    r.head.count = static_cast<uint32_t>(r.data.size());
+    outbox_.push_back(std::move(r));
+    return true;
 }
 
 bool SetLoop::next(bp_record* record, bp_member* members, uint32_t capacity, uint8_t* data, uint32_t data_capacity) {

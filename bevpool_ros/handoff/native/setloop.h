@@ -8,6 +8,13 @@
 // and offered to the synchroniser (sync.h). What Python must see goes to an outbox it drains
 // (next()): sets, drops with their reason and text, datagrams no template read, closed links,
 // gaps, payloads let go.
+//
+// With a launcher (launch_with), a complete set of announcements whose slots the launcher has a
+// graph for never reaches Python before its grid's datagram is sent: the loop's thread launches it
+// (launcher.h) as the set completes, and the outbox gets what Python does after (the ROS copy, the
+// counters): a BP_REC_LAUNCHED record, or the set's drop. The gate's words say when it may: the
+// launcher's graphs are of the current calibration, and no set Python took is still queued or pooled
+// (sets leave in the order they completed; the last published stamp is one word both sides check).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,8 @@
 #include "waiter.h"
 
 namespace bevpool {
+
+class Launcher;
 
 enum SeenWay { SEEN_NONE = 0, SEEN_SIGNAL = 1, SEEN_DDS = 2 };
 constexpr size_t SEEN_KEPT = 4096;  // announcements.SEEN_KEPT
@@ -56,6 +65,7 @@ public:
     void shutdown();
     std::string counts();
     int64_t state(int what);
+    void launch_with(Launcher* launcher, int64_t* gate);  // (null: no launches) returns once none runs
 
 private:
     struct StreamOf {
@@ -78,6 +88,8 @@ private:
     void raw(const bp_arrival& arrival, const uint8_t* data);
     void drop(const std::string& reason, const std::string& detail, bool intake = true);
     void flush();  // the synchroniser's sets, drops and released payloads into the outbox
+    bool launchable(const Record& set) const;  // (mutex_ held)
+    bool launched(Record& set, int64_t stamp);  // (mutex_ held) false: a miss, the set goes to Python
     int wait_ms(int remaining_ms) const;
 
     std::vector<std::string> cameras_;
@@ -97,6 +109,9 @@ private:
     int64_t clock_offset_ns_ = 0;
     bool shutdown_ = false;
     bool woken_ = false;
+    Launcher* launcher_ = nullptr;
+    int64_t* gate_ = nullptr;  // bp_gate words (Python's memory)
+    std::vector<uint8_t> announcement_;  // a launched set's BevHandoff
 };
 
 }  // namespace bevpool

@@ -18,7 +18,8 @@ from ..signal import MAX_DATAGRAM, connect
 from .core import Member, Record, error
 from .templates import ROLES
 
-REC_SET, REC_DROP, REC_RAW, REC_CLOSED, REC_GAP, REC_RELEASED = range(1, 7)  # bp_record_kind
+REC_SET, REC_DROP, REC_RAW, REC_CLOSED, REC_GAP, REC_RELEASED, REC_LAUNCHED = range(1, 8)  # bp_record_kind
+GATE_ARMED, GATE_VERSION, GATE_BUSY, GATE_EPOCH, GATE_STAMP, GATE_WORDS = range(6)  # bp_gate
 DROP_BY_SYNC, DROP_BY_INTAKE = 0, 1  # a REC_DROP's token: whose drop it is
 SEEN_SIGNAL, SEEN_DDS = 1, 2  # bp_setloop_seen; 0: not seen
 WAYS = {"signal": SEEN_SIGNAL, "dds": SEEN_DDS}
@@ -31,7 +32,7 @@ POLICIES = {"drop": 0, "zero_fill": 1}
 class LoopRecord(NamedTuple):
     head: Record               # a copy
     members: list              # [Member] (copies) of a set
-    data: bytes                # a drop's "reason\0detail", a raw datagram
+    data: bytes                # a drop's "reason\0detail", a raw datagram, a launch's bp_launch + BevHandoff
 
 
 class SetLoop:
@@ -157,8 +158,16 @@ class SetLoop:
         while self.lib.bp_setloop_next(self.handle, ctypes.byref(rec), members, len(members), data, len(data)):
             head = Record.from_buffer_copy(rec)
             n = head.count if head.kind == REC_SET else 0
-            raw = data.raw[:head.count] if head.kind in (REC_DROP, REC_RAW) else b""
+            raw = data.raw[:head.count] if head.kind in (REC_DROP, REC_RAW, REC_LAUNCHED) else b""
             yield LoopRecord(head, [Member.from_buffer_copy(members[i]) for i in range(n)], raw)
+
+    def launch_with(self, launcher, gate) -> None:
+        """Complete sets of announcements go to ``launcher`` (native.launcher.NativeLauncher; None:
+        none do) while ``gate`` (int64 numpy words, GATE_*; kept alive by the caller) allows it.
+        Returns once no launch runs."""
+        self.lib.bp_setloop_launch_with(self.handle, launcher.handle if launcher is not None else None,
+                                        gate.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) if gate is not None
+                                        else None)
 
     def wake(self) -> None:
         """A thread in ``run`` returns now (2), once."""
