@@ -430,11 +430,11 @@ def run_pipeline(args) -> dict:
             print(log.read()[-4000:], file=sys.stderr)
             raise SystemExit(f"no {args.transport} grid publisher reached the subscriber "
                              f"in {READY_TIMEOUT_S:g} s (node log above)")
-        cpu_before = cpu_seconds(node.pid)
+        cpu_before, threads_before = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
         pub = _child("publisher", args, str(work / "pub.json"), log)
         pub.wait(args.frames / args.rate * 3 + 120)
         time.sleep(DRAIN_S)  # grids still in flight reach the subscriber
-        cpu_after = cpu_seconds(node.pid)
+        cpu_after, threads_after = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
         (work / "sub.json.stop").touch()
         sub.wait(30)
     finally:
@@ -452,6 +452,8 @@ def run_pipeline(args) -> dict:
     return {"sent": dict(pubrec["sent"]), "first": dict(pubrec.get("first", [])), "sub": subrec, "pub": pubrec,
             "node_rc": node_rc, "log_tail": log_tail,
             "node_cpu_s": None if None in (cpu_before, cpu_after) else cpu_after - cpu_before,
+            "node_thread_cpu_s": {name: t - threads_before.get(name, 0.0) for name, t in threads_after.items()
+                                  if t - threads_before.get(name, 0.0) > 0},
             "timeline": json.loads(timelines[-1].read_text()) if timelines else None}
 
 
@@ -462,6 +464,21 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU time of each of process ``pid``'s threads so far, summed by thread name
+    (/proc/<pid>/task/*/stat; rclpy's, DDS's and the node's threads are named), in seconds."""
+    out: dict[str, float] = {}
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name, rest = text.split("(", 1)[1].rsplit(")", 1)
+        fields = rest.split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def node_cpu_per_set(run: dict, received: int) -> float | None:
@@ -540,6 +557,9 @@ def render_md(res: dict) -> str:
         "|---|---|---|---|",
         f"| end to end: last input published -> grid received (other process) | {e[50]:.2f} | {e[95]:.2f} | "
         f"{e[99]:.2f} |",
+        *([f"| end to end from the producer's datagrams: last announcement sent -> grid received | "
+           f"{res['e2e_datagrams_ms'][50]:.2f} | {res['e2e_datagrams_ms'][95]:.2f} | {res['e2e_datagrams_ms'][99]:.2f} |"]
+          if r["transport"] == "handoff_both" else []),
         f"| in the node: last input received -> BEV published | {n['p50']:.2f} | {n['p95']:.2f} | {n['p99']:.2f} |",
         f"| pooling stage in the node | {r['stage_p50_ms']:.3f} | | {r['stage_p99_ms']:.3f} |",
         f"| kernel alone (us) | {r['kernel_us']:.1f} | | |",
@@ -564,6 +584,10 @@ def render_md(res: dict) -> str:
             f"in the subscriber p50 {res['handoff_open_ms'][50]:.3f} / p99 {res['handoff_open_ms'][99]:.3f} ms."
             if r["transport"] in HANDOFF_OUT else ""),
         *(["", handoff_stages_md(r)] if r["transport"] == "handoff_both" else []),
+        *(["", f"The node's launcher (hand-off core): {r['core_launch']}."] if r.get("core_launch") else []),
+        "",
+        "The node's CPU time per set by thread (ms, /proc/<pid>/task): " + (", ".join(
+            f"{k} {v:.3f}" for k, v in r.get("node_thread_cpu_ms_per_set", {}).items()) or "n/a") + ".",
     ]
     return "\n".join(lines) + "\n"
 
@@ -749,6 +773,14 @@ def main(argv=None) -> int:
     measured = set(order[args.warmup:])
     e2e = [(t - sent[s]) / 1e6 for s, t in sub["received"] if s in measured]
     e = percentiles(e2e)
+    # handoff_both: the same from the producer's last datagram (what the node's wake-up takes), the set's
+    # time less its ROS copies' publish (producer stages: enqueue -> datagrams sent, -> ROS copies published)
+    stages = dict(zip((st for st, _ in run["pub"].get("sent", [])), run["pub"].get("producer_stages_ms", [])))
+    e2e_datagrams = percentiles([(t - sent[s]) / 1e6 + stages[s][1] - stages[s][0] for s, t in sub["received"]
+                                 if s in measured and s in stages])
+    received_n = len(sub["received"])
+    thread_ms = {name: round(v * 1e3 / received_n, 3) for name, v in
+                 sorted(run.get("node_thread_cpu_s", {}).items(), key=lambda kv: -kv[1])} if received_n else {}
     backend = d.get("backend", args.backend)
     kern = kernel_only(backend if backend not in ("best", "") else "cpu", args.precision, args.rig)
     stage = ("stage_p50_ms", "stage_p99_ms") if "stage_p50_ms" in d else ("pool_p50_ms", "pool_p99_ms")
@@ -767,11 +799,14 @@ def main(argv=None) -> int:
            "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param), **load_fields(args, load),
            "node_cpu_ms_per_set": node_cpu_per_set(run, len(sub["received"])),
            "native_node": "set loop in the core" in d.get("input_handoff", ""),
+           "e2e_datagrams_p50_ms": e2e_datagrams[50], "e2e_datagrams_p99_ms": e2e_datagrams[99],
+           "launched_by_core": int(d.get("launched_by_core", 0)), "core_launch": d.get("handoff_core_launch"),
+           "node_thread_cpu_ms_per_set": dict(list(thread_ms.items())[:8]),
            **handoff_stage_fields(args, run, measured)}
     res = {
         "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,
         "input_dtype": args.input_dtype, "warmup": args.warmup, "measured": len(e2e),
-        "e2e_ms": e, "node_ms": {"p50": f("latency_p50_ms"), "p95": f("latency_p95_ms"), "p99": f("latency_p99_ms")},
+        "e2e_ms": e, "e2e_datagrams_ms": e2e_datagrams, "node_ms": {"p50": f("latency_p50_ms"), "p95": f("latency_p95_ms"), "p99": f("latency_p99_ms")},
         "stages_ms": {k: {"p50": f(f"{k}_p50_ms"), "p99": f(f"{k}_p99_ms")}
                       for k in ("queue_wait", "assemble", "handoff", "message", "publish")},
         "drops": {k: int(v) for k, v in d.items() if k.startswith("dropped_")

@@ -8,7 +8,7 @@ from collections import deque
 # counters that are events, not dropped data
 NOT_DROPS = ("calibration_changes", "scatter_map_rebuilds", "parameter_rejected", "handoff_failed",
              "handoff_only_grids", "skipped_no_subscribers", "wrong_type_publishers", "dds_incompatible_qos",
-             "dds_incompatible_type")
+             "dds_incompatible_type", "launched_by_core")
 # the synchroniser's counters of what it took (sync_<name>): every other sync_ counter is a drop
 SYNC_TAKEN = ("sync_accepted_messages", "sync_sets_complete", "sync_sets_partial")
 # Losses of a whole camera set (as opposed to one bad message, which a set may survive).

@@ -62,10 +62,13 @@ def test_first_set_bench_learns_every_stream_in_both_modes(tmp_path):
     modes = {m["mode"]: m for m in json.loads(out.read_text())["results"]}
     assert set(modes) == {"now", "after_set"}
     for m in modes.values():
-        assert m["streams"] == 12 and m["templates_read"] == 12 and m["jobs_left"] == 0, m
+        # each stream learnt once; again when rclpy's uninitialised CDR padding of a later datagram
+        # differs from its template's (cdr_template.CdrTemplate._find: a miss, read by rclpy, never wrong)
+        assert m["streams"] == 12 and 12 <= m["templates_read"] <= 24 and m["jobs_left"] == 0, m
         assert len(m["set_ms"]) == 14 and min(m["set_ms"]) > 0
     # made at once nothing waits for a set; deferred, the last sets read every stream by template
-    assert modes["now"]["after_set_ms"] == [] and len(modes["after_set"]["after_set_ms"]) == 13  # 12 read, 1 written
+    assert modes["now"]["after_set_ms"] == []  # 12 read, 1 written, and a stream learnt again
+    assert len(modes["after_set"]["after_set_ms"]) == 1 + modes["after_set"]["templates_read"]
     assert modes["after_set"]["reads_by_template"] >= 12
 
 

@@ -455,7 +455,7 @@ def test_bev_handoff_subscriber_takes_the_grids_over_the_signal_link(graph, rig_
 
 
 # --- the core's launch of a set (handoff/native/launcher.py) against the backend's own pooling -------
-def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, producer, rig_path, reference):
+def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, rig_path, reference):
     """The producer process's tensors read here (HandoffReader): the cuda backend pools each set in
     Python (the twin) and shares its graphs with the core's launcher; a set whose slots it has a graph
     for is launched by the core: its grid lands in the output ring (slots poisoned with NaN) bit for
@@ -518,6 +518,7 @@ def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, produ
                               ring_id=m.ring_id, template_id=-1, values=v))
         return out
 
+    producer = Producer(rig_path)  # its own: the restart test above stopped the module's
     reader = HandoffReader(0)
     be = CudaBackend("fp16")
     be.prepare(build_scatter_map(rig))
@@ -617,6 +618,7 @@ def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, produ
         reader.close()
         for sub in subs:
             graph.con.destroy_subscription(sub)
+        producer.stop()
 
 
 # --- the node's sets launched by the core (node/handoff_launch.py CoreLaunch) ------------------------

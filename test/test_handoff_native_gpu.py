@@ -243,9 +243,11 @@ def take_from_a_producer_process(producer, consumer, node, executor):
         sub.callback = (lambda s: lambda m: links.on_message(m, s))(sub)
     proc = subprocess.Popen([sys.executable, "-c", PRODUCER, producer], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env=dict(os.environ, PYTHONPATH=REPO, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1",  # the ROS runtime's path kept
+                                     PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))))
     try:
-        assert proc.stdout.readline().split() == ["ready", str(producer == "native")]
+        first = proc.stdout.readline()
+        assert first.split() == ["ready", str(producer == "native")], first + proc.stdout.read()[-3000:]
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not all(s.get_publisher_count() for s in subs):
             executor.spin_once(timeout_sec=0.05)
