@@ -370,8 +370,14 @@ def test_the_loop_launches_a_complete_set_only_when_the_gate_allows(setup):
     internal_error and the core closes the gate itself."""
     from bevpool_ros.handoff.native.launcher import NativeLauncher
     from bevpool_ros.handoff.native.ring import NativeRing
-    from bevpool_ros.handoff.native.setloop import (GATE_ARMED, GATE_BUSY, GATE_EPOCH, GATE_STAMP, GATE_VERSION,
-                                                    GATE_WORDS)
+    from bevpool_ros.handoff.native.setloop import (
+        GATE_ARMED,
+        GATE_BUSY,
+        GATE_EPOCH,
+        GATE_STAMP,
+        GATE_VERSION,
+        GATE_WORDS,
+    )
     from bevpool_ros.handoff.ring import SharedControlBlock
 
     rig, cameras, producer, node, intake, got = setup

@@ -15,12 +15,17 @@ has the ROS message.
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 
 from .fdpass import _peer_uid
 
 MAX_DATAGRAM = 4096  # a TensorHandoff is < 512 bytes serialised
+# A consumer whose queue is full is waited for this long at most (a set's burst of 12 announcements
+# outruns a reading consumer's queue: net.unix.max_dgram_qlen, 10 by default); still full, it loses the
+# datagram and is not waited for again until one reaches it (fanout.h FULL_WAIT_MS: the same rule)
+FULL_WAIT_S = 0.001
 
 
 def signal_path(ring_socket_path: str) -> str:
@@ -45,6 +50,7 @@ class SignalServer:
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self.refused = self._dropped = 0
+        self._lagging: set = set()  # consumers found full and not waited for
         self.fanout = None
         if lib is not None:
             from .native.fanout import NativeFanout
@@ -89,10 +95,18 @@ class SignalServer:
             conns = list(self._conns)
         for conn in conns:
             try:
-                conn.send(data)
-            except BlockingIOError:  # its queue is full: it still gets the ROS message
+                try:
+                    conn.send(data)
+                except BlockingIOError:
+                    if conn in self._lagging or not select.select([], [conn], [], FULL_WAIT_S)[1]:
+                        raise
+                    conn.send(data)
+                self._lagging.discard(conn)
+            except BlockingIOError:  # still full: it still gets the ROS message
                 self._dropped += 1
+                self._lagging.add(conn)
             except OSError:  # it went away
+                self._lagging.discard(conn)
                 with self._lock:
                     if conn in self._conns:
                         self._conns.remove(conn)

@@ -24,11 +24,20 @@ from typing import Callable, NamedTuple
 
 from ..cameras.sync import STREAMS
 from ..handoff.cdr_template import CdrTemplate, TemplateError
-from ..handoff.native.setloop import (DROP_BY_INTAKE, REC_CLOSED, REC_DROP, REC_GAP, REC_LAUNCHED, REC_RAW,
-                                      RUN_SHUTDOWN, SetLoop)
+from ..handoff.native.setloop import (
+    DROP_BY_INTAKE,
+    REC_CLOSED,
+    REC_DROP,
+    REC_GAP,
+    REC_LAUNCHED,
+    REC_RAW,
+    RUN_SHUTDOWN,
+    SetLoop,
+)
 from ..handoff.native.sync import NativeSynchronizer
 from ..io.bev_message import stamp_to_ns
 from ..io.tensor_codec import CODE_NAMES, TensorError
+from ..thread_name import name_this_thread
 
 RUN_TIMEOUT_S = 0.5  # the thread looks at its stop flag this often while no datagram comes
 CLOCK_REFRESH_S = 0.05  # the node's clock (sim time moves apart from the system's) is read this often
@@ -155,6 +164,7 @@ class SetLoopIntake:
         self.thread.start()
 
     def _run(self) -> None:
+        name_this_thread()
         while not self._stopping:
             self._read_clock()
             if self.loop.run(RUN_TIMEOUT_S) == RUN_SHUTDOWN:

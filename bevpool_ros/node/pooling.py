@@ -14,7 +14,6 @@ make their context current in whichever thread calls them.
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import threading
 import time
@@ -29,6 +28,7 @@ from ..cameras.calibration import LiveCalibration
 from ..cameras.sync import CameraSet
 from ..ros.liveness import INJECTED_STALL, injected_stall, long_step
 from ..scatter_map import scatter_map_for
+from ..thread_name import name_this_thread
 
 E4M3_WIRE = np.dtype(np.uint8)
 FLOWING_S = 1.0  # sets count as flowing while one was pooled this recently (between_sets)
@@ -337,6 +337,7 @@ class PoolingWorker:
         return bool(stale)
 
     def _loop(self) -> None:
+        name_this_thread()
         while True:
             with self._cv:  # not while a set is pooled inline (run_or_submit): one pool at a time
                 while self._running and (not self._queue or self.busy):

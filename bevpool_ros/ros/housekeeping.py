@@ -13,6 +13,8 @@ import logging
 import threading
 import time
 
+from ..thread_name import name_this_thread
+
 log = logging.getLogger(__name__)
 
 
@@ -57,6 +59,7 @@ class PeriodicThread:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        name_this_thread()
         due = time.monotonic() + self.period_s
         while self._running:
             if self._wake.wait(max(0.0, due - time.monotonic())):

@@ -27,6 +27,7 @@ from rclpy.guard_condition import GuardCondition
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.subscription import Subscription
 
+from ..thread_name import name_this_thread
 from .liveness import INJECTED_STALL, injected_stall
 
 STOP_WAIT_S = 2.0  # a callback that holds the thread longer than this is the watchdog's to judge
@@ -90,6 +91,7 @@ class SubscriptionThread:
         return not thread.is_alive()
 
     def _run(self) -> None:
+        name_this_thread()
         self.thread_ident = threading.get_ident()
         while self._running:
             subs = self._subs
