@@ -503,10 +503,14 @@ def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, rig_p
             for topic in handoff_topics(defaults(), names).values()]
 
     def announced(stamp, nan=False):
-        """One set handed off by the producer: its announcements, cameras in rig order, depth then feat."""
-        producer.send(stamp, names, nan=nan)
-        assert graph.spin_until(lambda: len(got.get(stamp, {})) == 2 * len(names), 10.0), got.get(stamp)
-        return [got[stamp][(cam, s)] for cam in names for s in ("depth", "feat")]
+        """One set handed off by the producer: its announcements, cameras in rig order, depth then feat
+        (sent again with a later stamp until all came: the subscriptions' discovery of a new producer)."""
+        for _ in range(10):
+            producer.send(stamp, names, nan=nan)
+            if graph.spin_until(lambda: len(got.get(stamp, {})) == 2 * len(names), 3.0):
+                return stamp, [got[stamp][(cam, s)] for cam in names for s in ("depth", "feat")]
+            stamp = graph.next_stamp()
+        raise AssertionError(f"no whole set announced: {got.get(stamp)}")
 
     def members(msgs):
         out = []
@@ -560,8 +564,7 @@ def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, rig_p
         # (and shared), its third is the core's
         earlier, shared_keys = {}, set()
         for _ in range(12):
-            stamp = graph.next_stamp()
-            msgs = announced(stamp)
+            stamp, msgs = announced(graph.next_stamp())
             key = member_key(members(msgs))
             if key in shared_keys:
                 break
@@ -592,8 +595,7 @@ def test_the_core_launches_a_handed_off_set_as_the_backend_pools_it(graph, rig_p
         assert launch.DROPS[old.result] == "handoff_overwritten" and old.member == 0
         # a NaN in a camera's features: flagged on the device, not announced (the backend raises it)
         for _ in range(6):
-            stamp = graph.next_stamp()
-            msgs = announced(stamp, nan=True)
+            stamp, msgs = announced(graph.next_stamp(), nan=True)
             key = member_key(members(msgs))
             if key in shared_keys:
                 break
@@ -632,6 +634,7 @@ def test_the_node_launches_handed_off_sets_in_the_core(graph, rig_path, referenc
 
     from bevpool_msgs.msg import BevFeature
     from ros_harness import assert_bev_matches
+    from sensor_msgs.msg import Image
 
     from bevpool_ros.demo.synthetic_publisher import camera_info_msg
     from bevpool_ros.handoff import BevHandoffSubscriber
@@ -646,8 +649,9 @@ def test_the_node_launches_handed_off_sets_in_the_core(graph, rig_path, referenc
     grids = []
     sub = BevHandoffSubscriber(con, "bev/handoff",
                                lambda view, msg: grids.append((view.copy_to_host(), view.still_valid(), msg)))
-    con.destroy_subscription(con.bev_sub)
-    con.bev_sub = None
+    con.destroy_subscription(con.bev_sub)  # nobody on the BevFeature or the image: no host grid wanted
+    con.destroy_subscription(con.image_sub)
+    con.bev_sub = con.image_sub = None
 
     def launched(timeout=1.0) -> int:
         d = graph.diagnostics_where(lambda d: True, timeout)
@@ -664,7 +668,8 @@ def test_the_node_launches_handed_off_sets_in_the_core(graph, rig_path, referenc
 
     try:
         start = launched()
-        assert send_until(lambda: launched(0.3) >= start + 3), graph.node.output()[-4000:]
+        assert send_until(lambda: launched(0.3) >= start + 3), (
+            graph.diagnostics_where(lambda d: True).get("handoff_core_launch"), graph.node.output()[-4000:])
         n = len(grids)
         for _ in range(3):
             producer.send(graph.next_stamp(), cameras(graph))
@@ -708,6 +713,8 @@ def test_the_node_launches_handed_off_sets_in_the_core(graph, rig_path, referenc
         sub.close()
         if con.bev_sub is None:
             con.bev_sub = con.create_subscription(BevFeature, "bev/features", con._on_bev, qos)
+        if con.image_sub is None:
+            con.image_sub = con.create_subscription(Image, "bev/image", lambda m: con.images.append(m), qos)
     try:
         assert send_until_grid(graph, producer, cameras(graph)) is not None  # BevFeature again
     finally:

@@ -262,6 +262,14 @@ class HandoffInputs:
         self._watched.discard(ring.ring_id)
         self.intake.forget_ring(ring.ring_id)
 
+    def named(self, socket_paths) -> None:
+        """These producers' rings were read just now by the core's launcher (no announcement of
+        theirs reached ``open``): not idle."""
+        now = time.monotonic()
+        with self._lock:
+            for path in socket_paths:
+                self._last_named[path] = now
+
     def sweep(self) -> None:
         """Unmap the rings of producers that went away (none named them for a while)."""
         if self.reader is None:

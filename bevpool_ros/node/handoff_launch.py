@@ -60,6 +60,14 @@ class SharedGraphs:
         self._keys[self.frame.last_key] = key
         self.launcher.remember(key, int(graph.exec))
 
+    def forget_ring(self, ring_id: int) -> None:
+        """A producer's ring is unmapped: the graphs that read its slots (their addresses) go, even
+        though the backend keeps them (a ring mapped again may sit elsewhere)."""
+        for frame_key, key in list(self._keys.items()):
+            if any(rid == ring_id for rid, _ in key):
+                self.launcher.forget(key)
+                del self._keys[frame_key]
+
     def _destroyed(self, frame_key, graph) -> None:
         key = self._keys.pop(frame_key, None)
         if key is not None:
@@ -121,7 +129,7 @@ class CoreLaunch:
         self.launcher = self.shared = None
         self._built_for = None  # (device-input run, grid dtype) the launcher was made for
         self._template = None   # its BevHandoff template's id in the output ring
-        self._rings: set[int] = set()  # producer rings the launcher knows
+        self._rings: dict[int, str] = {}  # producer rings the launcher knows -> their socket paths
         self._failures = 0      # the loop's launch_failed count already handled
         self.off_reason = "waiting for a set pooled by Python"
         self._lock = threading.Lock()  # made and torn down by the pooling thread, closed by the node's
@@ -243,26 +251,31 @@ class CoreLaunch:
         self.intake.loop.launch_with(launcher, self.gate)
 
     def _know_rings(self, camera_set) -> None:
+        reader = self.inputs.reader
         for streams in camera_set.frames.values():
             for _, view in streams.values():
                 ring = view.mapped
                 if ring.ring_id not in self._rings:
                     self.launcher.ring(ring.ring_id, ring.control.block.words.ctypes.data, ring.ring_size,
                                        {h: int(e.event) for h, e in ring.events.items()})
-                    self._rings.add(ring.ring_id)
+                    self._rings[ring.ring_id] = next(
+                        (p for p in reader.socket_paths if reader.ring(p) is ring), "")
 
     def _unring(self, ring) -> None:
-        """(reader.unmapping) Before a producer's ring is unmapped."""
+        """(reader.unmapping) Before a producer's ring is unmapped: the launcher lets it go, and the
+        graphs that read it."""
         launcher = self.launcher
         if launcher is not None and ring.ring_id in self._rings:
+            self.shared.forget_ring(ring.ring_id)
             launcher.unring(ring.ring_id)
-            self._rings.discard(ring.ring_id)
+            self._rings.pop(ring.ring_id, None)
 
     # --- sets the core pooled --------------------------------------------------------------------
     def _launched(self, rec) -> None:
         """(the set loop's thread, the grid's datagram sent) Its ROS copy, counts, housekeeping."""
         result = Launch.from_buffer_copy(rec.data[:LAUNCH_BYTES])
         head = rec.head
+        self.inputs.named(list(self._rings.values()))  # their producers are alive: no unmapping as idle
         self.outputs.launched(rec.data[LAUNCH_BYTES:], (head.first_arrival, head.last_arrival),
                               result.launched_ns * 1e-9, result.done_ns * 1e-9)
         self.worker.launched_set()

@@ -34,7 +34,8 @@ void load() {
         find(lib, "cuEventSynchronize", table.cuEventSynchronize) &&
         find(lib, "cuCtxSetCurrent", table.cuCtxSetCurrent) && find(lib, "cuCtxGetCurrent", table.cuCtxGetCurrent) &&
         find(lib, "cuGetErrorName", table.cuGetErrorName) && find(lib, "cuStreamWaitEvent", table.cuStreamWaitEvent) &&
-        find(lib, "cuGraphLaunch", table.cuGraphLaunch) && find(lib, "cuStreamSynchronize", table.cuStreamSynchronize)) {
+        find(lib, "cuGraphLaunch", table.cuGraphLaunch) && find(lib, "cuStreamSynchronize", table.cuStreamSynchronize) &&
+        find(lib, "cuEventCreate", table.cuEventCreate) && find(lib, "cuEventDestroy_v2", table.cuEventDestroy)) {
         loaded = &table;
     }
 }

@@ -26,7 +26,11 @@ struct Driver {
     CUresult (*cuStreamWaitEvent)(CUstream stream, CUevent event, unsigned int flags);
     CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
     CUresult (*cuStreamSynchronize)(CUstream stream);
+    CUresult (*cuEventCreate)(CUevent* event, unsigned int flags);
+    CUresult (*cuEventDestroy)(CUevent event);
 };
+constexpr unsigned int CU_EVENT_BLOCKING_SYNC = 0x1;  // a host wait on it sleeps, not spins
+constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;
 
 // The driver's table, or nullptr (the error buffer then says why: no libcuda.so.1, a symbol missing).
 const Driver* driver();

@@ -32,6 +32,15 @@ Launcher::Launcher(const LauncherConfig& config) : config_(config), slot_handles
     for (uint32_t i = 0; i < config.ring_size; ++i) std::memcpy(slot_handles_[i].data(), config.slot_handles + 64 * i, 64);
 }
 
+Launcher::~Launcher() {
+    const Driver* cu = done_ != nullptr ? driver() : nullptr;
+    if (cu != nullptr) {
+        CUcontext current = nullptr;
+        cu->cuCtxGetCurrent(&current);
+        if (current == config_.context || cu->cuCtxSetCurrent(config_.context) == CUDA_SUCCESS) cu->cuEventDestroy(done_);
+    }
+}
+
 void Launcher::ring(uint64_t ring_id, const int64_t* words, uint32_t size, std::vector<std::array<uint8_t, 64>> handles,
                     std::vector<void*> events) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -98,6 +107,11 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
     if (current != config_.context && failed(cu->cuCtxSetCurrent(config_.context), "cuCtxSetCurrent")) {
         return BP_E_DRIVER;
     }
+    if (done_ == nullptr &&
+        failed(cu->cuEventCreate(&done_, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING), "cuEventCreate")) {
+        done_ = nullptr;
+        return BP_E_DRIVER;
+    }
     result->launched_ns = now_ns();
     CUstream stream = config_.stream;
     for (void* event : events) {  // the producers' writes, ordered on the device
@@ -108,7 +122,10 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
     uint32_t slot = 0;
     int r = config_.ring->write(config_.grid, config_.grid_bytes, reinterpret_cast<uint64_t>(stream), &slot, &sequence);
     if (r != BP_OK) return r;
-    if (failed(cu->cuStreamSynchronize(stream), "cuStreamSynchronize")) return BP_E_DRIVER;
+    if (failed(cu->cuEventRecord(done_, stream), "cuEventRecord") ||
+        failed(cu->cuEventSynchronize(done_), "cuEventSynchronize")) {
+        return BP_E_DRIVER;
+    }
     result->done_ns = now_ns();
     result->slot = slot;
     result->sequence = sequence;

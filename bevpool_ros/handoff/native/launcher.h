@@ -6,7 +6,8 @@
 //   the stream waits on each producer's IPC event      (cuStreamWaitEvent: on the device)
 //   the set's graph is launched                        (gather, checks, pooling, epilogue, flag word)
 //   the grid is copied into the output ring's next slot, its event recorded (ring.h: claimed first)
-//   one host wait for the stream
+//   one host wait for the stream (an event of its own, blocking sync: the thread sleeps; a stream
+//   synchronize spun a CPU core for the GPU work and, beside another process's, its time slice)
 //   the flag word read                                 (NaN/Inf in the inputs or the grid: no announcement)
 //   the seqlock's second look at every camera tensor   (overwritten while read: no announcement)
 //   the grid's BevHandoff written from its template and sent to the ring's linked consumers
@@ -48,6 +49,7 @@ struct LauncherConfig {
 class Launcher {
 public:
     explicit Launcher(const LauncherConfig& config);
+    ~Launcher();
     // a producer's ring: its control block and its slots' events by handle
     void ring(uint64_t ring_id, const int64_t* words, uint32_t size, std::vector<std::array<uint8_t, 64>> handles,
               std::vector<void*> events);
@@ -70,6 +72,7 @@ private:
     void* event_of(const bp_member& m) const;  // (mutex_ held) the member's producer event, or nullptr
 
     LauncherConfig config_;
+    void* done_ = nullptr;  // CUevent (blocking sync) recorded after a set's work, made at its first launch
     std::vector<std::array<uint8_t, 64>> slot_handles_;
     std::mutex pool_;   // one set at a time on the backend's buffers
     std::mutex mutex_;  // the maps
