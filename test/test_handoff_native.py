@@ -182,3 +182,53 @@ def test_a_set_the_launcher_has_no_graph_or_ring_for_is_a_miss_with_nothing_enqu
         ring.close()
         output.close()
         producer.close()
+
+
+def test_a_ring_unmapped_takes_its_graphs_from_the_launcher():
+    """The backend keeps a graph by its binding's addresses; the launcher finds it by (ring id, slot).
+    A producer's ring unmapped (and perhaps mapped again elsewhere) must leave the launcher no graph
+    of its slots: SharedGraphs.forget_ring takes them back, the other rings' graphs stay."""
+    from types import SimpleNamespace
+
+    from bevpool_ros.device.driver import CudaError
+    from bevpool_ros.handoff.native.core import Member, Values
+    from bevpool_ros.handoff.native.launcher import MISS, NativeLauncher
+    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.ring import SharedControlBlock
+    from bevpool_ros.node.handoff_launch import SharedGraphs
+
+    lib = lib_or_skip()
+    if lib.bp_driver_available():
+        pytest.skip("a launch with a graph would hand made-up events to a real driver")
+    output = SharedControlBlock.create(5, 2)
+    rings = {rid: SharedControlBlock.create(rid, 4) for rid in (6, 7)}
+    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
+    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
+                              template_id=-1)
+    frame = SimpleNamespace(on_destroy=[], last_graph=None, last_key=None)
+    shared = SharedGraphs(launcher, SimpleNamespace(device=frame))
+    try:
+        for rid, block in rings.items():
+            launcher.ring(rid, block.block.words.ctypes.data, 4, {bytes([rid]) * 64: 0x1000 + rid})
+            frame.last_graph, frame.last_key = SimpleNamespace(exec=0x2000 + rid), ("binding", rid)
+            shared.after_set(((rid, 0), (rid, 1)))
+
+        def launched(rid):
+            members = [Member(camera=0, stream=k, ring_id=rid, values=Values(slot=k, sequence=k + 1)) for k in range(2)]
+            for m in members:
+                m.values.event_handle[:] = bytes([rid]) * 64
+            try:
+                return launcher.launch(members, 1)[0].result
+            except CudaError:
+                return "driver"  # it had a graph: it went on to the driver (none here)
+
+        assert launched(6) == launched(7) == "driver"
+        shared.forget_ring(6)
+        assert launched(6) == MISS and launched(7) == "driver"
+    finally:
+        shared.close()
+        launcher.close()
+        ring.close()
+        output.close()
+        for block in rings.values():
+            block.close()
