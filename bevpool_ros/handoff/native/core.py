@@ -17,7 +17,7 @@ from pathlib import Path
 from . import build
 
 ENV = "BEVPOOL_NATIVE"
-DEFAULT_MODE = "off"  # opt-in until the GPU suite has run the core's copies, events and waits
+DEFAULT_MODE = "off"  # opt-in until the GPU suite passes on the core with the node's launches (docs/gpu_handoff.md)
 ABI_VERSION = 3  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
 WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
