@@ -99,7 +99,7 @@ class GateStamp:
 
 class CoreLaunch:
     """The node's sets pooled by the hand-off core's launcher (handoff/native/launcher.py) from the
-    set loop's thread, without Python before their grid's datagram: made after the first set
+    set loop's thread, without Python before their grid's datagram and its ROS copy: made after the first set
     Python pooled whose tensors are all hand-off views (the backend's device-input path, its
     graph shared), armed while nothing but the launcher's work is wanted per set:
 
@@ -129,6 +129,7 @@ class CoreLaunch:
         self.launcher = self.shared = None
         self._built_for = None  # (device-input run, grid dtype) the launcher was made for
         self._template = None   # its BevHandoff template's id in the output ring
+        self._ros_copy = None   # the launcher's publish of the grids' ROS copies (native.ros_copy)
         self._rings: dict[int, str] = {}  # producer rings the launcher knows -> their socket paths
         self._failures = 0      # the loop's launch_failed count already handled
         self.off_reason = "waiting for a set pooled by Python"
@@ -244,11 +245,25 @@ class CoreLaunch:
         launcher = NativeLauncher(self.lib, context=int(backend.rt.device.ctx), stream=int(backend.rt.stream.handle),
                                   flags_ptr=flags_ptr, grid_ptr=grid_ptr, grid_bytes=grid_bytes, output=ring.native,
                                   template_id=self._template)
+        self._ros_copy = self._make_ros_copy(handoff.pub)
+        launcher.ros_copy(self._ros_copy)
         with self._lock:
             self.launcher, self.shared = launcher, SharedGraphs(launcher, run)
             self._built_for = (run, dtype)
         self.inputs.reader.unmapping.append(self._unring)
         self.intake.loop.launch_with(launcher, self.gate)
+
+    def _make_ros_copy(self, publisher):
+        """The launcher publishes the grids' ROS copies itself where the core reaches this process's
+        rcl; else (None) Python publishes each after its record, said once."""
+        from ..handoff.native.ros_copy import NativeRosCopy, RosCopyUnavailable
+
+        try:
+            return NativeRosCopy(self.lib, publisher)
+        except RosCopyUnavailable as e:
+            self.warn("ros_copy_in_python", f"the hand-off core cannot publish the grids' ROS copies ({e}): "
+                      "Python publishes them")
+            return None
 
     def _know_rings(self, camera_set) -> None:
         reader = self.inputs.reader
@@ -276,8 +291,9 @@ class CoreLaunch:
         result = Launch.from_buffer_copy(rec.data[:LAUNCH_BYTES])
         head = rec.head
         self.inputs.named(list(self._rings.values()))  # their producers are alive: no unmapping as idle
-        self.outputs.launched(rec.data[LAUNCH_BYTES:], (head.first_arrival, head.last_arrival),
-                              result.launched_ns * 1e-9, result.done_ns * 1e-9)
+        self.outputs.launched(None if result.ros_copy else rec.data[LAUNCH_BYTES:],
+                              (head.first_arrival, head.last_arrival), result.launched_ns * 1e-9,
+                              result.done_ns * 1e-9)
         self.worker.launched_set()
 
     def status(self) -> dict:
@@ -299,6 +315,10 @@ class CoreLaunch:
         if launcher is None:
             return
         self.intake.loop.launch_with(None, None)
+        launcher.ros_copy(None)
+        if self._ros_copy is not None:
+            self._ros_copy.close()
+            self._ros_copy = None
         shared.close()
         reader = self.inputs.reader
         if reader is not None and self._unring in reader.unmapping:

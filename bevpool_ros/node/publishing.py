@@ -134,15 +134,19 @@ class Outputs:
             if self.image_pub.get_subscription_count() > 0:  # costs a few ms: only when watched
                 self.image_pub.publish(image_msg(bev_rgb(r.bev, r.rig), header or self._header(s)))
 
-    def launched(self, announcement: bytes, arrivals: tuple, launched: float, done: float) -> None:
-        """A grid the hand-off core pooled and announced to the linked consumers (the loop's
-        thread, after its datagram left): its ROS copy and its counts. ``arrivals``: the set's
-        (first, last); ``launched``, ``done``: the core's launch and host wait's end (perf_counter s)."""
+    def launched(self, announcement: bytes | None, arrivals: tuple, launched: float, done: float) -> None:
+        """A grid the hand-off core pooled and announced to the linked consumers (the loop's thread,
+        after its datagram left): its counts, and its ROS copy unless the core published it
+        (``announcement`` None). ``arrivals``: the set's (first, last); ``launched``, ``done``: the
+        core's launch and host wait's end (perf_counter s)."""
         if not self.node.active or self.handoff is None:
             return  # deactivated as it ran: the linked consumers had it, ROS gets nothing more
         t_pub = time.perf_counter()
-        self.handoff.pub.publish(announcement)
-        self.report.launched(arrivals, launched, done, t_pub, time.perf_counter())
+        if announcement is not None:
+            self.handoff.pub.publish(announcement)
+            self.report.launched(arrivals, launched, done, t_pub, time.perf_counter())
+        else:  # published by the core right after the datagram: no Python time of its own
+            self.report.launched(arrivals, launched, done, done, done)
         self.report.count("handoff_only_grids")
         self.published += 1
 

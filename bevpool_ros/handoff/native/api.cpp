@@ -10,6 +10,7 @@
 #include "fanout.h"
 #include "launcher.h"
 #include "ring.h"
+#include "ros_copy.h"
 #include "setloop.h"
 #include "templates.h"
 #include "waiter.h"
@@ -225,6 +226,17 @@ BP_EXPORT void bp_launcher_forget_all(void* l) { launcher(l)->forget_all(); }
 BP_EXPORT int bp_launcher_launch(void* l, const bp_member* members, uint32_t count, int32_t sec, uint32_t nanosec,
                                  bp_launch* result, uint8_t* out, uint32_t capacity) {
     return launcher(l)->launch(members, count, sec, nanosec, result, out, capacity);
+}
+BP_EXPORT void bp_launcher_ros_copy(void* l, void* copy) { launcher(l)->ros_copy(static_cast<RosCopy*>(copy)); }
+BP_EXPORT void* bp_ros_copy_new(const char* librcl, uint64_t publisher) {
+    auto* copy = new RosCopy(librcl != nullptr ? librcl : "", publisher);
+    if (copy->ok()) return copy;
+    delete copy;
+    return nullptr;
+}
+BP_EXPORT void bp_ros_copy_free(void* copy) { delete static_cast<RosCopy*>(copy); }
+BP_EXPORT int bp_ros_copy_publish(void* copy, const uint8_t* data, uint32_t length) {
+    return static_cast<RosCopy*>(copy)->publish(data, length);
 }
 BP_EXPORT void bp_launcher_hold(void* l) { launcher(l)->hold(); }
 BP_EXPORT void bp_launcher_release(void* l) { launcher(l)->release(); }

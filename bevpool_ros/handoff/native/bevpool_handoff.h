@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-#define BP_ABI_VERSION 3
+#define BP_ABI_VERSION 4
 
 // error codes (bp_last_error: the calling thread's message)
 #define BP_OK 0
@@ -114,7 +114,7 @@ typedef struct {
     uint32_t length;      // BP_LAUNCH_DONE: the announcement's bytes in the caller's buffer
     uint64_t sequence;
     int32_t member;       // BP_LAUNCH_OVERWRITTEN: which
-    uint32_t pad;
+    uint32_t ros_copy;    // BP_LAUNCH_DONE: 1 the announcement also went to ROS (bp_launcher_ros_copy)
     int64_t launched_ns;  // CLOCK_MONOTONIC: the first driver call, the host wait's end
     int64_t done_ns;
 } bp_launch;
@@ -215,6 +215,15 @@ void bp_launcher_forget(void* launcher, const uint64_t* key, uint32_t words);
 void bp_launcher_forget_all(void* launcher);
 int bp_launcher_launch(void* launcher, const bp_member* members, uint32_t count, int32_t sec, uint32_t nanosec,
                        bp_launch* result, uint8_t* out, uint32_t capacity);
+// the grid's announcement also published to ROS by the launcher (null: the caller publishes the copies)
+void bp_launcher_ros_copy(void* launcher, void* ros_copy);
+
+// a ROS publisher's serialised publish through rcl (ros_copy.h; `librcl`: the library the process
+// loaded; `publisher`: an rcl_publisher_t*, alive as long as this): null when rcl cannot be reached
+// (bp_last_error says why)
+void* bp_ros_copy_new(const char* librcl, uint64_t publisher);
+void bp_ros_copy_free(void* ros_copy);
+int bp_ros_copy_publish(void* ros_copy, const uint8_t* data, uint32_t length);  // rcl_ret_t: 0 published
 void bp_launcher_hold(void* launcher);     // Python pools a set on the same buffers meanwhile
 void bp_launcher_release(void* launcher);
 

@@ -18,7 +18,7 @@ from . import build
 
 ENV = "BEVPOOL_NATIVE"
 DEFAULT_MODE = "off"  # opt-in until the GPU suite passes on the core with the node's launches (docs/gpu_handoff.md)
-ABI_VERSION = 3  # bevpool_handoff.h BP_ABI_VERSION
+ABI_VERSION = 4  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
 WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
 READY = 2  # bp_check: the slot held the announced tensor (and its event was waited for); 0 unchecked, 1 overwritten
@@ -71,7 +71,7 @@ class Launch(ctypes.Structure):
     """bp_launch: what bp_launcher_launch did with a set (bp_launch_result)."""
     _fields_ = [("result", ctypes.c_int32), ("flags", ctypes.c_uint32), ("slot", ctypes.c_uint32),
                 ("length", ctypes.c_uint32), ("sequence", ctypes.c_uint64), ("member", ctypes.c_int32),
-                ("pad", ctypes.c_uint32), ("launched_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64)]
+                ("ros_copy", ctypes.c_uint32), ("launched_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64)]
 
 
 _P, _U8P, _U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_uint64)
@@ -142,6 +142,10 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_launcher_forget_all": (None, (_P,)),
     "bp_launcher_launch": (ctypes.c_int, (_P, ctypes.POINTER(Member), _U32, _I32, _U32, ctypes.POINTER(Launch), _P,
                                           _U32)),
+    "bp_launcher_ros_copy": (None, (_P, _P)),
+    "bp_ros_copy_new": (_P, (ctypes.c_char_p, _U64)),
+    "bp_ros_copy_free": (None, (_P,)),
+    "bp_ros_copy_publish": (ctypes.c_int, (_P, ctypes.c_char_p, _U32)),
     "bp_launcher_hold": (None, (_P,)),
     "bp_launcher_release": (None, (_P,)),
 }

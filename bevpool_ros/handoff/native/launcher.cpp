@@ -62,6 +62,11 @@ void Launcher::forget(const std::vector<uint64_t>& key) {
     graphs_.erase(key);
 }
 
+void Launcher::ros_copy(const RosCopy* copy) {
+    std::lock_guard<std::mutex> pool(pool_);  // returns once no launch publishes with the old one
+    ros_ = copy;
+}
+
 void Launcher::forget_all() {
     std::lock_guard<std::mutex> lock(mutex_);
     graphs_.clear();
@@ -160,6 +165,7 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
     if (n < 0) return BP_E_ARGUMENT;
     result->length = static_cast<uint32_t>(n);
     if (config_.fanout != nullptr) config_.fanout->send(out, result->length);
+    result->ros_copy = ros_ != nullptr && ros_->publish(out, result->length) == 0 ? 1 : 0;
     result->result = BP_LAUNCH_DONE;
     return BP_OK;
 }

@@ -10,7 +10,8 @@
 //   synchronize spun a CPU core for the GPU work and, beside another process's, its time slice)
 //   the flag word read                                 (NaN/Inf in the inputs or the grid: no announcement)
 //   the seqlock's second look at every camera tensor   (overwritten while read: no announcement)
-//   the grid's BevHandoff written from its template and sent to the ring's linked consumers
+//   the grid's BevHandoff written from its template and sent to the ring's linked consumers, and
+//   published to ROS (ros_copy.h) where Python handed over its publisher
 //
 // Python builds the graphs (the backend captures one per slot combination it meets twice) and
 // hands each to the launcher with the rings' slots it reads (remember); a set it has no graph for
@@ -28,6 +29,7 @@
 #include "bevpool_handoff.h"
 #include "fanout.h"
 #include "ring.h"
+#include "ros_copy.h"
 #include "templates.h"
 
 namespace bevpool {
@@ -57,6 +59,7 @@ public:
     void remember(std::vector<uint64_t> key, void* graph_exec);  // key: (ring id, slot) per member
     void forget(const std::vector<uint64_t>& key);
     void forget_all();
+    void ros_copy(const RosCopy* copy);  // null: Python publishes the copies; kept until undone
     int launch(const bp_member* members, uint32_t count, int32_t sec, uint32_t nanosec, bp_launch* result,
                uint8_t* out, uint32_t capacity);
     void hold() { pool_.lock(); }
@@ -78,6 +81,7 @@ private:
     std::mutex mutex_;  // the maps
     std::map<uint64_t, ProducerRing> rings_;
     std::map<std::vector<uint64_t>, void*> graphs_;
+    const RosCopy* ros_ = nullptr;  // (pool_ held to change)
 };
 
 }  // namespace bevpool

@@ -56,6 +56,11 @@ class NativeLauncher:
         """Returns once no launch reads the ring: it may be unmapped then."""
         self.lib.bp_launcher_unring(self.handle, int(ring_id))
 
+    def ros_copy(self, copy) -> None:
+        """The grid's announcement also published to ROS by the launcher through ``copy``
+        (native.ros_copy.NativeRosCopy, kept until ``ros_copy(None)``; None: the caller publishes)."""
+        self.lib.bp_launcher_ros_copy(self.handle, copy.handle if copy is not None else None)
+
     def remember(self, key, graph_exec: int) -> None:
         words, n = key_words(key)
         self.lib.bp_launcher_remember(self.handle, words, n, int(graph_exec))

@@ -152,6 +152,13 @@ int SetLoop::wait_ms(int remaining_ms) const {
     return remaining_ms < 0 ? until : std::min(until, remaining_ms);
 }
 
+double SetLoop::records_due() const {
+    for (const Record& r : outbox_) {
+        if (r.head.kind != BP_REC_LAUNCHED) return 0;  // Python has work before a set: now
+    }
+    return outbox_.front().queued_at + LAUNCHED_BATCH_S;
+}
+
 int SetLoop::run(int timeout_ms) {
     bp_arrival arrival{};
     std::vector<uint8_t> buffer(65536);
@@ -161,7 +168,12 @@ int SetLoop::run(int timeout_ms) {
         {
             std::lock_guard<std::mutex> lock(mutex_);
             if (shutdown_) return 0;
-            if (!outbox_.empty()) return 1;
+            int batch = -1;  // ms until the launched sets waiting are due
+            if (!outbox_.empty()) {
+                double due = records_due() - monotonic_s();
+                if (due <= 0) return 1;
+                batch = static_cast<int>(std::ceil(due * 1e3));
+            }
             if (woken_) {
                 woken_ = false;
                 return 2;
@@ -169,6 +181,7 @@ int SetLoop::run(int timeout_ms) {
             int remaining = timeout_ms < 0 ? -1 : static_cast<int>(std::ceil((end - monotonic_s()) * 1e3));
             if (timeout_ms >= 0 && remaining <= 0) return 2;
             wait = wait_ms(remaining < 0 && timeout_ms >= 0 ? 0 : remaining);
+            if (batch >= 0 && (wait < 0 || batch < wait)) wait = batch;
         }
         uint64_t ring_id = 0;
         int kind = waiter_.wait(&arrival, buffer.data(), static_cast<uint32_t>(buffer.size()), wait, &ring_id);
@@ -403,6 +416,7 @@ bool SetLoop::launched(Record& set, int64_t stamp) {
     Record r{};
     r.head = set.head;
     r.head.kind = BP_REC_LAUNCHED;
+    r.queued_at = monotonic_s();
     r.head.stamp = stamp;
     const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&result);
     r.data.assign(bytes, bytes + sizeof(result));

@@ -15,6 +15,8 @@
 // counters): a BP_REC_LAUNCHED record, or the set's drop. The gate's words say when it may: the
 // launcher's graphs are of the current calibration, and no set Python took is still queued or pooled
 // (sets leave in the order they completed; the last published stamp is one word both sides check).
+// Launched sets wake Python in batches (LAUNCHED_BATCH_S): its work for them (counters, statistics,
+// housekeeping) comes after their grids went out to the consumers and to ROS.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +40,7 @@ class Launcher;
 
 enum SeenWay { SEEN_NONE = 0, SEEN_SIGNAL = 1, SEEN_DDS = 2 };
 constexpr size_t SEEN_KEPT = 4096;  // announcements.SEEN_KEPT
+constexpr double LAUNCHED_BATCH_S = 0.1;
 
 class SetLoop {
 public:
@@ -80,6 +83,7 @@ private:
         bp_record head;
         std::vector<bp_member> members;
         std::vector<uint8_t> data;
+        double queued_at = 0;  // BP_REC_LAUNCHED: when (Python takes those in batches)
     };
 
     void take(const bp_arrival& arrival, uint64_t ring_id, const uint8_t* data);  // (mutex_ held)
@@ -91,6 +95,7 @@ private:
     bool launchable(const Record& set) const;  // (mutex_ held)
     bool launched(Record& set, int64_t stamp);  // (mutex_ held) false: a miss, the set goes to Python
     int wait_ms(int remaining_ms) const;
+    double records_due() const;  // (mutex_ held) when Python should take the outbox: now, or a batch's end
 
     std::vector<std::string> cameras_;
     TemplateStore templates_;
