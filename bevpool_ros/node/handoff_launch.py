@@ -151,11 +151,12 @@ class CoreLaunch:
 
     def rearm(self) -> None:
         """Judge whether the launcher may take the next sets (the pooling thread, the status)."""
-        reason = self._why_not()
+        version = self.calibration.version  # read once: a change after it leaves the gate closed
+        reason = self._why_not(version)
         self.off_reason = reason
-        self.gate[GATE_ARMED] = -1 if reason else self.calibration.version
+        self.gate[GATE_ARMED] = -1 if reason else version
 
-    def _why_not(self) -> str:
+    def _why_not(self, version: int) -> str:
         if self.launcher is None:
             return self.off_reason if self._built_for is None else "no launcher"
         failed = self.intake.loop.counts().get("intake_launch_failed", 0)
@@ -172,7 +173,7 @@ class CoreLaunch:
             return "nobody subscribed"
         if self.outputs.host_grid_needed():
             return "a BevFeature or image subscriber wants the grid on the host"
-        if self.calibration.invalid or self.worker.prepared_version != self.calibration.version:
+        if self.calibration.invalid or self.worker.prepared_version != version:
             return "calibration changed: the next set re-prepares the backend"
         if np.dtype(self.out_dtype()) != self._built_for[1]:
             return "output.bev_dtype changed: the next set makes the launcher again"
