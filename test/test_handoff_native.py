@@ -239,34 +239,26 @@ def test_the_core_publishes_a_serialised_message_through_the_process_rcl():
     real subscriber over DDS as the message they serialise."""
     import time
 
-    import rclpy
     from bevpool_msgs.msg import BevHandoff
-    from rclpy.executors import SingleThreadedExecutor
     from rclpy.serialization import serialize_message
+    from ros_harness import private_node
 
     from bevpool_ros.handoff.native.ros_copy import NativeRosCopy
 
     lib = lib_or_skip()
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node("native_ros_copy", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    got = []
-    pub = node.create_publisher(BevHandoff, "ros_copy_test", 10)
-    node.create_subscription(BevHandoff, "ros_copy_test", got.append, 10)
-    copy = NativeRosCopy(lib, pub)
-    try:
-        msg = BevHandoff()
-        msg.header.frame_id, msg.ring_id, msg.slot, msg.sequence = "ego", 77, 3, 9
-        msg.event_handle = list(range(64))
-        deadline = time.monotonic() + 10
-        while not got and time.monotonic() < deadline:  # resent until matched (discovery)
-            copy.publish(serialize_message(msg))
-            executor.spin_once(timeout_sec=0.1)
-        assert got and got[0] == msg
-    finally:
-        copy.close()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.shutdown(context=context)
+    with private_node("native_ros_copy") as (node, executor):
+        got = []
+        pub = node.create_publisher(BevHandoff, "ros_copy_test", 10)
+        node.create_subscription(BevHandoff, "ros_copy_test", got.append, 10)
+        copy = NativeRosCopy(lib, pub)
+        try:
+            msg = BevHandoff()
+            msg.header.frame_id, msg.ring_id, msg.slot, msg.sequence = "ego", 77, 3, 9
+            msg.event_handle = list(range(64))
+            deadline = time.monotonic() + 10
+            while not got and time.monotonic() < deadline:  # resent until matched (discovery)
+                copy.publish(serialize_message(msg))
+                executor.spin_once(timeout_sec=0.1)
+            assert got and got[0] == msg
+        finally:
+            copy.close()

@@ -440,3 +440,49 @@ def test_the_loop_launches_a_complete_set_only_when_the_gate_allows(setup):
         launcher.close()
         ring.close()
         output.close()
+
+
+def test_a_launch_in_the_core_is_seen_by_the_watchdog_while_it_runs(setup):
+    """A set's launch runs in the loop's thread inside the core (its GPU wait): the watchdog must see
+    that thread busy meanwhile (SetLoopIntake.busy_since, read without the loop's lock), or a launch
+    that never ends would leave the node silent. A launch stalled on purpose (as
+    BEVPOOL_INJECT_STALL=launch does for good) shows as busy from its start, and idle once it ends."""
+    from bevpool_ros.handoff.native.launcher import NativeLauncher
+    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.native.setloop import GATE_EPOCH, GATE_WORDS
+    from bevpool_ros.handoff.ring import SharedControlBlock
+
+    rig, cameras, producer, node, intake, got = setup
+    lib = intake.loop.lib
+    output = SharedControlBlock.create(5, 2)
+    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
+    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
+                              template_id=-1)
+    gate = np.zeros(GATE_WORDS, np.int64)
+    gate[GATE_EPOCH] = -1
+    intake.loop.launch_with(launcher, gate)
+    t0 = time.time_ns() - 5_000_000_000
+
+    def one_set(k):
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, t0 + k * 100_000_000)
+
+    try:
+        one_set(0)  # read in Python: its templates learnt
+        assert wait_for(lambda: len(got["sets"]) == 1), got
+        assert intake.busy_since is None or wait_for(lambda: intake.busy_since is None)
+        intake.loop.inject_stall(1500)
+        one_set(1)  # launchable: the launch stalls 1.5 s before the launcher (no graph: then a miss)
+        assert wait_for(lambda: intake.busy_since is not None, 1.0)
+        started = intake.busy_since
+        assert abs(time.monotonic() - started) < 1.5
+        assert wait_for(lambda: len(got["sets"]) == 2, 5.0), got  # the miss, pooled by Python
+        assert wait_for(lambda: intake.busy_since is None, 2.0)
+        assert intake.loop.counts()["intake_launch_misses"] == 1
+    finally:
+        intake.loop.inject_stall(0)
+        intake.loop.launch_with(None, None)
+        launcher.close()
+        ring.close()
+        output.close()

@@ -19,6 +19,7 @@ import numpy as np
 from ..cameras.sync import STREAMS
 from ..handoff.native.core import Launch
 from ..handoff.native.setloop import GATE_ARMED, GATE_BUSY, GATE_EPOCH, GATE_STAMP, GATE_VERSION, GATE_WORDS
+from ..ros.liveness import INJECTED_STALL
 
 LAUNCH_BYTES = ctypes.sizeof(Launch)  # a REC_LAUNCHED record's data: bp_launch, then the BevHandoff
 
@@ -253,6 +254,8 @@ class CoreLaunch:
             self._built_for = (run, dtype)
         self.inputs.reader.unmapping.append(self._unring)
         self.intake.loop.launch_with(launcher, self.gate)
+        if INJECTED_STALL == "launch":  # a GPU wait that never ends, for the watchdog's tests
+            self.intake.loop.inject_stall(-1)
 
     def _make_ros_copy(self, publisher):
         """The launcher publishes the grids' ROS copies itself where the core reaches this process's

@@ -111,7 +111,7 @@ class SetLoopIntake:
         self._lock = threading.Lock()
         self.lost = self.raw = 0
         self.thread: threading.Thread | None = None
-        self.busy_since: float | None = None  # monotonic, while Python handles what the loop handed over
+        self._python_since: float | None = None  # monotonic, while Python handles what the loop handed over
         self._stopping = False
         self.on_launched: Callable | None = None  # (record) a set the core's launcher pooled and announced
 
@@ -169,7 +169,7 @@ class SetLoopIntake:
             self._read_clock()
             if self.loop.run(RUN_TIMEOUT_S) == RUN_SHUTDOWN:
                 break
-            self.busy_since = time.monotonic()
+            self._python_since = time.monotonic()
             try:
                 for camera_set in self.sync.drain():
                     self._deliver(camera_set, inline=True)
@@ -179,7 +179,14 @@ class SetLoopIntake:
             except Exception as e:  # a callback's bug must not end every link's wake-up
                 self.report_drop("internal_error", f"hand-off set loop: {type(e).__name__}: {e}")
             finally:
-                self.busy_since = None
+                self._python_since = None
+
+    @property
+    def busy_since(self) -> float | None:
+        """For the watchdog: since when the thread handles what the loop handed to Python, or runs a
+        set's launch in the core (a GPU wait that never ends is a stall too); None while it waits."""
+        python, launch = self._python_since, self.loop.launching_since if self.loop.handle else None
+        return python if launch is None else launch if python is None else min(python, launch)
 
     @property
     def thread_ident(self) -> int | None:

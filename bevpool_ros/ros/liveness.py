@@ -11,8 +11,9 @@ watchdog thread watches
 - the input thread (``node.input_thread``, subscription_thread.py): messages being taken and
   handled for longer than that;
 - the hand-off set loop (``node.handoff_thread``, node/handoff_sets.py): what the core handed to
-  Python (a stream's first announcement, a set, a drop) handled for longer than that; blocked in
-  the core, waiting for datagrams, it is idle.
+  Python (a stream's first announcement, a set, a drop) handled for longer than that, or a set's
+  launch in the core (its GPU wait) taking that long; blocked in the core, waiting for datagrams,
+  it is idle.
 On a stall it logs one line naming the thread and where it is (its Python stack, innermost last),
 publishes an ERROR status on /diagnostics (from its own thread, waiting at most 0.5 s for it),
 and exits with EXIT_STUCK.
@@ -33,10 +34,10 @@ which allows the process STOP_GRACE_S to stop by itself and then ends it (one li
 faulthandler's C-level timer ends an exit that does not finish (exit code 1).
 
 Fault injection for supervisors' own tests:
-``BEVPOOL_INJECT_STALL=executor|pooling|input|executor_gil`` stalls that thread for good: the
+``BEVPOOL_INJECT_STALL=executor|pooling|input|executor_gil|launch`` stalls that thread for good: the
 executor after the node's first published grid, the pooling thread after its first set, the input
-thread at its first message after the first grid; ``executor_gil`` holds the interpreter lock
-meanwhile.
+thread at its first message after the first grid, the hand-off set loop in the core's first launch
+of a set; ``executor_gil`` holds the interpreter lock meanwhile.
 """
 from __future__ import annotations
 

@@ -196,6 +196,8 @@ BP_EXPORT int bp_setloop_counts(void* l, char* out, uint32_t capacity) {
     return static_cast<int>(s.size());
 }
 BP_EXPORT int64_t bp_setloop_state(void* l, int what) { return loop(l)->state(what); }
+BP_EXPORT int64_t bp_setloop_launching_since(void* l) { return loop(l)->launching_since(); }
+BP_EXPORT void bp_setloop_inject_stall(void* l, int ms) { loop(l)->inject_stall(ms); }
 BP_EXPORT void bp_setloop_launch_with(void* l, void* launcher_or_null, int64_t* gate) {
     loop(l)->launch_with(launcher(launcher_or_null), gate);
 }

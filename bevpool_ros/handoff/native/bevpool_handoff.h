@@ -201,6 +201,9 @@ int64_t bp_setloop_state(void* loop, int what);  // 0 pending sets, 1 held messa
 // version: the current one; busy: sets Python queued or pools) and by both (the last published set).
 enum bp_gate { BP_GATE_ARMED, BP_GATE_VERSION, BP_GATE_BUSY, BP_GATE_EPOCH, BP_GATE_STAMP, BP_GATE_WORDS };
 void bp_setloop_launch_with(void* loop, void* launcher, int64_t* gate);
+// CLOCK_MONOTONIC ns the loop's launch in progress began, 0: none (lock-free, for the watchdog)
+int64_t bp_setloop_launching_since(void* loop);
+void bp_setloop_inject_stall(void* loop, int ms);  // fault injection: each launch first sleeps (-1: for good)
 
 // a set's device work and its grid's hand-off (launcher.h); `flags`: the page-locked flag word
 void* bp_launcher_new(uint64_t context, uint64_t stream, uint64_t flags, uint64_t grid, uint64_t grid_bytes, void* ring,

@@ -133,6 +133,8 @@ PROTOTYPES = {  # name: (result, arguments)
     "bp_setloop_counts": (ctypes.c_int, (_P, _P, _U32)),
     "bp_setloop_state": (ctypes.c_int64, (_P, ctypes.c_int)),
     "bp_setloop_launch_with": (None, (_P, _P, _I64P)),
+    "bp_setloop_launching_since": (ctypes.c_int64, (_P,)),
+    "bp_setloop_inject_stall": (None, (_P, ctypes.c_int)),
     "bp_launcher_new": (_P, (_U64, _U64, _U64, _U64, _U64, _P, _P, _I32, ctypes.c_char_p, _U32, _P)),
     "bp_launcher_free": (None, (_P,)),
     "bp_launcher_ring": (None, (_P, _U64, _I64P, _U32, _U32, ctypes.c_char_p, _U64P)),

@@ -2,9 +2,11 @@
 
 #include <time.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "error.h"
 #include "launcher.h"
@@ -352,6 +354,11 @@ void SetLoop::flush() {
     sync_.emitted.clear();
 }
 
+void SetLoop::inject_stall(int ms) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stall_ms_ = ms;
+}
+
 void SetLoop::launch_with(Launcher* launcher, int64_t* gate) {
     std::lock_guard<std::mutex> lock(mutex_);  // launches run under it: none runs once it is taken
     launcher_ = launcher;
@@ -382,8 +389,12 @@ bool SetLoop::launched(Record& set, int64_t stamp) {
     announcement_.resize(ANNOUNCEMENT_CAPACITY);
     int32_t sec = static_cast<int32_t>(stamp / 1000000000);
     uint32_t nanosec = static_cast<uint32_t>(stamp % 1000000000);
+    launching_since_.store(static_cast<int64_t>(monotonic_s() * 1e9));
+    while (stall_ms_ < 0) std::this_thread::sleep_for(std::chrono::seconds(1));  // injected: for good
+    if (stall_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms_));
     int rc = launcher_->launch(set.members.data(), static_cast<uint32_t>(set.members.size()), sec, nanosec, &result,
                                announcement_.data(), ANNOUNCEMENT_CAPACITY);
+    launching_since_.store(0);
     if (rc != BP_OK) {  // the set is lost with its device work; Python disarms (its launch_failed)
         __atomic_store_n(&gate_[BP_GATE_ARMED], -1, __ATOMIC_RELEASE);
         intake_["launch_failed"] += 1;

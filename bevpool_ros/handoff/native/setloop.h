@@ -19,6 +19,7 @@
 // housekeeping) comes after their grids went out to the consumers and to ROS.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -69,6 +70,10 @@ public:
     std::string counts();
     int64_t state(int what);
     void launch_with(Launcher* launcher, int64_t* gate);  // (null: no launches) returns once none runs
+    // CLOCK_MONOTONIC ns the launch in progress began, 0: none (lock-free: the watchdog reads it while
+    // a launch holds the loop)
+    int64_t launching_since() const { return launching_since_.load(); }
+    void inject_stall(int ms);  // fault injection: each launch first sleeps `ms` (-1: for good)
 
 private:
     struct StreamOf {
@@ -116,6 +121,8 @@ private:
     bool woken_ = false;
     Launcher* launcher_ = nullptr;
     int64_t* gate_ = nullptr;  // bp_gate words (Python's memory)
+    std::atomic<int64_t> launching_since_{0};
+    int stall_ms_ = 0;
     std::vector<uint8_t> announcement_;  // a launched set's BevHandoff
 };
 

@@ -169,6 +169,17 @@ class SetLoop:
                                         gate.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)) if gate is not None
                                         else None)
 
+    @property
+    def launching_since(self) -> float | None:
+        """time.monotonic() the launch in progress began (the loop's thread in the core's launch),
+        None while none runs; read without the loop's lock."""
+        ns = self.lib.bp_setloop_launching_since(self.handle)
+        return ns * 1e-9 if ns else None
+
+    def inject_stall(self, ms: int) -> None:
+        """Fault injection (BEVPOOL_INJECT_STALL=launch): each launch first sleeps ``ms`` (-1: for good)."""
+        self.lib.bp_setloop_inject_stall(self.handle, int(ms))
+
     def wake(self) -> None:
         """A thread in ``run`` returns now (2), once."""
         self.lib.bp_setloop_wake(self.handle)
