@@ -40,6 +40,23 @@ def spin_until(executor, predicate, timeout: float) -> bool:
     return predicate()
 
 
+def numbered_sender(executor, pub, received: list, step: float):
+    """``send(n)``: publish builtin_interfaces/Time with sec 1, 2, ... until ``received`` holds ``n``
+    (10 s at most), spinning ``step`` s between sends: one send is never trusted to arrive."""
+    from builtin_interfaces.msg import Time
+
+    sent = 0
+
+    def send(n: int) -> None:
+        nonlocal sent
+        deadline = time.monotonic() + 10
+        while len(received) < n and time.monotonic() < deadline:
+            sent += 1
+            pub.publish(Time(sec=sent))
+            spin_until(executor, lambda: False, step)
+    return send
+
+
 def test_a_renewed_reader_loses_no_sample_and_its_twins_are_recognised(ros):
     from builtin_interfaces.msg import Time
 
@@ -61,14 +78,7 @@ def test_a_renewed_reader_loses_no_sample_and_its_twins_are_recognised(ros):
     assert readers.renewed == 1 and readers.subs[TOPIC] is not first
     assert spin_until(executor, lambda: pub.get_subscription_count() == 2, 10)  # both readers live
 
-    sent = 0
-    def send_until(n):
-        nonlocal sent
-        deadline = time.monotonic() + 10
-        while len(stamps) < n and time.monotonic() < deadline:
-            sent += 1
-            pub.publish(Time(sec=sent))
-            spin_until(executor, lambda: False, 0.05)
+    send_until = numbered_sender(executor, pub, stamps, 0.05)
     send_until(5)
     assert stamps == sorted(set(stamps)) and len(stamps) >= 5, stamps  # each once, in order
 

@@ -5,11 +5,10 @@ callback that raises is reported and the thread goes on."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
+from test_reader_renewal import numbered_sender, spin_until
 from test_reader_renewal import ros as node_and_executor  # noqa: F401  (a fixture)
-from test_reader_renewal import spin_until
 
 from bevpool_ros.node.reader_renewal import RenewableReaders
 from bevpool_ros.ros.subscription_thread import SubscriptionThread
@@ -71,14 +70,7 @@ def test_a_reader_renewed_mid_stream_is_picked_up(ros):
     readers.add(TOPIC, KEY, make)
     pub = node.create_publisher(Time, TOPIC, reliable(50))
     assert spin_until(executor, lambda: pub.get_subscription_count() == 1, 10)
-    sent = 0
-    def send_until(n):
-        nonlocal sent
-        deadline = time.monotonic() + 10
-        while len(stamps) < n and time.monotonic() < deadline:
-            sent += 1
-            pub.publish(Time(sec=sent))
-            spin_until(executor, lambda: False, 0.02)
+    send_until = numbered_sender(executor, pub, stamps, 0.02)
     send_until(5)
     readers.publishers_left(TOPIC)  # a new reader; the old one keeps delivering meanwhile
     assert spin_until(executor, lambda: pub.get_subscription_count() == 2, 10)
