@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 
 import pytest
 
@@ -153,34 +154,49 @@ def test_without_a_driver_a_copy_is_refused_with_why():
         block.close()
 
 
-def test_a_set_the_launcher_has_no_graph_or_ring_for_is_a_miss_with_nothing_enqueued():
-    """The launcher (launcher.cpp) takes only a set whose producer rings it knows and whose slots the
-    backend left a graph for; any other set is Python's, before a driver call (none here)."""
-    from bevpool_ros.handoff.native.core import Member, Values
-    from bevpool_ros.handoff.native.launcher import MISS, NativeLauncher
+@contextmanager
+def driverless_launcher(lib):
+    """A launcher (launcher.cpp) on a 2-slot output ring whose memory and events are made-up addresses:
+    everything before its first driver call runs (no GPU here)."""
+    from bevpool_ros.handoff.native.launcher import NativeLauncher
     from bevpool_ros.handoff.native.ring import NativeRing
     from bevpool_ros.handoff.ring import SharedControlBlock
 
-    lib = lib_or_skip()
-    output, producer = SharedControlBlock.create(5, 2), SharedControlBlock.create(6, 4)
+    output = SharedControlBlock.create(5, 2)
     ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
     launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
                               template_id=-1)
-    members = [Member(camera=0, stream=k, ring_id=6, values=Values(slot=k, sequence=k + 1)) for k in range(2)]
-    for k, m in enumerate(members):
-        m.values.event_handle[:] = bytes([10 + k]) * 64
     try:
-        assert launcher.launch(members, 1)[0].result == MISS  # a ring it does not know
-        launcher.ring(6, producer.block.words.ctypes.data, 4, {bytes([10 + k]) * 64: 0x1000 + k for k in range(4)})
-        assert launcher.launch(members, 1)[0].result == MISS  # no graph for slots (6, 0), (6, 1)
-        launcher.remember([(6, 0), (6, 1)], 0x2000)
-        launcher.forget([(6, 0), (6, 1)])  # the backend destroyed it
-        result, data = launcher.launch(members, 1)
-        assert result.result == MISS and data == b"" and output.block.published == 0
+        yield launcher, output
     finally:
         launcher.close()
         ring.close()
         output.close()
+
+
+def test_a_set_the_launcher_has_no_graph_or_ring_for_is_a_miss_with_nothing_enqueued():
+    """The launcher (launcher.cpp) takes only a set whose producer rings it knows and whose slots the
+    backend left a graph for; any other set is Python's, before a driver call (none here)."""
+    from bevpool_ros.handoff.native.core import Member, Values
+    from bevpool_ros.handoff.native.launcher import MISS
+    from bevpool_ros.handoff.ring import SharedControlBlock
+
+    lib = lib_or_skip()
+    producer = SharedControlBlock.create(6, 4)
+    members = [Member(camera=0, stream=k, ring_id=6, values=Values(slot=k, sequence=k + 1)) for k in range(2)]
+    for k, m in enumerate(members):
+        m.values.event_handle[:] = bytes([10 + k]) * 64
+    try:
+        with driverless_launcher(lib) as (launcher, output):
+            assert launcher.launch(members, 1)[0].result == MISS  # a ring it does not know
+            launcher.ring(6, producer.block.words.ctypes.data, 4,
+                          {bytes([10 + k]) * 64: 0x1000 + k for k in range(4)})
+            assert launcher.launch(members, 1)[0].result == MISS  # no graph for slots (6, 0), (6, 1)
+            launcher.remember([(6, 0), (6, 1)], 0x2000)
+            launcher.forget([(6, 0), (6, 1)])  # the backend destroyed it
+            result, data = launcher.launch(members, 1)
+            assert result.result == MISS and data == b"" and output.block.published == 0
+    finally:
         producer.close()
 
 
@@ -192,44 +208,38 @@ def test_a_ring_unmapped_takes_its_graphs_from_the_launcher():
 
     from bevpool_ros.device.driver import CudaError
     from bevpool_ros.handoff.native.core import Member, Values
-    from bevpool_ros.handoff.native.launcher import MISS, NativeLauncher
-    from bevpool_ros.handoff.native.ring import NativeRing
+    from bevpool_ros.handoff.native.launcher import MISS
     from bevpool_ros.handoff.ring import SharedControlBlock
     from bevpool_ros.node.handoff_launch import SharedGraphs
 
     lib = lib_or_skip()
     if lib.bp_driver_available():
         pytest.skip("a launch with a graph would hand made-up events to a real driver")
-    output = SharedControlBlock.create(5, 2)
     rings = {rid: SharedControlBlock.create(rid, 4) for rid in (6, 7)}
-    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
-    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
-                              template_id=-1)
     frame = SimpleNamespace(on_destroy=[], last_graph=None, last_key=None)
-    shared = SharedGraphs(launcher, SimpleNamespace(device=frame))
     try:
-        for rid, block in rings.items():
-            launcher.ring(rid, block.block.words.ctypes.data, 4, {bytes([rid]) * 64: 0x1000 + rid})
-            frame.last_graph, frame.last_key = SimpleNamespace(exec=0x2000 + rid), ("binding", rid)
-            shared.after_set(((rid, 0), (rid, 1)))
+        with driverless_launcher(lib) as (launcher, _):
+            shared = SharedGraphs(launcher, SimpleNamespace(device=frame))
+            for rid, block in rings.items():
+                launcher.ring(rid, block.block.words.ctypes.data, 4, {bytes([rid]) * 64: 0x1000 + rid})
+                frame.last_graph, frame.last_key = SimpleNamespace(exec=0x2000 + rid), ("binding", rid)
+                shared.after_set(((rid, 0), (rid, 1)))
 
-        def launched(rid):
-            members = [Member(camera=0, stream=k, ring_id=rid, values=Values(slot=k, sequence=k + 1)) for k in range(2)]
-            for m in members:
-                m.values.event_handle[:] = bytes([rid]) * 64
-            try:
-                return launcher.launch(members, 1)[0].result
-            except CudaError:
-                return "driver"  # it had a graph: it went on to the driver (none here)
+            def launched(rid):
+                members = [Member(camera=0, stream=k, ring_id=rid, values=Values(slot=k, sequence=k + 1))
+                           for k in range(2)]
+                for m in members:
+                    m.values.event_handle[:] = bytes([rid]) * 64
+                try:
+                    return launcher.launch(members, 1)[0].result
+                except CudaError:
+                    return "driver"  # it had a graph: it went on to the driver (none here)
 
-        assert launched(6) == launched(7) == "driver"
-        shared.forget_ring(6)
-        assert launched(6) == MISS and launched(7) == "driver"
+            assert launched(6) == launched(7) == "driver"
+            shared.forget_ring(6)
+            assert launched(6) == MISS and launched(7) == "driver"
+            shared.close()
     finally:
-        shared.close()
-        launcher.close()
-        ring.close()
-        output.close()
         for block in rings.values():
             block.close()
 

@@ -189,6 +189,26 @@ def wait_for(predicate, timeout=10.0) -> bool:
     return predicate()
 
 
+@pytest.fixture
+def launching(setup):
+    """The loop of ``setup`` launching through a driverless launcher (test_handoff_native) while its gate
+    (int64 words, armed at version 0, nothing published yet) allows it: (launcher, gate)."""
+    from test_handoff_native import driverless_launcher
+
+    from bevpool_ros.handoff.native.setloop import GATE_EPOCH, GATE_WORDS
+
+    intake = setup[4]
+    gate = np.zeros(GATE_WORDS, np.int64)
+    gate[GATE_EPOCH] = -1
+    with driverless_launcher(intake.loop.lib) as (launcher, _):
+        intake.loop.launch_with(launcher, gate)
+        try:
+            yield launcher, gate
+        finally:
+            intake.loop.inject_stall(0)
+            intake.loop.launch_with(None, None)
+
+
 def test_the_core_takes_drops_and_assembles_what_the_python_twin_does(setup):
     rig, cameras, producer, node, intake, got = setup
     twin = PythonTwin(cameras, node.checks)
@@ -361,34 +381,18 @@ def test_stamps_are_judged_against_the_node_clock_as_it_moves(setup):
     assert len(got["drops"]) == 12
 
 
-def test_the_loop_launches_a_complete_set_only_when_the_gate_allows(setup):
+def test_the_loop_launches_a_complete_set_only_when_the_gate_allows(setup, launching):
     """The core's launcher takes a complete set of template-read announcements as it completes, in
     the loop's thread, only while the gate's words allow it (node/handoff_launch.py writes them): a
     set without a graph is a miss and goes to Python, counted; with Python busy or the calibration
     moved on, sets go to Python without a try; a stamp not newer than the last published one is
     dropped as publishing.py drops it; a launch the driver refuses (none here) is dropped
     internal_error and the core closes the gate itself."""
-    from bevpool_ros.handoff.native.launcher import NativeLauncher
-    from bevpool_ros.handoff.native.ring import NativeRing
-    from bevpool_ros.handoff.native.setloop import (
-        GATE_ARMED,
-        GATE_BUSY,
-        GATE_EPOCH,
-        GATE_STAMP,
-        GATE_VERSION,
-        GATE_WORDS,
-    )
-    from bevpool_ros.handoff.ring import SharedControlBlock
+    from bevpool_ros.handoff.native.setloop import GATE_ARMED, GATE_BUSY, GATE_EPOCH, GATE_STAMP, GATE_VERSION
 
     rig, cameras, producer, node, intake, got = setup
+    launcher, gate = launching
     lib = intake.loop.lib
-    output = SharedControlBlock.create(5, 2)
-    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
-    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
-                              template_id=-1)
-    gate = np.zeros(GATE_WORDS, np.int64)
-    gate[GATE_EPOCH] = -1
-    intake.loop.launch_with(launcher, gate)
     t0 = time.time_ns() - 5_000_000_000
 
     def one_set(k):
@@ -403,64 +407,45 @@ def test_the_loop_launches_a_complete_set_only_when_the_gate_allows(setup):
     def misses():
         return intake.loop.counts().get("intake_launch_misses", 0)
 
-    try:
-        one_set(0)  # read in Python (the streams' templates learnt): its payloads are Python's
-        assert wait_for(lambda: len(got["sets"]) == 1), got
-        assert misses() == 0
-        one_set(1)  # read by the templates: tried, no graph
-        assert wait_for(lambda: len(got["sets"]) == 2), got
-        assert misses() == 1
-        for k, (word, value) in enumerate(((GATE_BUSY, 1), (GATE_VERSION, 1), (GATE_ARMED, -1)), start=2):
-            gate[word] = value
-            one_set(k)
-            assert wait_for(lambda: len(got["sets"]) == k + 1), got
-            gate[GATE_BUSY] = gate[GATE_VERSION] = gate[GATE_ARMED] = 0
-        assert misses() == 1 and got["drops"] == []
-        gate[GATE_EPOCH], gate[GATE_STAMP] = got["sets"][-1].epoch, t0 + 10**12
-        one_set(6)
-        assert wait_for(lambda: len(got["drops"]) == 1), got
-        assert got["drops"] == [("stamp_regression", f"set {t0 + 600_000_000} ns is not newer than the last "
-                                 f"published {t0 + 10**12} ns")]
-        assert len(got["sets"]) == 5
-        if lib.bp_driver_available():
-            return  # a launch with a graph would hand made-up events to a real driver
-        gate[GATE_EPOCH] = -1
-        launcher.ring(producer.ring_id, producer.control.block.words.ctypes.data, RING_SIZE,
-                      {bytes(range(s, s + 64)): 0x1000 + s for s in range(RING_SIZE - 63)})
-        key = [(producer.ring_id, (producer.sequence + i) % RING_SIZE) for i in range(2 * len(cameras))]
-        launcher.remember(key, 0x2000)
-        assert one_set(7) == key
-        assert wait_for(lambda: len(got["drops"]) == 2), got
-        reason, detail = got["drops"][1]
-        assert reason == "internal_error" and detail.startswith("hand-off core launch failed: ")
-        assert gate[GATE_ARMED] == -1 and intake.loop.counts()["intake_launch_failed"] == 1
-        assert len(got["sets"]) == 5
-    finally:
-        intake.loop.launch_with(None, None)
-        launcher.close()
-        ring.close()
-        output.close()
+    one_set(0)  # read in Python (the streams' templates learnt): its payloads are Python's
+    assert wait_for(lambda: len(got["sets"]) == 1), got
+    assert misses() == 0
+    one_set(1)  # read by the templates: tried, no graph
+    assert wait_for(lambda: len(got["sets"]) == 2), got
+    assert misses() == 1
+    for k, (word, value) in enumerate(((GATE_BUSY, 1), (GATE_VERSION, 1), (GATE_ARMED, -1)), start=2):
+        gate[word] = value
+        one_set(k)
+        assert wait_for(lambda: len(got["sets"]) == k + 1), got
+        gate[GATE_BUSY] = gate[GATE_VERSION] = gate[GATE_ARMED] = 0
+    assert misses() == 1 and got["drops"] == []
+    gate[GATE_EPOCH], gate[GATE_STAMP] = got["sets"][-1].epoch, t0 + 10**12
+    one_set(6)
+    assert wait_for(lambda: len(got["drops"]) == 1), got
+    assert got["drops"] == [("stamp_regression", f"set {t0 + 600_000_000} ns is not newer than the last "
+                             f"published {t0 + 10**12} ns")]
+    assert len(got["sets"]) == 5
+    if lib.bp_driver_available():
+        return  # a launch with a graph would hand made-up events to a real driver
+    gate[GATE_EPOCH] = -1
+    launcher.ring(producer.ring_id, producer.control.block.words.ctypes.data, RING_SIZE,
+                  {bytes(range(s, s + 64)): 0x1000 + s for s in range(RING_SIZE - 63)})
+    key = [(producer.ring_id, (producer.sequence + i) % RING_SIZE) for i in range(2 * len(cameras))]
+    launcher.remember(key, 0x2000)
+    assert one_set(7) == key
+    assert wait_for(lambda: len(got["drops"]) == 2), got
+    reason, detail = got["drops"][1]
+    assert reason == "internal_error" and detail.startswith("hand-off core launch failed: ")
+    assert gate[GATE_ARMED] == -1 and intake.loop.counts()["intake_launch_failed"] == 1
+    assert len(got["sets"]) == 5
 
 
-def test_a_launch_in_the_core_is_seen_by_the_watchdog_while_it_runs(setup):
+def test_a_launch_in_the_core_is_seen_by_the_watchdog_while_it_runs(setup, launching):
     """A set's launch runs in the loop's thread inside the core (its GPU wait): the watchdog must see
     that thread busy meanwhile (SetLoopIntake.busy_since, read without the loop's lock), or a launch
     that never ends would leave the node silent. A launch stalled on purpose (as
     BEVPOOL_INJECT_STALL=launch does for good) shows as busy from its start, and idle once it ends."""
-    from bevpool_ros.handoff.native.launcher import NativeLauncher
-    from bevpool_ros.handoff.native.ring import NativeRing
-    from bevpool_ros.handoff.native.setloop import GATE_EPOCH, GATE_WORDS
-    from bevpool_ros.handoff.ring import SharedControlBlock
-
     rig, cameras, producer, node, intake, got = setup
-    lib = intake.loop.lib
-    output = SharedControlBlock.create(5, 2)
-    ring = NativeRing(lib, output.block.words.ctypes.data, 2, [0, 0], 64, [0, 0], [bytes([i]) * 64 for i in range(2)])
-    launcher = NativeLauncher(lib, context=0, stream=0, flags_ptr=0, grid_ptr=0, grid_bytes=64, output=ring,
-                              template_id=-1)
-    gate = np.zeros(GATE_WORDS, np.int64)
-    gate[GATE_EPOCH] = -1
-    intake.loop.launch_with(launcher, gate)
     t0 = time.time_ns() - 5_000_000_000
 
     def one_set(k):
@@ -468,21 +453,14 @@ def test_a_launch_in_the_core_is_seen_by_the_watchdog_while_it_runs(setup):
             for stream in STREAMS:
                 producer.announce(cam, stream, t0 + k * 100_000_000)
 
-    try:
-        one_set(0)  # read in Python: its templates learnt
-        assert wait_for(lambda: len(got["sets"]) == 1), got
-        assert intake.busy_since is None or wait_for(lambda: intake.busy_since is None)
-        intake.loop.inject_stall(1500)
-        one_set(1)  # launchable: the launch stalls 1.5 s before the launcher (no graph: then a miss)
-        assert wait_for(lambda: intake.busy_since is not None, 1.0)
-        started = intake.busy_since
-        assert abs(time.monotonic() - started) < 1.5
-        assert wait_for(lambda: len(got["sets"]) == 2, 5.0), got  # the miss, pooled by Python
-        assert wait_for(lambda: intake.busy_since is None, 2.0)
-        assert intake.loop.counts()["intake_launch_misses"] == 1
-    finally:
-        intake.loop.inject_stall(0)
-        intake.loop.launch_with(None, None)
-        launcher.close()
-        ring.close()
-        output.close()
+    one_set(0)  # read in Python: its templates learnt
+    assert wait_for(lambda: len(got["sets"]) == 1), got
+    assert intake.busy_since is None or wait_for(lambda: intake.busy_since is None)
+    intake.loop.inject_stall(3000)
+    one_set(1)  # launchable: the launch stalls 3 s before the launcher (no graph: then a miss)
+    assert wait_for(lambda: intake.busy_since is not None, 2.5)
+    started = intake.busy_since
+    assert abs(time.monotonic() - started) < 3.0
+    assert wait_for(lambda: len(got["sets"]) == 2, 5.0), got  # the miss, pooled by Python
+    assert wait_for(lambda: intake.busy_since is None, 2.0)
+    assert intake.loop.counts()["intake_launch_misses"] == 1
