@@ -80,7 +80,7 @@ class HandoffView:
     """One grid in the producer's ring: ``__dlpack__`` / ``__cuda_array_interface__``, no copy."""
 
     def __init__(self, reader: "HandoffReader", ring: _MappedRing, msg, dtype: np.dtype):
-        self._reader, self._ring = reader, ring
+        self._reader = reader
         self.mapped = ring  # its producer's ring (the core's launcher checks its control block)
         self.ring_id, self.slot, self.sequence = ring.ring_id, int(msg.slot), int(msg.sequence)
         self.shape = tuple(int(s) for s in msg.shape)
@@ -103,7 +103,7 @@ class HandoffView:
 
     def still_valid(self) -> bool:
         """True while the slot still holds this grid; call after reading (seqlock check)."""
-        return self._ring.control is not None and self._ring.control.block.holds(self.slot, self.sequence)
+        return self.mapped.control is not None and self.mapped.control.block.holds(self.slot, self.sequence)
 
     def copy_to_host(self) -> np.ndarray:
         out = np.empty(self.shape, self.dtype)

@@ -93,30 +93,28 @@ class Report:
 
     def published(self, r, t_msg: float, t_pub: float, done: float, handoff_s: float = 0.0) -> None:
         s = r.camera_set
-        latency = done - s.last_arrival
-        for k, v in (("queue_wait", r.started - s.last_arrival), ("assemble", r.assemble_s),
-                     ("handoff", handoff_s), ("message", t_pub - t_msg), ("publish", done - t_pub)):
-            self.stages[k].add(v * 1e3)
-        self.latency.add(latency * 1e3)
-        self.pool_time.add(r.pool_s * 1e3)
-        self.gpu.add(r.gpu)
-        self.overhead.add((latency - r.pool_s) * 1e3)
-        self.count("published" if s.complete else "published_partial")
+        self._set_out(s.last_arrival, done, r.pool_s, r.gpu, s.complete, queue_wait=r.started - s.last_arrival,
+                      assemble=r.assemble_s, handoff=handoff_s, message=t_pub - t_msg, publish=done - t_pub)
 
     def launched(self, arrivals: tuple, launched: float, done: float, t_pub: float, published: float) -> None:
         """A set the hand-off core pooled and announced (perf_counter seconds): its queue wait is
         the loop's, from the set's last tensor to the launch; its pool, the launch to the host
-        wait's end; its publish, the ROS copy of the announcement (as published() measures a set
-        Python pooled, to the end of that copy)."""
-        latency = published - arrivals[1]
-        for k, v in (("queue_wait", launched - arrivals[1]), ("assemble", 0.0), ("handoff", t_pub - done),
-                     ("message", 0.0), ("publish", published - t_pub)):
+        wait's end; its publish, the ROS copy of the announcement when Python published it (as
+        published() measures a set Python pooled, to the end of that copy)."""
+        self._set_out(arrivals[1], published, done - launched, None, True, queue_wait=launched - arrivals[1],
+                      assemble=0.0, handoff=t_pub - done, message=0.0, publish=published - t_pub)
+        self.count("launched_by_core")
+
+    def _set_out(self, last_arrival: float, done: float, pool_s: float, gpu, complete: bool, **stages) -> None:
+        """One published set's statistics: its stages (s), latency from its last input, pool time."""
+        latency = done - last_arrival
+        for k, v in stages.items():
             self.stages[k].add(v * 1e3)
         self.latency.add(latency * 1e3)
-        self.pool_time.add((done - launched) * 1e3)
-        self.overhead.add((latency - (done - launched)) * 1e3)
-        self.count("published")
-        self.count("launched_by_core")
+        self.pool_time.add(pool_s * 1e3)
+        self.gpu.add(gpu)
+        self.overhead.add((latency - pool_s) * 1e3)
+        self.count("published" if complete else "published_partial")
 
     # /diagnostics ---------------------------------------------------------------------------
     def start(self, period_s: float) -> None:
