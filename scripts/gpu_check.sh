@@ -166,21 +166,22 @@ if [ "$RUN_ROS" = 1 ]; then
         timeout 300 $RPY bench/pause.py --backend cuda --pauses ${ROS_PAUSES-10 60} --json "$OUT/pause_cuda.json" \
             2>&1 | tee "$OUT/pause_cuda.log" | tail -4 || rstatus=1
       fi
-      rm -f "$OUT/ros_latency.md"
+      rm -rf "$OUT/ros_latency.md" "$OUT/latency_runs"; mkdir -p "$OUT/latency_runs"
       # ROS_LATENCY="precision bev_dtype transport [rig [rate_hz [input_dtype [extra,bench,args]]]];..." (empty:
       # skip the runs); defaults: nuscenes, 30 Hz, float16 inputs. About ROS_FRAMES / rate + 15 s each. The
       # node runs its default executor (auto: the EventsExecutor where rclpy has it); the second dds row is the DDS
       # deployment docs/dds.md measures (consumer heap settings too), the third the same under single_threaded;
       # handoff_both runs with the hand-off core (built above) and again with --native off (its Python twin).
       IFS=';' read -r -a cfgs <<< "${ROS_LATENCY-fp16 float16 dds nuscenes 30 float16 --split;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap;fp16 float16 dds nuscenes 30 float16 --split,--consumer-heap,--param=executor=single_threaded;fp8 float16 dds;fp16 float32 dds nuscenes 30 float32;fp16 float16 handoff_out;fp16 float16 handoff_out nuscenes 100;fp16 float16 handoff_out wide_c256;fp16 float16 handoff_both;fp16 float16 handoff_both nuscenes 30 float16 --native,off;fp16 float16 handoff_both nuscenes 100;fp16 float16 handoff_both wide_c256}"
+      run=0
       for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
         set -- $cfg
-        rig=${4:-nuscenes} rate=${5:-30} idt=${6:-float16} extra=${7:-}
+        rig=${4:-nuscenes} rate=${5:-30} idt=${6:-float16} extra=${7:-} run=$((run + 1))
         # shellcheck disable=SC2046
         timeout $(( ${ROS_FRAMES:-1000} / ${rate%.*} + ${ROS_CFG_SLACK:-90} )) $RPY bench/latency.py --backend cuda \
             --precision "$1" --bev-dtype "$2" --transport "$3" --rig "$rig" --rate "$rate" --input-dtype "$idt" \
-            --frames "${ROS_FRAMES:-1000}" --out "/tmp/bevpool_latency_$1_$2_$3_${rig}_${rate}_$idt${extra//[^a-z]/_}" \
+            --frames "${ROS_FRAMES:-1000}" --out "$OUT/latency_runs/${run}_$1_$2_$3_${rig}_${rate}_$idt${extra//[^a-z]/_}" \
             --rows "$OUT/h200_node_latency.json" $(echo "$extra" | tr ',' ' ') >> "$OUT/ros_latency.md" 2>&1 \
             || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
       done
