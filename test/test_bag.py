@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -80,6 +81,22 @@ def test_replay_evaluation_scores_every_grid(bag, tmp_path):
     assert out["/eval/grids"] == {"type": "diagnostic_msgs/msg/DiagnosticStatus", "count": rep["published"]}
     assert out["/bev/features"] == {"type": "bevpool_msgs/msg/BevFeature", "count": 1}
     assert "(paced, " in r.stderr and "11 of 11 complete sets published" in r.stderr
+
+
+@pytest.mark.ros
+def test_a_node_that_exits_fails_the_run_in_its_own_words(bag, tmp_path):
+    """The node's watchdog ends it mid-replay (its executor stalls for good after the first grid): the
+    run fails, and the report says why with the node's last log lines, not only its exit code."""
+    report = tmp_path / "report.json"
+    env = dict(os.environ, BEVPOOL_INJECT_STALL="executor")
+    r = _bag_cli("eval", bag[0], "--out", tmp_path / "out", "-p", "backend:=cpu", "-p", "watchdog.timeout_s:=1.0",
+                 "--paced", "--report", report, "--no-progress", timeout=240, env=env)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(report.read_text())
+    assert rep["node_rc"] == 70 and not rep["ok"], rep["failures"]
+    exited = [f for f in rep["failures"] if f.startswith("bevpool_node exited with code 70: ")]
+    assert len(exited) == 1 and "executor thread made no progress for" in exited[0], rep["failures"]
+    assert "executor thread made no progress for" in rep["node_last_words"]
 
 
 @pytest.fixture(scope="module")

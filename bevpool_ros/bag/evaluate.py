@@ -91,6 +91,7 @@ class EvalReport:
     evaluator_wait_ms: list[float] = field(default_factory=list)
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
+    node_last_words: str = ""              # the node's last log lines when it exited with an error
     atol: float | None = None              # None: the tolerance of each grid's precision
     domain: int = 0                        # the DDS domain the replay ran on
     domain_held: tuple[float, float] = (0.0, 0.0)  # wall clock (s) from its claim to its release
@@ -120,7 +121,8 @@ class EvalReport:
         if self.compared == 0:
             out.append("no grid to compare: the node published nothing from this bag")
         if self.node_rc not in (0, None):
-            out.append(f"bevpool_node exited with code {self.node_rc}")
+            words = f": {self.node_last_words}" if self.node_last_words else ""
+            out.append(f"bevpool_node exited with code {self.node_rc}{words}")
         return out
 
     @property
@@ -326,7 +328,7 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     spool = spool_dir(out_bag)
     try:
         grids = spool / "grids"
-        sets, result, report.node_rc, report.domain, report.domain_held = _replay(
+        sets, result, (report.node_rc, report.node_last_words), report.domain, report.domain_held = _replay(
             bag, grids, rig_path, node_params, params_file, view, None if paced else rate,
             dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress, domain=domain))
         converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
@@ -350,10 +352,10 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
 
 def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, options: dict):
     """Start the node on a domain of its own, play the bag into it (``rate`` None: paced), record
-    its grids in ``out_bag``; (the bag's sets, ReplayResult, the node's exit code, the domain, the
-    wall-clock times it was claimed and released)."""
+    its grids in ``out_bag``; (the bag's sets, ReplayResult, (the node's exit code, its last log
+    lines when that is an error), the domain, the wall-clock times it was claimed and released)."""
     from ..demo.domain import claim_domain, release_domain
-    from ..demo.session import PipelineSession
+    from ..demo.session import PipelineSession, last_lines
     from .play import BagPlayer
     from .replay import Replay
     from .sets import find_sets
@@ -361,6 +363,7 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
     domain, caller_domain = claim_domain(options["domain"]), os.environ.get("ROS_DOMAIN_ID")
     claimed_at = time.time()
     session = player = None
+    node_exit = (None, "")
     try:
         session = PipelineSession(rig_path=rig_path, node_params=node_params, params_file=params_file,
                                   publisher=False, domain=domain)
@@ -375,14 +378,16 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
         if player is not None:
             session.executor.remove_node(player)
             player.destroy_node()
-        node_rc = session.close()[0] if session is not None else None
+        if session is not None:
+            rc, log = session.close()
+            node_exit = (rc, last_lines(log, 3) if rc not in (0, None) else "")
         release_domain(domain)
         released_at = time.time()
         if caller_domain is None:  # the caller's environment as it was
             os.environ.pop("ROS_DOMAIN_ID", None)
         else:
             os.environ["ROS_DOMAIN_ID"] = caller_domain
-    return sets, result, node_rc, domain, (claimed_at, released_at)
+    return sets, result, node_exit, domain, (claimed_at, released_at)
 
 
 def grid_keys(out_bag: Path) -> list:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..demo.session import last_lines
 from ..io.bev_message import stamp_to_ns
 from ..progress import progress_bar
 from . import losses
@@ -133,9 +134,7 @@ class Replay:
     def _node_failed(self, what: str) -> str:
         node = self.session.node
         if not node.alive():
-            lines = [ln for ln in node.output().splitlines() if ln.strip()]
-            last = lines[-1].strip() if lines else "no output"
-            return f"bevpool_node exited with code {node.proc.returncode}: {last}"
+            return f"bevpool_node exited with code {node.proc.returncode}: {last_lines(node.output())}"
         return f"bevpool_node {what} within {CONNECT_TIMEOUT_S:g} s"
 
     # play -------------------------------------------------------------------------------

@@ -90,6 +90,12 @@ def resident_mib(pid: int) -> float | None:
         return None
 
 
+def last_lines(log: str, count: int = 1) -> str:
+    """A process's last ``count`` non-empty output lines, joined into one (why it exited)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) if lines else "no output"
+
+
 class NodeProcess:
     """bevpool_node (or another node's ``module``) in a child process: output kept in a log file
     (readable while it runs), stopped with SIGINT (then killed if it does not exit)."""
