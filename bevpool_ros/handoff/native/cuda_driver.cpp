@@ -35,7 +35,8 @@ void load() {
         find(lib, "cuCtxSetCurrent", table.cuCtxSetCurrent) && find(lib, "cuCtxGetCurrent", table.cuCtxGetCurrent) &&
         find(lib, "cuGetErrorName", table.cuGetErrorName) && find(lib, "cuStreamWaitEvent", table.cuStreamWaitEvent) &&
         find(lib, "cuGraphLaunch", table.cuGraphLaunch) && find(lib, "cuStreamSynchronize", table.cuStreamSynchronize) &&
-        find(lib, "cuEventCreate", table.cuEventCreate) && find(lib, "cuEventDestroy_v2", table.cuEventDestroy)) {
+        find(lib, "cuEventCreate", table.cuEventCreate) && find(lib, "cuEventDestroy_v2", table.cuEventDestroy) &&
+        find(lib, "cuEventQuery", table.cuEventQuery)) {
         loaded = &table;
     }
 }

@@ -15,6 +15,7 @@ using CUevent = void*;
 using CUcontext = void*;
 using CUgraphExec = void*;
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr CUresult CUDA_ERROR_NOT_READY = 600;
 
 struct Driver {
     CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream);
@@ -28,6 +29,7 @@ struct Driver {
     CUresult (*cuStreamSynchronize)(CUstream stream);
     CUresult (*cuEventCreate)(CUevent* event, unsigned int flags);
     CUresult (*cuEventDestroy)(CUevent event);
+    CUresult (*cuEventQuery)(CUevent event);
 };
 constexpr unsigned int CU_EVENT_BLOCKING_SYNC = 0x1;  // a host wait on it sleeps, not spins
 constexpr unsigned int CU_EVENT_DISABLE_TIMING = 0x2;

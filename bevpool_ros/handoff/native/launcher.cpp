@@ -1,7 +1,9 @@
 #include "launcher.h"
 
+#include <sched.h>
 #include <time.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -24,6 +26,45 @@ bool failed(CUresult r, const char* call) {
     if (r == CUDA_SUCCESS) return false;
     driver_failed(r, call);
     return true;
+}
+
+// How the launch waits (BEVPOOL_LAUNCH_WAIT, an experiment's switch: "prewait", "spin", "prewait_spin"):
+// prewait: the producers' events are complete on the host before the set's work is submitted, so the
+// node's stream never waits on the device for another process's context (time-sliced without MPS);
+// spin: the set's completion is polled, not slept for (no interrupt and event-handler thread wake-up).
+struct WaitMode {
+    bool prewait = false, spin = false;
+};
+
+const WaitMode& wait_mode() {
+    static const WaitMode mode = [] {
+        WaitMode m;
+        const char* v = std::getenv("BEVPOOL_LAUNCH_WAIT");
+        std::string s = v ? v : "";
+        m.prewait = s.find("prewait") != std::string::npos;
+        m.spin = s.find("spin") != std::string::npos;
+        return m;
+    }();
+    return mode;
+}
+
+constexpr int64_t PREWAIT_LIMIT_NS = 5000000;  // then the device waits, as without prewait
+
+// Polls ``event`` until it completes: true; false on a driver error (its text set) or, with a
+// limit, when ``limit_ns`` passed first (the caller goes on).
+bool poll(const Driver* cu, CUevent event, int64_t limit_ns, bool* done) {
+    const int64_t start = now_ns();
+    *done = false;
+    for (;;) {
+        CUresult r = cu->cuEventQuery(event);
+        if (r == CUDA_SUCCESS) {
+            *done = true;
+            return true;
+        }
+        if (r != CUDA_ERROR_NOT_READY) return !failed(r, "cuEventQuery");
+        if (limit_ns > 0 && now_ns() - start > limit_ns) return true;
+        sched_yield();
+    }
 }
 
 }  // namespace
@@ -119,16 +160,20 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
     }
     result->launched_ns = now_ns();
     CUstream stream = config_.stream;
+    const WaitMode& mode = wait_mode();
     for (void* event : events) {  // the producers' writes, ordered on the device
-        if (failed(cu->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")) return BP_E_DRIVER;
+        bool done = false;
+        if (mode.prewait && !poll(cu, event, PREWAIT_LIMIT_NS, &done)) return BP_E_DRIVER;
+        if (!done && failed(cu->cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")) return BP_E_DRIVER;
     }
     if (failed(cu->cuGraphLaunch(graph->second, stream), "cuGraphLaunch")) return BP_E_DRIVER;
     uint64_t sequence = 0;
     uint32_t slot = 0;
     int r = config_.ring->write(config_.grid, config_.grid_bytes, reinterpret_cast<uint64_t>(stream), &slot, &sequence);
     if (r != BP_OK) return r;
-    if (failed(cu->cuEventRecord(done_, stream), "cuEventRecord") ||
-        failed(cu->cuEventSynchronize(done_), "cuEventSynchronize")) {
+    if (failed(cu->cuEventRecord(done_, stream), "cuEventRecord")) return BP_E_DRIVER;
+    bool done = false;
+    if (mode.spin ? !poll(cu, done_, 0, &done) : failed(cu->cuEventSynchronize(done_), "cuEventSynchronize")) {
         return BP_E_DRIVER;
     }
     result->done_ns = now_ns();
