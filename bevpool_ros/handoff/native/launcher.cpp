@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -46,6 +47,55 @@ const WaitMode& wait_mode() {
         return m;
     }();
     return mode;
+}
+
+int64_t thread_cpu_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// BEVPOOL_LAUNCH_PROFILE=<file>: the launches' wall and thread-CPU time by phase (submit, host wait,
+// checks and consumer datagrams, ROS copy), summed and rewritten every 50 launches (a measurement aid).
+struct Profile {
+    static constexpr int PHASES = 4;
+    const char* path = std::getenv("BEVPOOL_LAUNCH_PROFILE");
+    int64_t launches = 0, wall[PHASES] = {}, cpu[PHASES] = {};
+    int64_t last_wall = 0, last_cpu = 0;
+    int phase = 0;
+
+    void start() {
+        if (path == nullptr) return;
+        phase = 0;
+        last_wall = now_ns();
+        last_cpu = thread_cpu_ns();
+    }
+    void mark() {
+        if (path == nullptr || phase >= PHASES) return;
+        int64_t w = now_ns(), c = thread_cpu_ns();
+        wall[phase] += w - last_wall;
+        cpu[phase] += c - last_cpu;
+        last_wall = w;
+        last_cpu = c;
+        if (++phase == PHASES && ++launches % 50 == 0) write();
+    }
+    void write() const {
+        FILE* f = std::fopen(path, "w");
+        if (f == nullptr) return;
+        static const char* names[PHASES] = {"submit", "host_wait", "checks_datagrams", "ros_copy"};
+        std::fprintf(f, "{\"launches\": %lld", static_cast<long long>(launches));
+        for (int i = 0; i < PHASES; ++i) {
+            std::fprintf(f, ", \"%s_wall_us\": %.1f, \"%s_cpu_us\": %.1f", names[i], wall[i] / 1e3 / launches, names[i],
+                         cpu[i] / 1e3 / launches);
+        }
+        std::fprintf(f, "}\n");
+        std::fclose(f);
+    }
+};
+
+Profile& profile() {
+    static Profile p;
+    return p;
 }
 
 constexpr int64_t PREWAIT_LIMIT_NS = 5000000;  // then the device waits, as without prewait
@@ -159,6 +209,8 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
         return BP_E_DRIVER;
     }
     result->launched_ns = now_ns();
+    Profile& prof = profile();
+    prof.start();
     CUstream stream = config_.stream;
     const WaitMode& mode = wait_mode();
     for (void* event : events) {  // the producers' writes, ordered on the device
@@ -172,11 +224,13 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
     int r = config_.ring->write(config_.grid, config_.grid_bytes, reinterpret_cast<uint64_t>(stream), &slot, &sequence);
     if (r != BP_OK) return r;
     if (failed(cu->cuEventRecord(done_, stream), "cuEventRecord")) return BP_E_DRIVER;
+    prof.mark();
     bool done = false;
     if (mode.spin ? !poll(cu, done_, 0, &done) : failed(cu->cuEventSynchronize(done_), "cuEventSynchronize")) {
         return BP_E_DRIVER;
     }
     result->done_ns = now_ns();
+    prof.mark();
     result->slot = slot;
     result->sequence = sequence;
     result->flags = *config_.flags;
@@ -210,7 +264,9 @@ int Launcher::launch(const bp_member* members, uint32_t count, int32_t sec, uint
     if (n < 0) return BP_E_ARGUMENT;
     result->length = static_cast<uint32_t>(n);
     if (config_.fanout != nullptr) config_.fanout->send(out, result->length);
+    prof.mark();
     result->ros_copy = ros_ != nullptr && ros_->publish(out, result->length) == 0 ? 1 : 0;
+    prof.mark();
     result->result = BP_LAUNCH_DONE;
     return BP_OK;
 }
