@@ -42,8 +42,8 @@ rm -f "$OUT/h200_node_latency.json"  # the ROS and in-process blocks append thei
   echo "compile s: $(echo "$(date +%s.%N) - $t0" | bc 2>/dev/null)"
 } > "$OUT/env.txt" 2>&1 || status=1
 # the hand-off core (bevpool_ros/handoff/native: C++, loaded with ctypes) for this machine, before any test:
-# every test and benchmark below runs it (BEVPOOL_NATIVE=auto: off by default until this script's GPU suite
-# passes with it and the node's launches) and the hand-off benchmarks its Python twin too
+# every test and benchmark below runs it (BEVPOOL_NATIVE=auto, the default) and the hand-off benchmarks its
+# Python twin too (--native off)
 $PY -m bevpool_ros.handoff.native.build >> "$OUT/env.txt" 2>&1 || status=1
 export BEVPOOL_NATIVE=${BEVPOOL_NATIVE:-auto}
 cat "$OUT/env.txt"

@@ -25,16 +25,16 @@ def lib_or_skip():
     return core.library()
 
 
-@pytest.mark.parametrize("value, mode", [("0", "off"), ("off", "off"), ("1", "on"), ("ON", "on"), ("", "off"),
+@pytest.mark.parametrize("value, mode", [("0", "off"), ("off", "off"), ("1", "on"), ("ON", "on"), ("", "auto"),
                                          ("auto", "auto")])
 def test_the_variable_picks_the_implementation(monkeypatch, value, mode):
     monkeypatch.setenv(core.ENV, value)
     assert core.mode() == mode
 
 
-def test_unset_is_the_python_path_until_the_core_has_run_on_a_gpu(monkeypatch):
+def test_unset_uses_the_core_where_it_loads(monkeypatch):
     monkeypatch.delenv(core.ENV, raising=False)
-    assert core.mode() == "off" and core.use_native() is None
+    assert core.mode() == "auto" and core.use_native() is core.library()
 
 
 def test_off_runs_python_and_an_explicit_argument_wins(monkeypatch):

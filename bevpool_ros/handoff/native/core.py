@@ -1,8 +1,7 @@
 """Loading the hand-off core (libbevpool_handoff.so) and its C ABI (bevpool_handoff.h).
 
-``BEVPOOL_NATIVE`` picks the implementation of the hand-off's per-tensor path: ``auto`` the core
-where it is built and loads, else the Python path; ``0`` / ``off`` (the default while the core's
-device path has not run on a GPU: docs/gpu_handoff.md) always Python;
+``BEVPOOL_NATIVE`` picks the implementation of the hand-off's per-tensor path: ``auto`` (the
+default) the core where it is built and loads, else the Python path; ``0`` / ``off`` always Python;
 ``1`` / ``on`` the core or an error saying why not. A caller's own ``native=`` argument (True,
 False, None: the variable) wins over it. Where the core is missing in ``auto``, one warning line
 per process says why.
@@ -17,7 +16,7 @@ from pathlib import Path
 from . import build
 
 ENV = "BEVPOOL_NATIVE"
-DEFAULT_MODE = "off"  # opt-in until the GPU suite passes on the core with the node's launches (docs/gpu_handoff.md)
+DEFAULT_MODE = "auto"  # the whole GPU suite passed on the core, the node's launches included (docs/gpu_handoff.md)
 ABI_VERSION = 4  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
 WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
@@ -194,7 +193,7 @@ def unavailable_reason() -> str:
 
 
 def mode() -> str:
-    """``BEVPOOL_NATIVE`` as one of auto, on, off (unset or empty: off; an unknown value: auto)."""
+    """``BEVPOOL_NATIVE`` as one of auto, on, off (unset, empty or an unknown value: auto)."""
     value = os.environ.get(ENV, "").strip().lower() or DEFAULT_MODE
     return {"0": "off", "off": "off", "false": "off", "1": "on", "on": "on", "true": "on"}.get(value, "auto")
 
