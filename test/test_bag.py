@@ -85,8 +85,8 @@ def test_replay_evaluation_scores_every_grid(bag, tmp_path):
 
 @pytest.mark.ros
 def test_a_node_that_exits_fails_the_run_in_its_own_words(bag, tmp_path):
-    """The node's watchdog ends it mid-replay (its executor stalls for good after the first grid): the
-    run fails, and the report says why with the node's last log lines, not only its exit code."""
+    """The node's watchdog ends it (its executor stalls for good after the first grid): the run fails,
+    and the report says why with the node's last log lines, not only its exit code."""
     report = tmp_path / "report.json"
     env = dict(os.environ, BEVPOOL_INJECT_STALL="executor")
     r = _bag_cli("eval", bag[0], "--out", tmp_path / "out", "-p", "backend:=cpu", "-p", "watchdog.timeout_s:=1.0",
@@ -95,8 +95,11 @@ def test_a_node_that_exits_fails_the_run_in_its_own_words(bag, tmp_path):
     rep = json.loads(report.read_text())
     assert rep["node_rc"] == 70 and not rep["ok"], rep["failures"]
     exited = [f for f in rep["failures"] if f.startswith("bevpool_node exited with code 70: ")]
-    assert len(exited) == 1 and "executor thread made no progress for" in exited[0], rep["failures"]
-    assert "executor thread made no progress for" in rep["node_last_words"]
+    assert len(exited) == 1 and exited[0].endswith(rep["node_last_words"]), rep["failures"]
+    # the watchdog's line, naming the stalled executor by its stack: found stuck, or stuck when the
+    # replay's end asked the node to stop (a busy machine may get there first)
+    words = rep["node_last_words"]
+    assert "watchdog:" in words and "injected_stall" in words and "exiting with code 70 for a restart" in words
 
 
 @pytest.fixture(scope="module")
