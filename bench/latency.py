@@ -277,8 +277,12 @@ def role_subscriber(args) -> int:
                          ros_copies=grids.links.ros_copies, filtered_at_end=grids.links.filtered,
                          native=grids.links.native)
             grids.close()  # no delivery while the process goes down
+        # the last status covers the whole run; one from its middle shows what held while sets flowed
+        # (a producer gone at the end closes its links and lifts the content filters)
         Path(args.record).write_text(json.dumps({"received": received, **state,
-                                                 "diagnostics": diagnostics[-1][1] if diagnostics else {}}))
+                                                 "diagnostics": diagnostics[-1][1] if diagnostics else {},
+                                                 "diagnostics_mid": diagnostics[len(diagnostics) // 2][1]
+                                                 if diagnostics else {}}))
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
@@ -585,6 +589,8 @@ def render_md(res: dict) -> str:
             if r["transport"] in HANDOFF_OUT else ""),
         *(["", handoff_stages_md(r)] if r["transport"] == "handoff_both" else []),
         *(["", f"The node's launcher (hand-off core): {r['core_launch']}."] if r.get("core_launch") else []),
+        *(["", f"The node's input hand-off mid-run: {res['input_handoff_mid_run']}."]
+          if res.get("input_handoff_mid_run") else []),
         "",
         "The node's CPU time per set by thread (ms, /proc/<pid>/task): " + (", ".join(
             f"{k} {v:.3f}" for k, v in r.get("node_thread_cpu_ms_per_set", {}).items()) or "n/a") + ".",
@@ -823,6 +829,7 @@ def main(argv=None) -> int:
         "overwritten": sub.get("overwritten", 0), "subscriber_errors": sub.get("errors", 0),
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "input_handoff": d.get("input_handoff"),  # the node's wake-up: first arrivals by way
+        "input_handoff_mid_run": sub.get("diagnostics_mid", {}).get("input_handoff"),
         "subscriber_first_by": sub.get("first_by"), "subscriber_signal_lost": sub.get("signal_lost"),
         "subscriber_filter_error": sub.get("filter_error"), "subscriber_ros_copies": sub.get("ros_copies"),
         "subscriber_filtered_at_end": sub.get("filtered_at_end"),
