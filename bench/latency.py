@@ -420,6 +420,8 @@ def run_pipeline(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node_env = dict(os.environ, PYTHONUNBUFFERED="1", BEVPOOL_NATIVE=args.native)  # its set loop too
+    if args.profile_executor:  # ros/process.py: the spinning thread under cProfile, its statistics at exit
+        node_env["BEVPOOL_PROFILE_EXECUTOR"] = str(work / "executor.prof")
     if args.split:  # the node's timeline (bench/trace_hooks): its arrivals and publishes per set
         node_env.update(TIMELINE_DIR=str(work / "timeline"), PYTHONPATH=os.pathsep.join(
             [str(ROOT / "bench" / "trace_hooks"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -458,7 +460,20 @@ def run_pipeline(args) -> dict:
             "node_cpu_s": None if None in (cpu_before, cpu_after) else cpu_after - cpu_before,
             "node_thread_cpu_s": {name: t - threads_before.get(name, 0.0) for name, t in threads_after.items()
                                   if t - threads_before.get(name, 0.0) > 0},
-            "timeline": json.loads(timelines[-1].read_text()) if timelines else None}
+            "timeline": json.loads(timelines[-1].read_text()) if timelines else None,
+            "executor_profile": executor_profile(work / "executor.prof")}
+
+
+def executor_profile(path: Path, top: int = 12) -> list[dict]:
+    """The node's executor thread by function (cProfile, thread CPU time): the ``top`` by own time, in s."""
+    if not path.exists():
+        return []
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats
+    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
+    return [{"function": f"{Path(file).name}:{line}({name})", "calls": calls, "own_s": own, "cumulative_s": cum}
+            for (file, line, name), (_, calls, own, cum, _) in rows]
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -591,6 +606,10 @@ def render_md(res: dict) -> str:
         *(["", f"The node's launcher (hand-off core): {r['core_launch']}."] if r.get("core_launch") else []),
         *(["", f"The node's input hand-off mid-run: {res['input_handoff_mid_run']}."]
           if res.get("input_handoff_mid_run") else []),
+        *(["", "The node's executor thread under cProfile, by own CPU time (ms per set; profiled, so slower): "
+               + ", ".join(f"{p['function']} {p['own_ms']:.3f} ({p['calls']} calls)"
+                           for p in res["executor_profile_ms_per_set"]) + "."]
+          if res.get("executor_profile_ms_per_set") else []),
         "",
         "The node's CPU time per set by thread (ms, /proc/<pid>/task): " + (", ".join(
             f"{k} {v:.3f}" for k, v in r.get("node_thread_cpu_ms_per_set", {}).items()) or "n/a") + ".",
@@ -746,8 +765,11 @@ def main(argv=None) -> int:
     ap.add_argument("--caller-priority", default="highest", choices=("highest", "normal"),
                     help="inprocess: priority of the caller's stream the pool call is enqueued on")
     ap.add_argument("--native", default="auto", choices=("auto", "on", "off"),
-                    help="handoff transports: the hand-off core in the publisher and the subscriber (BEVPOOL_NATIVE; "
-                         "on fails where it is not built); the node keeps its Python path")
+                    help="handoff transports: the hand-off core in the publisher, the node and the subscriber "
+                         "(BEVPOOL_NATIVE; on fails where it is not built)")
+    ap.add_argument("--profile-executor", action="store_true",
+                    help="the node's executor thread under cProfile: its functions by own CPU time per set in the "
+                         "results (a measurement aid: profiling slows that thread)")
     ap.add_argument("--role", choices=("publisher", "subscriber"), help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
     ap.add_argument("--cycle-frames", type=int, default=8, help=argparse.SUPPRESS)
@@ -830,6 +852,10 @@ def main(argv=None) -> int:
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "input_handoff": d.get("input_handoff"),  # the node's wake-up: first arrivals by way
         "input_handoff_mid_run": sub.get("diagnostics_mid", {}).get("input_handoff"),
+        "executor_profile_ms_per_set": [
+            {"function": p["function"], "calls": p["calls"], "own_ms": round(p["own_s"] * 1e3 / received_n, 4),
+             "cumulative_ms": round(p["cumulative_s"] * 1e3 / received_n, 4)}
+            for p in run.get("executor_profile", [])] if received_n else [],
         "subscriber_first_by": sub.get("first_by"), "subscriber_signal_lost": sub.get("signal_lost"),
         "subscriber_filter_error": sub.get("filter_error"), "subscriber_ros_copies": sub.get("ros_copies"),
         "subscriber_filtered_at_end": sub.get("filtered_at_end"),

@@ -76,7 +76,8 @@ def test_first_set_bench_learns_every_stream_in_both_modes(tmp_path):
 def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     """bench/latency.py --split over real DDS (cpu backend, three processes): every set's time is cut
     at the processes from the node's own timeline; --param reaches the node (its EventsExecutor where
-    rclpy has one) and the node reports its heap settings."""
+    rclpy has one) and the node reports its heap settings; --profile-executor gives the node's
+    executor thread by function."""
     import json
     import math
 
@@ -85,7 +86,8 @@ def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     r = subprocess.run([sys.executable, "bench/latency.py", "--backend", "cpu", "--precision", "fp32",
                         "--bev-dtype", "float16", "--input-dtype", "float16", "--frames", "25", "--warmup", "5",
                         "--rate", "10", "--split", "--consumer-heap", "--param", "executor=events",
-                        "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240)
+                        "--profile-executor", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.with_suffix(".json").read_text())
     row, split = res["row"], res["split_ms"]
@@ -105,3 +107,8 @@ def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     # the node's CPU time per set, from /proc: something, and less than a set's period
     assert 0 < row["node_cpu_ms_per_set"] < 100, row["node_cpu_ms_per_set"]
     assert "the node's CPU time per set" in out.with_suffix(".md").read_text()
+    # the executor thread's functions by own CPU time: the node's callbacks run there
+    profile = res["executor_profile_ms_per_set"]
+    assert profile and all(p["own_ms"] >= 0 and p["calls"] > 0 for p in profile), profile
+    assert profile == sorted(profile, key=lambda p: -p["own_ms"])
+    assert "executor thread under cProfile" in out.with_suffix(".md").read_text()

@@ -124,6 +124,21 @@ def init_without_signal_handlers(argv=None) -> StopSignals:
     return stop
 
 
+PROFILE_ENV = "BEVPOOL_PROFILE_EXECUTOR"  # a file: the executor thread's cProfile statistics at exit
+
+
+def _executor_profile():
+    """A measurement aid (bench/latency.py --profile-executor): where the spinning thread's CPU time
+    goes, by function (a wait that sleeps costs nothing); None unless BEVPOOL_PROFILE_EXECUTOR names a
+    file."""
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+    import time
+
+    return cProfile.Profile(time.thread_time)
+
+
 def spin_until_shutdown(executor, node, stop: StopSignals, watchdog=None, poll_s: float = 0.1) -> int:
     """Spin ``node`` until a stop is requested (or the context shuts down), then tear down in order:
     executor, node, context. 0 on a clean stop. Shared by bevpool_node and bevpool_occupancy.
@@ -134,16 +149,22 @@ def spin_until_shutdown(executor, node, stop: StopSignals, watchdog=None, poll_s
     from rclpy.executors import ExternalShutdownException
 
     beat = watchdog.beat if watchdog is not None else (lambda: None)
+    profile = _executor_profile()
     try:
         executor.add_node(node)
         if watchdog is not None:
             watchdog.start()
+        if profile is not None:
+            profile.enable()
         while not stop.requested and rclpy.ok():  # a signal is seen within poll_s
             executor.spin_once(timeout_sec=poll_s)
             beat()
     except ExternalShutdownException:
         pass
     finally:
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(os.environ[PROFILE_ENV])
         if watchdog is not None:
             watchdog.stop()
         executor.remove_node(node)
