@@ -5,7 +5,8 @@
 # Results go to $OUT (default ./gpu_out): h200.json, h200_meta.json, h200.md, gpu_report.jsonl,
 # pytest.log, bench.log, h200_frame_latency_cuda.json, ncu.txt, env.txt.  Extra bench flags: BENCH_ARGS="...".
 # ROS block (needs .whl/ros_py312.tar.xz from scripts/prepare_gpu_wheels.sh, carried): ros_pytest.log,
-# h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, ros_install.log,
+# h200_node_latency.json (one row per configuration in ROS_LATENCY), ros_latency.md, latency_runs.tgz (each
+# run's .json and .md, numbered), ros_install.log,
 # flood_cuda.json/.log (ROS_FLOODS floods against the node on the cuda backend), pause_cuda.json/.log (ROS_PAUSES).
 # In-process block (BevPooler, no ROS; needs PyTorch and CuPy with CUDA): inprocess_pytest.log, and one row per
 # configuration in INPROCESS_LATENCY appended to h200_node_latency.json, inprocess_latency.md; the calls' host
@@ -186,6 +187,8 @@ if [ "$RUN_ROS" = 1 ]; then
             || { echo "latency $cfg failed (see ros_latency.md)"; rstatus=1; }
       done
       [ -f "$OUT/ros_latency.md" ] && grep -E "^# |end to end|pooling stage|kernel alone|^Sets|^Drops" "$OUT/ros_latency.md"
+      # one archive: a call brings back only a few files
+      tar czf "$OUT/latency_runs.tgz" -C "$OUT" latency_runs && rm -rf "$OUT/latency_runs"
       # a GPU shared with networks (docs/gpu_sharing.md): GPU_SHARE_REPEATS rounds (0: skip) of the cells in
       # GPU_SHARE_CELLS ("transport:condition[:bench,args]" separated by spaces; condition alone | gemm | gemm_mps |
       # conv | conv_mps | thread_gemm: inprocess only, the load in the caller's process), each round in that order,
