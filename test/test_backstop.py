@@ -11,6 +11,8 @@ import threading
 import time
 import types
 
+import pytest
+
 from bevpool_ros.ros import backstop, liveness
 from bevpool_ros.ros.backstop import BEAT, LONG_STEP, Judge, process_state
 
@@ -146,6 +148,51 @@ def test_a_late_wake_in_the_running_watchdog_is_a_pause(monkeypatch):
         time.sleep(0.02)
     dog.stop()
     assert dog.pauses == 1 and "watching its threads afresh" in logs[0], logs
+
+
+@pytest.mark.parametrize("teardown", ["stuck", "working", "working_past_the_limit"])
+def test_a_stop_waits_for_a_teardown_still_at_work_not_for_a_stuck_one(monkeypatch, teardown):
+    """After a stop signal the watchdog allows a grace; a teardown whose threads still use CPU time
+    (a host that starves the process) gets another, up to STOP_LIMIT_S; a stuck one does not. The
+    spinning thread here burns CPU for ``burn_s``, then waits as a stuck thread would."""
+    armed = []
+    monkeypatch.setattr(liveness.faulthandler, "dump_traceback_later", lambda s, **k: armed.append(s))
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the SystemExit that ends its thread
+    burn_s = {"stuck": 0.0, "working": 3.0, "working_past_the_limit": 60.0}[teardown]
+    release = threading.Event()
+
+    def tearing_down():
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < burn_s and not release.is_set():
+            pass  # the teardown's work
+        release.wait()
+
+    spinning = threading.Thread(target=tearing_down, daemon=True)
+    spinning.start()
+    ended = []
+    node, logs = quiet_node()
+    read_end, write_end = os.pipe()
+    dog = liveness.Watchdog(node, 60.0, stop_fd=read_end, backstop=False,
+                            exit=lambda code: (ended.append((code, time.monotonic())), sys.exit()))
+    dog._executor_ident = spinning.ident
+    try:
+        dog._thread.start()
+        asked = time.monotonic()
+        os.write(write_end, b"\x02")  # what the C-level signal handler writes
+        dog._thread.join(liveness.STOP_LIMIT_S + 10)
+    finally:
+        release.set()
+        os.close(write_end)
+        os.close(read_end)
+    assert [code for code, _ in ended] == [liveness.EXIT_STUCK], (ended, logs)
+    took = ended[0][1] - asked
+    assert "a stop was asked" in logs[-1] and armed == [liveness.STOP_LIMIT_S + 0.45]
+    if teardown == "stuck":
+        assert took < liveness.STOP_LIMIT_S - 1.0, took  # one grace, not the limit
+    elif teardown == "working":
+        assert 3.0 <= took < liveness.STOP_LIMIT_S + 1.0, took  # not ended while it worked
+    else:
+        assert liveness.STOP_LIMIT_S <= took < liveness.STOP_LIMIT_S + 2.0, took  # the limit holds
 
 
 def test_a_long_step_reaches_the_backstop(monkeypatch):

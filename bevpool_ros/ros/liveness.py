@@ -30,8 +30,10 @@ and kills the process; it, too, waits out a pause.
 
 Stop signals: SIGINT/SIGTERM only ask the spin loop to stop (process.StopSignals); a loop stuck in a
 callback never sees that. Their C-level handler also wakes this thread (``signal.set_wakeup_fd``),
-which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK);
-faulthandler's C-level timer ends an exit that does not finish (exit code 1).
+which allows the process STOP_GRACE_S to stop by itself and then ends it (one line, EXIT_STUCK). A
+teardown that is still working then (its threads used CPU time in the last grace, or one of them
+ended: a host that starves the process) gets another grace, up to STOP_LIMIT_S in all; a stuck one
+does not. faulthandler's C-level timer ends an exit that does not finish by STOP_LIMIT_S (exit code 1).
 
 Fault injection for supervisors' own tests:
 ``BEVPOOL_INJECT_STALL=executor|pooling|input|executor_gil|launch`` stalls that thread for good: the
@@ -52,11 +54,14 @@ import traceback
 from contextlib import contextmanager
 
 EXIT_STUCK = 70        # sysexits' EX_SOFTWARE: an internal error, restart me
-STOP_GRACE_S = 1.5     # a stop signal -> forced exit (the process gone within 2 s of SIGINT/SIGTERM)
+STOP_GRACE_S = 1.5     # a stop signal -> forced exit (the process gone within 2 s of SIGINT/SIGTERM) ...
+STOP_LIMIT_S = 6.0     # ... unless its teardown still progresses (a starved host): at most this
+STOP_PROGRESS_CPU_S = 0.01  # the teardown's threads' CPU time in a grace that counts as progress (1 tick)
 BACKSTOP_MARGIN_S = 5.0  # the backstop: this much after the watchdog would have spoken
 PAUSE_S = 1.0          # the watchdog woke this much after its tick: the process was paused (or starved)
 STACK_FRAMES = 4
 INJECT_ENV = "BEVPOOL_INJECT_STALL"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 INJECTED_STALL = os.environ.get(INJECT_ENV, "")
 
 # Steps allowed to take long (a configure, a re-prepare: kernels compiled, an engine built), by
@@ -124,6 +129,8 @@ class Watchdog:
         self._executor_ident: int | None = None
         self._executor_beat = time.monotonic()
         self._stop_asked: float | None = None
+        self._stop_deadline = 0.0
+        self._stop_progress: tuple[float, frozenset] = (0.0, frozenset())  # teardown_cpu() at the last grace
         self._running = True
         self._watching_since = time.monotonic()  # the last start-over (a pause): no stall is older
         self.pauses = 0
@@ -163,14 +170,14 @@ class Watchdog:
     def _loop(self) -> None:
         while True:
             asked = self._stop_asked
-            wait = self._tick_s if asked is None else max(0.0, asked + STOP_GRACE_S - time.monotonic())
+            wait = self._tick_s if asked is None else max(0.0, self._stop_deadline - time.monotonic())
             before = time.monotonic()
             self._wait(wait)
             now = time.monotonic()
             if asked is None and self._stop_asked is None and now - before - wait > PAUSE_S:
                 self._start_over(now, now - before - wait)
             if self._stop_asked is not None:
-                if now - self._stop_asked >= STOP_GRACE_S:
+                if now >= self._stop_deadline and not self._stop_progressing(now):
                     self._end(f"a stop was asked {now - self._stop_asked:.1f} s ago and the process "
                               f"has not ended; executor thread at {stack_of(self._executor_ident)}; "
                               f"other threads: {other_threads(self._executor_ident)}")
@@ -191,10 +198,49 @@ class Watchdog:
         try:
             ready, _, _ = select.select([self.stop_fd], [], [], seconds)
             if ready and os.read(self.stop_fd, 64) and self._stop_asked is None:
+                self._stop_progress = self.teardown_cpu()
+                self._stop_deadline = time.monotonic() + STOP_GRACE_S
                 self._stop_asked = time.monotonic()
-                faulthandler.dump_traceback_later(STOP_GRACE_S + 0.45, exit=True, file=self.fault_fd)
+                faulthandler.dump_traceback_later(STOP_LIMIT_S + 0.45, exit=True, file=self.fault_fd)
         except (OSError, ValueError):  # the pipe went away: keep the timing, lose the early wake
             self.stop_fd = None
+
+    def _stop_progressing(self, now: float) -> bool:
+        """(a grace has passed since the stop or the last extension) Is the teardown still working?
+        Then one more grace, within STOP_LIMIT_S of the stop."""
+        cpu, alive = self.teardown_cpu()
+        before_cpu, before_alive = self._stop_progress
+        self._stop_progress = (cpu, alive)
+        if now - self._stop_asked >= STOP_LIMIT_S:
+            return False
+        if cpu - before_cpu >= STOP_PROGRESS_CPU_S or not before_alive <= alive:
+            self._stop_deadline = min(now + STOP_GRACE_S, self._stop_asked + STOP_LIMIT_S)
+            return True
+        return False
+
+    def teardown_cpu(self) -> tuple[float, frozenset]:
+        """CPU seconds the threads that tear the node down have used (the spinning thread, the
+        pooling, input and hand-off set-loop threads; /proc, so a thread that ends is no hazard),
+        and which of them are alive."""
+        idents = {self._executor_ident}
+        worker = getattr(self.node, "worker", None)
+        if worker is not None:
+            idents.add(worker.thread_ident)
+        for attr in ("input_thread", "handoff_thread"):
+            watched = getattr(self.node, attr, None)
+            if watched is not None:
+                idents.add(watched.thread_ident)
+        total, alive = 0.0, set()
+        for t in threading.enumerate():
+            if t.ident in idents and t.native_id is not None:
+                try:
+                    with open(f"/proc/self/task/{t.native_id}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:  # it ended
+                    continue
+                total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+                alive.add(t.native_id)
+        return total, frozenset(alive)
 
     def _start_over(self, now: float, late_s: float) -> None:
         """The watchdog itself was not running for ``late_s``: a pause of the whole process (or a
