@@ -94,12 +94,16 @@ def test_a_node_that_exits_fails_the_run_in_its_own_words(bag, tmp_path):
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(report.read_text())
     assert rep["node_rc"] == 70 and not rep["ok"], rep["failures"]
-    exited = [f for f in rep["failures"] if f.startswith("bevpool_node exited with code 70: ")]
-    assert len(exited) == 1 and exited[0].endswith(rep["node_last_words"]), rep["failures"]
+    exited = [f for f in rep["failures"] if f.startswith("bevpool_node exited with code 70 ")]
+    assert len(exited) == 1 and exited[0].endswith(": " + rep["node_last_words"]), rep["failures"]
     # the watchdog's line, naming the stalled executor by its stack: found stuck, or stuck when the
     # replay's end asked the node to stop (a busy machine may get there first)
     words = rep["node_last_words"]
     assert "watchdog:" in words and "injected_stall" in words and "exiting with code 70 for a restart" in words
+    # and its whole log beside the output bag, named in the failure
+    log = tmp_path / "out.node.log"
+    assert rep["node_log"] == str(log) and f"(log: {log})" in exited[0]
+    assert "watchdog:" in log.read_text() and "ready: 6 cameras" in log.read_text()
 
 
 @pytest.fixture(scope="module")

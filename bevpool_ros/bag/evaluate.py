@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cameras.calibration import LiveCalibration
+from ..demo.session import last_lines
 from ..io.bev_message import stamp_to_ns
 from ..io.depth_image import DepthImageConverter
 from ..io.tensor_codec import decode_any
@@ -92,6 +93,7 @@ class EvalReport:
     diagnostics: dict = field(default_factory=dict)
     node_rc: int | None = None
     node_last_words: str = ""              # the node's last log lines when it exited with an error
+    node_log: str | None = None            # then its whole log, kept beside the output bag
     atol: float | None = None              # None: the tolerance of each grid's precision
     domain: int = 0                        # the DDS domain the replay ran on
     domain_held: tuple[float, float] = (0.0, 0.0)  # wall clock (s) from its claim to its release
@@ -121,7 +123,8 @@ class EvalReport:
         if self.compared == 0:
             out.append("no grid to compare: the node published nothing from this bag")
         if self.node_rc not in (0, None):
-            words = f": {self.node_last_words}" if self.node_last_words else ""
+            words = f" (log: {self.node_log})" if self.node_log else ""
+            words += f": {self.node_last_words}" if self.node_last_words else ""
             out.append(f"bevpool_node exited with code {self.node_rc}{words}")
         return out
 
@@ -328,9 +331,15 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
     spool = spool_dir(out_bag)
     try:
         grids = spool / "grids"
-        sets, result, (report.node_rc, report.node_last_words), report.domain, report.domain_held = _replay(
+        sets, result, (report.node_rc, log), report.domain, report.domain_held = _replay(
             bag, grids, rig_path, node_params, params_file, view, None if paced else rate,
             dict(drain_s=drain_s, set_timeout_s=set_timeout_s, show_progress=show_progress, domain=domain))
+        if report.node_rc not in (0, None):  # why it exited: its last lines here, all of it on disk
+            report.node_last_words = last_lines(log, 3)
+            node_log = out_bag.parent / f"{out_bag.name}.node.log"
+            node_log.parent.mkdir(parents=True, exist_ok=True)
+            node_log.write_text(log)
+            report.node_log = str(node_log)
         converter = DepthImageConverter(rig, rule["distribution"], float(rule["sigma_m"]))
         scores = score(bag, grids, rig, report, converter, show_progress)
         report.grids_bytes = folder_bytes(grids)
@@ -352,10 +361,10 @@ def evaluate_bag(bag: str | Path, out_bag: str | Path, rig_path: str, node_param
 
 def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, options: dict):
     """Start the node on a domain of its own, play the bag into it (``rate`` None: paced), record
-    its grids in ``out_bag``; (the bag's sets, ReplayResult, (the node's exit code, its last log
-    lines when that is an error), the domain, the wall-clock times it was claimed and released)."""
+    its grids in ``out_bag``; (the bag's sets, ReplayResult, (the node's exit code, its log), the
+    domain, the wall-clock times it was claimed and released)."""
     from ..demo.domain import claim_domain, release_domain
-    from ..demo.session import PipelineSession, last_lines
+    from ..demo.session import PipelineSession
     from .play import BagPlayer
     from .replay import Replay
     from .sets import find_sets
@@ -363,7 +372,7 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
     domain, caller_domain = claim_domain(options["domain"]), os.environ.get("ROS_DOMAIN_ID")
     claimed_at = time.time()
     session = player = None
-    node_exit = (None, "")
+    node_exit: tuple = (None, "")
     try:
         session = PipelineSession(rig_path=rig_path, node_params=node_params, params_file=params_file,
                                   publisher=False, domain=domain)
@@ -379,8 +388,7 @@ def _replay(bag, out_bag, rig_path, node_params, params_file, view, rate, option
             session.executor.remove_node(player)
             player.destroy_node()
         if session is not None:
-            rc, log = session.close()
-            node_exit = (rc, last_lines(log, 3) if rc not in (0, None) else "")
+            node_exit = session.close()
         release_domain(domain)
         released_at = time.time()
         if caller_domain is None:  # the caller's environment as it was
