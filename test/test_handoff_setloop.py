@@ -280,6 +280,40 @@ def test_the_core_takes_drops_and_assembles_what_the_python_twin_does(setup):
     assert counts["intake_signal_copies_ignored"] == 1
 
 
+def test_a_wake_or_a_new_deadline_ends_the_loops_wait_at_once():
+    """The loop's thread waits in the core for datagrams and its next deadline. A wake (a stop) and a
+    set offered from Python (its camera timeout: a new deadline) end that wait; it does not sleep out
+    its time-out (a swallowed wake-up once made a stop take 0.5 s and a partial set's timeout late)."""
+    import threading
+
+    from bevpool_ros.handoff.native.setloop import SetLoop
+
+    loop = SetLoop(core(), ["CAM_A", "CAM_B"])
+    loop.configure(0.005, 0.2, "drop", 1, 4)
+    returned = []
+
+    def waiting_loop():
+        thread = threading.Thread(target=lambda: returned.append(loop.run(60.0)), daemon=True)
+        thread.start()
+        time.sleep(0.2)  # in its wait by now (or about to be: then it sees the news first)
+        return thread
+
+    try:
+        thread = waiting_loop()
+        loop.wake()
+        thread.join(10.0)
+        assert not thread.is_alive() and returned == [2]  # 2: woken
+        thread = waiting_loop()
+        loop.offer(0, 0, time.time_ns(), 1, time.monotonic())  # CAM_A's depth alone: times out in 0.2 s
+        thread.join(10.0)
+        assert not thread.is_alive() and returned == [2, 1]  # 1: records wait (the set's drop)
+        assert [r.head.kind for r in loop.records()]
+    finally:
+        loop.shutdown()
+        if not thread.is_alive():
+            loop.close()
+
+
 def test_the_watchdog_names_a_set_loop_stuck_in_python(setup):
     """The loop's thread is idle while blocked in the core; handling what it handed over (here a set
     whose delivery hangs) for longer than the watchdog's timeout is a stall, named with its stack."""

@@ -19,7 +19,7 @@ ENV = "BEVPOOL_NATIVE"
 DEFAULT_MODE = "auto"  # the whole GPU suite passed on the core, the node's launches included (docs/gpu_handoff.md)
 ABI_VERSION = 4  # bevpool_handoff.h BP_ABI_VERSION
 BP_OK, BP_E_ARGUMENT = 0, -1
-WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE = range(4)  # bp_wake: what bp_waiter_wait returned
+WAKE_SHUTDOWN, WAKE_CLOSED, WAKE_RAW, WAKE_TEMPLATE, WAKE_TIMEOUT = range(5)  # bp_wake: bp_waiter_wait's answer
 READY = 2  # bp_check: the slot held the announced tensor (and its event was waited for); 0 unchecked, 1 overwritten
 
 log = logging.getLogger(__name__)

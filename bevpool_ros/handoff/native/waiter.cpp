@@ -145,12 +145,14 @@ int Waiter::wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity, int ti
             set_error(std::string("epoll_wait: ") + std::strerror(errno));
             return BP_E_SYSTEM;
         }
+        bool woken = false;
         for (int i = 0; i < n; ++i) {
             uint64_t id = events[i].data.u64;
             if (id == WAKE) {
                 uint64_t count;
                 ssize_t r = ::read(wake_, &count, sizeof(count));
                 (void)r;
+                woken = true;
                 continue;
             }
             ssize_t got;
@@ -180,6 +182,9 @@ int Waiter::wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity, int ti
             arrival->check = check(ring_id, arrival->values);
             return BP_WAKE_TEMPLATE;
         }
+        // interrupted with nothing to read: the caller looks again (a new deadline, a stop); a
+        // shutdown or a closed link is returned by the next call's first look
+        if (woken) return BP_WAKE_TIMEOUT;
     }
 }
 

@@ -35,11 +35,11 @@ public:
     void remove(uint64_t link);  // reported by wait() as BP_WAKE_CLOSED, its socket closed then
     void watch(uint64_t ring_id, WatchedRing ring);
     void unwatch(uint64_t ring_id);  // returns once no check of that ring is running
-    // BP_WAKE_TIMEOUT after `timeout_ms` (-1: none); `ring_id`: the matched template's ring
+    // BP_WAKE_TIMEOUT after `timeout_ms` (-1: none) or an interrupt(); `ring_id`: the matched template's ring
     int wait(bp_arrival* arrival, uint8_t* buffer, uint32_t capacity, int timeout_ms = -1,
              uint64_t* ring_id = nullptr);
     void shutdown();
-    void interrupt() { wake(); }  // a wait() in progress looks again (at its time-outs)
+    void interrupt() { wake(); }  // a wait() in progress returns BP_WAKE_TIMEOUT: its caller looks again
 
 private:
     struct Link {

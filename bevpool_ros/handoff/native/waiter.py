@@ -13,7 +13,7 @@ import logging
 import threading
 
 from ..signal import MAX_DATAGRAM, connect
-from .core import WAKE_CLOSED, WAKE_RAW, WAKE_SHUTDOWN, WAKE_TEMPLATE, Arrival, error
+from .core import WAKE_CLOSED, WAKE_RAW, WAKE_SHUTDOWN, WAKE_TEMPLATE, WAKE_TIMEOUT, Arrival, error
 from .templates import NativeTemplates
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,8 @@ class SignalWaiter:
                 if kind < 0:
                     log.error("%s", error(self.lib, "hand-off waiter stopped"))
                 break
+            if kind == WAKE_TIMEOUT:  # woken to look again (a link removed): the next wait says what
+                continue
             link = self._links.get(arrival.link)
             if link is None:
                 continue
