@@ -127,6 +127,24 @@ def test_the_watchdog_starts_over_after_its_own_late_wake():
     assert "made no progress for 2.5 s" in dog.stuck(now + 2.5)  # the executor, first
 
 
+def test_a_set_pooled_inline_by_the_set_loop_is_named_as_a_set_not_as_the_loop():
+    """The hand-off set loop (or the input thread) pools a set inline when the pooling thread is idle:
+    a stall there is the set's, named with its thread; a re-prepare (a long step) there is not one."""
+    now = time.monotonic()
+    loop_thread = threading.current_thread()
+    worker = FakeWorker(since=now - 30.0)
+    worker.in_progress = lambda: (worker.since, loop_thread.ident, "pooling a set")
+    handoff = types.SimpleNamespace(busy_since=now - 30.0, thread_ident=loop_thread.ident)
+    node, _ = quiet_node(worker)
+    node.handoff_thread = handoff
+    dog = liveness.Watchdog(node, 2.0, backstop=False)
+    dog._executor_beat, dog._watching_since = now, now - 60.0
+    line = dog.stuck(now)
+    assert line.startswith(f"{loop_thread.name} pooling a set inline made no progress for 30"), line
+    with liveness.long_step("compiling kernels"):
+        assert dog.stuck(now) == ""
+
+
 def test_a_late_wake_in_the_running_watchdog_is_a_pause(monkeypatch):
     """The watchdog's own loop measures its lateness: a wait that returns PAUSE_S late starts over."""
     node, logs = quiet_node()

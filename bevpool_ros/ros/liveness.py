@@ -107,6 +107,10 @@ def other_threads(but: int | None) -> str:
                      if ident not in (but, threading.get_ident())) or "none"
 
 
+def thread_name(ident: int | None) -> str:
+    return next((t.name for t in threading.enumerate() if t.ident == ident), "a thread")
+
+
 def stack_of(ident: int | None) -> str:
     return short_stack(sys._current_frames().get(ident)) if ident is not None else "(thread unknown)"
 
@@ -261,23 +265,26 @@ class Watchdog:
         if age > self.timeout_s and self._executor_ident not in _long_steps:
             return (f"executor thread made no progress for {age:.1f} s: at "
                     f"{stack_of(self._executor_ident)}")
+        # a set being pooled first: the inputs' threads pool inline too, and the stall is then the set's
+        worker = getattr(self.node, "worker", None)
+        if worker is not None:
+            if not worker.thread_alive():
+                return "pooling thread has ended; no set can be pooled"
+            since, ident, doing = worker.in_progress()
+            if since is not None:
+                since = max(since, self._watching_since)
+            if since is not None and now - since > self.timeout_s and ident not in _long_steps:
+                inline = ident != worker.thread_ident
+                name = f"{thread_name(ident)} pooling a set inline" if inline else "pooling thread"
+                return f"{name} made no progress for {now - since:.1f} s ({doing}): at {stack_of(ident)}"
         for name, attr in (("input thread", "input_thread"), ("hand-off set loop", "handoff_thread")):
             watched = getattr(self.node, attr, None)
             since = watched.busy_since if watched is not None else None
+            if since is not None and watched.thread_ident in _long_steps:
+                continue  # a re-prepare while it pools a set inline
             if since is not None and now - max(since, self._watching_since) > self.timeout_s:
                 return (f"{name} made no progress for {now - max(since, self._watching_since):.1f} s: "
                         f"at {stack_of(watched.thread_ident)}")
-        worker = getattr(self.node, "worker", None)
-        if worker is None:
-            return ""
-        if not worker.thread_alive():
-            return "pooling thread has ended; no set can be pooled"
-        since, ident, doing = worker.in_progress()
-        if since is not None:
-            since = max(since, self._watching_since)
-        if since is not None and now - since > self.timeout_s and ident not in _long_steps:
-            name = "pooling thread" if ident == worker.thread_ident else "thread pooling a set inline"
-            return f"{name} made no progress for {now - since:.1f} s ({doing}): at {stack_of(ident)}"
         return ""
 
     def _end(self, what: str, publish: bool = False) -> None:
