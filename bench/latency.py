@@ -66,6 +66,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 import gpu_share  # noqa: E402  (bench/gpu_share.py: the loads and the MPS daemon)
 
+from bevpool_ros.proc_stat import process_stat, thread_stats  # noqa: E402
+
 RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
 TRANSPORTS = ("dds", "handoff_out", "handoff_both", "inprocess")
 HANDOFF_OUT = ("handoff_out", "handoff_both")  # the subscriber reads BevHandoff
@@ -477,26 +479,17 @@ def executor_profile(path: Path, top: int = 12) -> list[dict]:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time process ``pid`` used so far (/proc/<pid>/stat), in seconds; None: gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    """User + system CPU time process ``pid`` used so far, in seconds; None: gone."""
+    stat = process_stat(pid)
+    return stat.cpu_s if stat is not None else None
 
 
 def thread_cpu_seconds(pid: int) -> dict[str, float]:
     """User + system CPU time of each of process ``pid``'s threads so far, summed by thread name
-    (/proc/<pid>/task/*/stat; rclpy's, DDS's and the node's threads are named), in seconds."""
+    (rclpy's, DDS's and the node's threads are named), in seconds."""
     out: dict[str, float] = {}
-    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue  # the thread ended meanwhile
-        name, rest = text.split("(", 1)[1].rsplit(")", 1)
-        fields = rest.split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for stat in thread_stats(pid):
+        out[stat.name] = out.get(stat.name, 0.0) + stat.cpu_s
     return out
 
 

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from ..proc_stat import process_stat
+
 DUMP_SIGNAL = signal.SIGUSR2
 BEAT, LONG_STEP = b"B", b"L"
 TICK_S = 0.25
@@ -39,12 +41,8 @@ DUMP_WAIT_S = 0.5    # for the node's stack dump to reach stderr before the kill
 def process_state(pid: int) -> str:
     """The state letter of /proc/PID/stat ('R', 'S', 'D', 'T' stopped, 't' traced, ...); '' when
     the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    return stat[stat.rindex(b")") + 2:][:1].decode()
+    stat = process_stat(pid)
+    return stat.state if stat is not None else ""
 
 
 class Judge:

@@ -53,6 +53,8 @@ import time
 import traceback
 from contextlib import contextmanager
 
+from ..proc_stat import thread_stat
+
 EXIT_STUCK = 70        # sysexits' EX_SOFTWARE: an internal error, restart me
 STOP_GRACE_S = 1.5     # a stop signal -> forced exit (the process gone within 2 s of SIGINT/SIGTERM) ...
 STOP_LIMIT_S = 6.0     # ... unless its teardown still progresses (a starved host): at most this
@@ -61,7 +63,6 @@ BACKSTOP_MARGIN_S = 5.0  # the backstop: this much after the watchdog would have
 PAUSE_S = 1.0          # the watchdog woke this much after its tick: the process was paused (or starved)
 STACK_FRAMES = 4
 INJECT_ENV = "BEVPOOL_INJECT_STALL"
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 INJECTED_STALL = os.environ.get(INJECT_ENV, "")
 
 # Steps allowed to take long (a configure, a re-prepare: kernels compiled, an engine built), by
@@ -230,19 +231,12 @@ class Watchdog:
         worker = getattr(self.node, "worker", None)
         if worker is not None:
             idents.add(worker.thread_ident)
-        for attr in ("input_thread", "handoff_thread"):
-            watched = getattr(self.node, attr, None)
-            if watched is not None:
-                idents.add(watched.thread_ident)
+        idents.update(watched.thread_ident for _, watched in self._input_threads())
         total, alive = 0.0, set()
         for t in threading.enumerate():
-            if t.ident in idents and t.native_id is not None:
-                try:
-                    with open(f"/proc/self/task/{t.native_id}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                except OSError:  # it ended
-                    continue
-                total += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+            stat = thread_stat(t.native_id) if t.ident in idents and t.native_id is not None else None
+            if stat is not None:  # None: not one of them, or it ended
+                total += stat.cpu_s
                 alive.add(t.native_id)
         return total, frozenset(alive)
 
@@ -277,15 +271,21 @@ class Watchdog:
                 inline = ident != worker.thread_ident
                 name = f"{thread_name(ident)} pooling a set inline" if inline else "pooling thread"
                 return f"{name} made no progress for {now - since:.1f} s ({doing}): at {stack_of(ident)}"
-        for name, attr in (("input thread", "input_thread"), ("hand-off set loop", "handoff_thread")):
-            watched = getattr(self.node, attr, None)
-            since = watched.busy_since if watched is not None else None
+        for name, watched in self._input_threads():
+            since = watched.busy_since
             if since is not None and watched.thread_ident in _long_steps:
                 continue  # a re-prepare while it pools a set inline
             if since is not None and now - max(since, self._watching_since) > self.timeout_s:
                 return (f"{name} made no progress for {now - max(since, self._watching_since):.1f} s: "
                         f"at {stack_of(watched.thread_ident)}")
         return ""
+
+    def _input_threads(self):
+        """(name, thread object) of the threads that take inputs and report ``busy_since``."""
+        for name, attr in (("input thread", "input_thread"), ("hand-off set loop", "handoff_thread")):
+            watched = getattr(self.node, attr, None)
+            if watched is not None:
+                yield name, watched
 
     def _end(self, what: str, publish: bool = False) -> None:
         line = f"watchdog: {what}; exiting with code {EXIT_STUCK} for a restart"

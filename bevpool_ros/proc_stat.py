@@ -1,0 +1,42 @@
+"""One process's or thread's line in /proc (``/proc/<pid>/stat``, ``/proc/<pid>/task/<tid>/stat``):
+its name, state letter and CPU time. Linux only; a process or thread that is gone reads as None."""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Stat(NamedTuple):
+    name: str          # the command or thread name (threads carry theirs: thread_name.py)
+    state: str         # 'R', 'S', 'D', 'T' stopped, 't' traced, ...
+    cpu_s: float       # user + system time so far
+
+
+def read_stat(path: str) -> Stat | None:
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    name, rest = text.split("(", 1)[1].rsplit(")", 1)  # the name may hold spaces and parentheses
+    fields = rest.split()
+    return Stat(name, fields[0], (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS)  # utime, stime
+
+
+def process_stat(pid: int | str = "self") -> Stat | None:
+    return read_stat(f"/proc/{pid}/stat")
+
+
+def thread_stat(tid: int, pid: int | str = "self") -> Stat | None:
+    return read_stat(f"/proc/{pid}/task/{tid}/stat")
+
+
+def thread_stats(pid: int | str = "self") -> list[Stat]:
+    """Every thread of process ``pid`` that is still there."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    return [s for s in (thread_stat(int(t), pid) for t in tids) if s is not None]
