@@ -33,6 +33,10 @@ def test_a_named_thread_is_read_by_its_name_state_and_cpu_time():
     finally:
         release.set()
         t.join(5.0)
+    # join() returns when Python is done with the thread, a moment before the kernel reaps it
+    deadline = time.monotonic() + 5.0
+    while thread_stat(tids[0]) is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert thread_stat(tids[0]) is None  # it ended
 
 
