@@ -314,6 +314,44 @@ def test_a_wake_or_a_new_deadline_ends_the_loops_wait_at_once():
             loop.close()
 
 
+def test_a_set_completed_on_another_thread_is_never_overtaken_by_the_loops_next(setup):
+    """Two threads take sets from the one synchroniser: the loop's (datagrams) and the executor's (a ROS
+    copy that came first). Each set reaches the pooling worker in the order it completed, however long
+    the other thread takes to hand its set over (an overtaken set is dropped as a stamp regression)."""
+    import threading
+
+    rig, cameras, producer, node, intake, got = setup
+    deliver, slowed = intake.deliver, threading.Event()
+
+    def slow_off_the_loop(camera_set, inline):
+        if threading.current_thread() is not intake.thread and not slowed.is_set():
+            slowed.set()
+            time.sleep(0.5)  # the executor between taking its set and handing it over
+        return deliver(camera_set, inline)
+
+    intake.deliver = slow_off_the_loop
+    t0 = time.time_ns() - 5_000_000_000
+    stamps = [t0 + k * 100_000_000 for k in range(3)]
+    for cam in cameras:
+        for stream in STREAMS:
+            producer.announce(cam, stream, stamps[0])
+    assert wait_for(lambda: len(got["sets"]) == 1), got
+    last = None
+    for cam in cameras:  # set 2: its last member's ROS copy comes first, on another thread
+        for stream in STREAMS:
+            last = producer.announce(cam, stream, stamps[1], send=(cam, stream) != (cameras[-1], STREAMS[-1]))
+    assert wait_for(lambda: intake.loop.counts().get("intake_signal_first", 0) >= 23), intake.loop.counts()
+    executor = threading.Thread(target=intake.on_ros_copy, args=(last[1], time.perf_counter()))
+    executor.start()
+    assert slowed.wait(5.0)
+    for cam in cameras:  # set 3, by datagrams, while the executor hands set 2 over
+        for stream in STREAMS:
+            producer.announce(cam, stream, stamps[2])
+    executor.join(10.0)
+    assert wait_for(lambda: len(got["sets"]) == 3), got
+    assert [s.stamp_ns for s in got["sets"]] == stamps and got["drops"] == []
+
+
 def test_the_watchdog_names_a_set_loop_stuck_in_python(setup):
     """The loop's thread is idle while blocked in the core; handling what it handed over (here a set
     whose delivery hangs) for longer than the watchdog's timeout is a stall, named with its stack."""
@@ -324,7 +362,7 @@ def test_the_watchdog_names_a_set_loop_stuck_in_python(setup):
 
     rig, cameras, producer, node, intake, got = setup
     release = threading.Event()
-    intake.deliver = lambda camera_set, inline: release.wait(10.0)
+    intake.deliver = lambda camera_set, inline: release.wait(10.0) and None
     watchdog = Watchdog(SimpleNamespace(handoff_thread=intake, worker=None), timeout_s=0.3, backstop=False)
 
     def judged_after(seconds: float) -> str:

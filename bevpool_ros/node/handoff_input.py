@@ -102,9 +102,11 @@ class HandoffInputs:
     waits (bounded) while the pooling thread pools a set."""
 
     def __init__(self, node, *, cfg: dict, cameras: tuple, calibration, report, check_stamp: Callable,
-                 wait_for_worker: Callable, sync_args: tuple = (), deliver: Callable | None = None):
-        """``sync_args``, ``deliver(camera_set, inline)``: the synchroniser's policy and where its sets
-        go, for the hand-off core's set loop (``intake``), made where the core loads."""
+                 wait_for_worker: Callable, sync_args: tuple = (), deliver: Callable | None = None,
+                 handover=None):
+        """``sync_args``, ``deliver(camera_set, inline)``, ``handover``: the synchroniser's policy, where
+        its sets go and the lock they go under, for the hand-off core's set loop (``intake``), made where
+        the core loads."""
         self.node = node
         self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
         self.check_stamp, self.wait_for_worker = check_stamp, wait_for_worker
@@ -115,10 +117,10 @@ class HandoffInputs:
         self._last_named: dict[str, float] = {}  # socket path -> monotonic time last announced
         self.links = None                        # handoff.announcements.AnnouncementLinks
         self._lock = threading.Lock()            # the executor and the signal threads
-        self.intake = self._set_loop(sync_args, deliver) if deliver is not None else None
+        self.intake = self._set_loop(sync_args, deliver, handover) if deliver is not None else None
         self._watched: set[int] = set()  # ring ids the set loop checks
 
-    def _set_loop(self, sync_args: tuple, deliver: Callable):
+    def _set_loop(self, sync_args: tuple, deliver: Callable, handover):
         """The core's set loop (node/handoff_sets.py) where the core loads, else None: the Python path."""
         from ..handoff.native.core import use_native
 
@@ -133,6 +135,7 @@ class HandoffInputs:
         return SetLoopIntake(lib, TensorHandoff, cameras=self.cameras, sync_args=sync_args,
                              max_future_s=self.cfg["sync.max_future_s"], checks=checks,
                              report_drop=self.report.drop, sync_dropped=self.report.sync_dropped, deliver=deliver,
+                             handover=handover,
                              rig_version=lambda: self.calibration.version,
                              clock_ns=lambda: self.node.get_clock().now().nanoseconds)
 

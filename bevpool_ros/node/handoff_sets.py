@@ -88,11 +88,14 @@ class IntakeLink:
 
 class SetLoopIntake:
     def __init__(self, lib, msg_type, *, cameras, sync_args, max_future_s: float, checks: Checks,
-                 report_drop: Callable, sync_dropped: Callable, deliver: Callable,
+                 report_drop: Callable, sync_dropped: Callable, deliver: Callable, handover=None,
                  rig_version: Callable = lambda: 0, clock_ns: Callable = time.time_ns):
         """``sync_args``: CameraSetSynchronizer's (slop, camera_timeout, policy, min_cameras,
         max_pending); ``report_drop(reason, detail)``: the node's drop counter; ``sync_dropped``: the
-        synchroniser's; ``deliver(camera_set, inline)``: where complete sets go; ``rig_version()``:
+        synchroniser's; ``deliver(camera_set, inline)``: where complete sets go (inline: it may return
+        the job that pools the set in the calling thread, run once ``handover`` is released);
+        ``handover``: the reentrant lock every set leaves the synchroniser and is delivered under, on
+        every thread that offers to it (the node's inputs'), so that none overtakes another; ``rig_version()``:
         the calibration's version (a new one: the templates, checked against the old rig, go);
         ``clock_ns()``: the node's clock, which stamps from the future are judged against."""
         self.msg_type, self.cameras = msg_type, tuple(cameras)
@@ -101,6 +104,8 @@ class SetLoopIntake:
         self.rig_version = rig_version
         self._version = rig_version()
         self.checks, self.report_drop, self.deliver = checks, report_drop, deliver
+        self.handover = handover if handover is not None else threading.RLock()
+        self._inline_job: Callable | None = None  # (the loop's thread) the set it reserved the worker for
         self._links: dict[int, IntakeLink] = {}
         self.loop = SetLoop(lib, self.cameras)
         self.sync = NativeSynchronizer(lib, self.cameras, *sync_args, on_drop=sync_dropped, resolve=self._open,
@@ -171,15 +176,28 @@ class SetLoopIntake:
                 break
             self._python_since = time.monotonic()
             try:
-                for camera_set in self.sync.drain():
-                    self._deliver(camera_set, inline=True)
+                with self.handover:
+                    for camera_set in self.sync.drain():
+                        self._deliver(camera_set, inline=True)
                 if self.rig_version() != self._version:
                     self._version = self.rig_version()
                     self.forget_templates()
             except Exception as e:  # a callback's bug must not end every link's wake-up
                 self.report_drop("internal_error", f"hand-off set loop: {type(e).__name__}: {e}")
             finally:
+                self._run_inline_job()
                 self._python_since = None
+
+    def _run_inline_job(self) -> None:
+        """The set this thread reserved the pooling worker for, pooled now that the hand-over lock is
+        released (the worker stays busy until it is)."""
+        job, self._inline_job = self._inline_job, None
+        if job is None:
+            return
+        try:
+            job()
+        except Exception as e:  # PoolingWorker's job never raises; another deliver's might
+            self.report_drop("internal_error", f"hand-off set loop: {type(e).__name__}: {e}")
 
     @property
     def busy_since(self) -> float | None:
@@ -265,8 +283,9 @@ class SetLoopIntake:
             return
         if data is not None:
             self._learn(msg, data, dtype)
-        for camera_set in self.sync.add(camera, stream, stamp_ns, payload, arrival):
-            self._deliver(camera_set, inline=data is not None)
+        with self.handover:
+            for camera_set in self.sync.add(camera, stream, stamp_ns, payload, arrival):
+                self._deliver(camera_set, inline=data is not None)
 
     def _learn(self, msg, data: bytes, dtype) -> None:
         key = (int(msg.ring_id), msg.camera, msg.stream)
@@ -296,12 +315,15 @@ class SetLoopIntake:
             return Unopened(e.reason, f"{msg.camera}/{msg.stream} (hand-off): {e.detail}")
 
     def _deliver(self, camera_set, inline: bool) -> None:
-        """``inline``: pooled in this thread when the pooling thread is idle, and only in the loop's
-        (a set the executor's own offer drained goes to the pooling thread, as the Python path's)."""
-        inline = inline and threading.current_thread() is self.thread
+        """(``handover`` held) ``inline``: pooled in this thread when the pooling thread is idle, and
+        only in the loop's (a set the executor's own offer drained goes to the pooling thread, as the
+        Python path's), once the loop's thread released the lock."""
+        inline = inline and threading.current_thread() is self.thread and self._inline_job is None
         for streams in camera_set.frames.values():
             for _, payload in streams.values():
                 if isinstance(payload, Unopened):
                     self.report_drop(payload.reason, f"{payload.detail}; set not published")
                     return
-        self.deliver(camera_set, inline)
+        job = self.deliver(camera_set, inline)
+        if inline and job is not None:
+            self._inline_job = job

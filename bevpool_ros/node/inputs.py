@@ -117,7 +117,10 @@ class Inputs:
         self.depth_images = depth_images  # camera -> converter, for depth cameras only
         self.cfg, self.cameras, self.calibration, self.report = cfg, cameras, calibration, report
         self._backend, self._deliver = backend, deliver
-        self.lock = threading.Lock()
+        # the hand-over lock: the synchroniser's sets leave it and reach the pooling worker under it, so
+        # that no set overtakes an earlier one between two threads (reentrant: the core's set loop
+        # offers a raw datagram's payload while it drains)
+        self.lock = threading.RLock()
         self.subs: list = []                       # CameraInfo, message_filters' subscriptions
         self.readers = RenewableReaders(node)      # the tensor subscriptions of the built-in sync
         self.thread = None                         # SubscriptionThread taking them, if any (the watchdog's)
@@ -130,7 +133,8 @@ class Inputs:
         if cfg["input.handoff"] != "none":
             self.handoff = HandoffInputs(node, cfg=cfg, cameras=cameras, calibration=calibration, report=report,
                                          check_stamp=self.check_stamp, wait_for_worker=wait_for_worker,
-                                         sync_args=self.sync_args(), deliver=self.submit)
+                                         sync_args=self.sync_args(), deliver=self.submit,
+                                         handover=self.lock)
         # one synchroniser: where the hand-off core's set loop takes the announcements, it is the loop's
         intake = self.handoff.intake if self.handoff is not None else None
         self.sync = intake.sync if intake is not None else CameraSetSynchronizer(
@@ -329,11 +333,15 @@ class Inputs:
                    inline: bool = False) -> None:
         """A checked payload (a CameraTensor's array, a depth image's distribution, or a hand-off
         view) joins the synchroniser as that camera's ``stream``. ``inline``: a set it completes
-        may be pooled in this thread (PoolingWorker.run_or_submit)."""
-        with self.lock:
-            sets = self.sync.add(camera, stream, stamp_ns, payload, now)
-        for s in sets:
-            self.submit(s, inline)
+        may be pooled in this thread (PoolingWorker.reserve_or_submit), after the lock is released."""
+        job = None
+        try:
+            with self.lock:
+                for s in self.sync.add(camera, stream, stamp_ns, payload, now):
+                    job = self.submit(s, inline) or job  # reserved once: the rest queue behind it
+        finally:
+            if job is not None:
+                job()
 
     def on_message_filters_set(self, *msgs) -> None:
         """All 2N tensors of one ApproximateTime set, in subscription order (camera, depth/feat)."""
@@ -395,10 +403,10 @@ class Inputs:
         if self.handoff is not None:
             self.handoff.sweep()
         with self.lock:
-            sets = self.sync.poll(time.perf_counter())
-        for s in sets:
-            self.submit(s)
+            for s in self.sync.poll(time.perf_counter()):
+                self.submit(s)
 
-    def submit(self, camera_set, inline: bool = False) -> None:
-        """A complete set, delivered (``inline``: it may be pooled in this thread)."""
-        self._deliver(camera_set, inline)
+    def submit(self, camera_set, inline: bool = False):
+        """A complete set, delivered (the hand-over lock held). ``inline``: the job that pools it in
+        this thread may come back, to run once the lock is released."""
+        return self._deliver(camera_set, inline)

@@ -299,18 +299,20 @@ class BevPoolNode(LifecycleNode):
             topics[self.resolve_topic_name(topic)] = (INPUT_TYPES["camera_info"], None)
         return topics
 
-    def _deliver(self, camera_set, inline: bool = False) -> None:
-        """A complete set (inputs): to the pooling thread (or pooled in the calling one:
-        ``inline``), unless no one would receive the grid (the image_pipeline rule)."""
+    def _deliver(self, camera_set, inline: bool = False):
+        """A complete set (inputs, under their hand-over lock): to the pooling thread, unless no one
+        would receive the grid (the image_pipeline rule). ``inline``: the job that pools it in the
+        calling thread comes back when the pooling thread is idle (PoolingWorker.reserve_or_submit),
+        for the caller to run once it released the lock; else None."""
         if not self.active:
-            return  # a callback already queued when deactivate ran
+            return None  # a callback already queued when deactivate ran
         if self.cfg["processing.skip_without_subscribers"] and not self.outputs.anyone_listening():
             self.report.count("skipped_no_subscribers")
-            return
+            return None
         if inline:
-            self.worker.run_or_submit(camera_set)
-        else:
-            self.worker.submit(camera_set)
+            return self.worker.reserve_or_submit(camera_set)
+        self.worker.submit(camera_set)
+        return None
 
     def _backend_now(self):
         """The backend as it is now: the pooling thread's prepare may replace it (_cpu_instead)."""
