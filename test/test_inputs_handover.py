@@ -55,7 +55,6 @@ def test_a_set_handed_over_slowly_is_not_overtaken_by_a_later_one_pooled_inline(
         for cam, stream in members:  # the second set, completed by the signal thread (inline)
             inputs.on_payload(cam, stream, second, object(), time.perf_counter(), inline=True)
         executor.join(10.0)
-        assert delivered == [(first, False), (second, True)], (delivered, dict(inputs.sync.counts), inputs.report.counts)
+        assert delivered == [(first, False), (second, True)], (delivered, dict(inputs.sync.counts))
         assert pooled == [second]  # the inline job ran, after the lock was released
-        if inputs.handoff is not None and inputs.handoff.intake is not None:
-            inputs.handoff.intake.close()
+        inputs.close()
