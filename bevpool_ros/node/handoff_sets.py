@@ -106,6 +106,7 @@ class SetLoopIntake:
         self.checks, self.report_drop, self.deliver = checks, report_drop, deliver
         self.handover = handover if handover is not None else threading.RLock()
         self._inline_job: Callable | None = None  # (the loop's thread) the set it reserved the worker for
+        self._launched: list = []  # (the loop's thread) launched sets' records, handled once the lock is free
         self._links: dict[int, IntakeLink] = {}
         self.loop = SetLoop(lib, self.cameras)
         self.sync = NativeSynchronizer(lib, self.cameras, *sync_args, on_drop=sync_dropped, resolve=self._open,
@@ -185,18 +186,25 @@ class SetLoopIntake:
             except Exception as e:  # a callback's bug must not end every link's wake-up
                 self.report_drop("internal_error", f"hand-off set loop: {type(e).__name__}: {e}")
             finally:
-                self._run_inline_job()
+                self._after_handover()
                 self._python_since = None
 
-    def _run_inline_job(self) -> None:
-        """The set this thread reserved the pooling worker for, pooled now that the hand-over lock is
-        released (the worker stays busy until it is)."""
+    def _after_handover(self) -> None:
+        """(the loop's thread, the hand-over lock released) The launched sets' records (counters, a
+        ROS copy, the housekeeping due after a set: none of it holds up another thread's offer), then
+        the set this thread reserved the pooling worker for (the worker stays busy until it is pooled)."""
+        launched, self._launched = self._launched, []
         job, self._inline_job = self._inline_job, None
-        if job is None:
+        for rec in launched:
+            self._guarded(self.on_launched, rec)
+        self._guarded(job)
+
+    def _guarded(self, call, *args) -> None:
+        if call is None:
             return
         try:
-            job()
-        except Exception as e:  # PoolingWorker's job never raises; another deliver's might
+            call(*args)
+        except Exception as e:  # a callback's bug must not end every link's wake-up
             self.report_drop("internal_error", f"hand-off set loop: {type(e).__name__}: {e}")
 
     @property
@@ -240,7 +248,9 @@ class SetLoopIntake:
             reason, _, detail = rec.data.partition(b"\0")
             self.report_drop(reason.decode(), detail.decode(errors="replace"))
         elif kind == REC_LAUNCHED:
-            if self.on_launched is not None:
+            if threading.current_thread() is self.thread:
+                self._launched.append(rec)
+            elif self.on_launched is not None:
                 self.on_launched(rec)
         elif kind == REC_RAW:
             self.raw += 1
