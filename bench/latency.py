@@ -8,7 +8,8 @@ processes) or in-process (BevPooler inside the caller's process).
                             [--frames 1000] [--rate 30] [--rows FILE.json]
                             [--split] [--consumer-heap] [--param NAME=VALUE ...]
                             [--gpu-load none|gemm|conv [--gpu-load-in process|thread]] [--mps]
-                            [--native auto|on|off]
+                            [--native auto|on|off] [--node-env NAME=VALUE ...] [--launch-profile]
+                            [--profile-executor]
 
 Per camera set (synthetic frames of the rig; default the shipped 6-camera nuScenes rig):
   e2e       last input message of the set published (publisher process) -> its grid received
@@ -422,8 +423,13 @@ def run_pipeline(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node_env = dict(os.environ, PYTHONUNBUFFERED="1", BEVPOOL_NATIVE=args.native)  # its set loop too
+    for item in args.node_env:  # --node-env BEVPOOL_LAUNCH_WAIT=prewait: an experiment's switch
+        key, _, value = item.partition("=")
+        node_env[key] = value
     if args.profile_executor:  # ros/process.py: the spinning thread under cProfile, its statistics at exit
         node_env["BEVPOOL_PROFILE_EXECUTOR"] = str(work / "executor.prof")
+    if args.launch_profile:  # handoff/native/launcher.cpp: its launches' phases, rewritten every 50
+        node_env["BEVPOOL_LAUNCH_PROFILE"] = str(work / "launch_profile.json")
     if args.split:  # the node's timeline (bench/trace_hooks): its arrivals and publishes per set
         node_env.update(TIMELINE_DIR=str(work / "timeline"), PYTHONPATH=os.pathsep.join(
             [str(ROOT / "bench" / "trace_hooks"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -463,7 +469,9 @@ def run_pipeline(args) -> dict:
             "node_thread_cpu_s": {name: t - threads_before.get(name, 0.0) for name, t in threads_after.items()
                                   if t - threads_before.get(name, 0.0) > 0},
             "timeline": json.loads(timelines[-1].read_text()) if timelines else None,
-            "executor_profile": executor_profile(work / "executor.prof")}
+            "executor_profile": executor_profile(work / "executor.prof"),
+            "launch_profile": json.loads((work / "launch_profile.json").read_text())
+            if (work / "launch_profile.json").exists() else None}
 
 
 def executor_profile(path: Path, top: int = 12) -> list[dict]:
@@ -599,6 +607,11 @@ def render_md(res: dict) -> str:
         *(["", f"The node's launcher (hand-off core): {r['core_launch']}."] if r.get("core_launch") else []),
         *(["", f"The node's input hand-off mid-run: {res['input_handoff_mid_run']}."]
           if res.get("input_handoff_mid_run") else []),
+        *(["", "The core launcher's launches by phase (mean us, wall / thread CPU; --launch-profile, over "
+               f"{r['launch_phases_us']['launches']} launches): " + ", ".join(
+                   f"{k[:-8]} {r['launch_phases_us'][k]:.1f} / {r['launch_phases_us'][k[:-8] + '_cpu_us']:.1f}"
+                   for k in r["launch_phases_us"] if k.endswith("_wall_us")) + "."]
+          if r.get("launch_phases_us") else []),
         *(["", "The node's executor thread under cProfile, by own CPU time (ms per set; profiled, so slower): "
                + ", ".join(f"{p['function']} {p['own_ms']:.3f} ({p['calls']} calls)"
                            for p in res["executor_profile_ms_per_set"]) + "."]
@@ -760,6 +773,12 @@ def main(argv=None) -> int:
     ap.add_argument("--native", default="auto", choices=("auto", "on", "off"),
                     help="handoff transports: the hand-off core in the publisher, the node and the subscriber "
                          "(BEVPOOL_NATIVE; on fails where it is not built)")
+    ap.add_argument("--node-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for the node's process, e.g. BEVPOOL_LAUNCH_WAIT=prewait "
+                         "(docs/gpu_handoff.md); in the row as node_env")
+    ap.add_argument("--launch-profile", action="store_true",
+                    help="the hand-off core launcher's mean wall and thread-CPU time per phase (submit, host "
+                         "wait, checks and datagrams, ROS copy), in the row as launch_phases_us")
     ap.add_argument("--profile-executor", action="store_true",
                     help="the node's executor thread under cProfile: its functions by own CPU time per set in the "
                          "results (a measurement aid: profiling slows that thread)")
@@ -817,7 +836,8 @@ def main(argv=None) -> int:
            "pool_p50_ms": f("pool_p50_ms"), "pool_p99_ms": f("pool_p99_ms"),
            "gpu_device_p50_ms": f("gpu_device_p50_ms"), "gpu_device_p99_ms": f("gpu_device_p99_ms"),
            "gpu_wait_p50_ms": f("gpu_wait_p50_ms"), "gpu_wait_p99_ms": f("gpu_wait_p99_ms"),
-           "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param), **load_fields(args, load),
+           "node_gpu_shared": d.get("gpu_shared"), "node_params": ",".join(args.param),
+           "node_env": ",".join(args.node_env), "launch_phases_us": run.get("launch_profile"), **load_fields(args, load),
            "node_cpu_ms_per_set": node_cpu_per_set(run, len(sub["received"])),
            "native_node": "set loop in the core" in d.get("input_handoff", ""),
            "e2e_datagrams_p50_ms": e2e_datagrams[50], "e2e_datagrams_p99_ms": e2e_datagrams[99],

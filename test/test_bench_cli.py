@@ -76,8 +76,9 @@ def test_first_set_bench_learns_every_stream_in_both_modes(tmp_path):
 def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     """bench/latency.py --split over real DDS (cpu backend, three processes): every set's time is cut
     at the processes from the node's own timeline; --param reaches the node (its EventsExecutor where
-    rclpy has one) and the node reports its heap settings; --profile-executor gives the node's
-    executor thread by function."""
+    rclpy has one), --node-env reaches the node's process (here its heap tuning, off, which the node
+    reports); --profile-executor gives the node's executor thread by function; --launch-profile, no
+    launcher without a GPU, leaves the row's launch phases empty."""
     import json
     import math
 
@@ -86,13 +87,15 @@ def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     r = subprocess.run([sys.executable, "bench/latency.py", "--backend", "cpu", "--precision", "fp32",
                         "--bev-dtype", "float16", "--input-dtype", "float16", "--frames", "25", "--warmup", "5",
                         "--rate", "10", "--split", "--consumer-heap", "--param", "executor=events",
-                        "--profile-executor", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                        "--node-env", "BEVPOOL_HEAP_TUNING=0", "--profile-executor", "--launch-profile",
+                        "--out", str(out)], cwd=REPO, capture_output=True, text=True,
                        timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     res = json.loads(out.with_suffix(".json").read_text())
     row, split = res["row"], res["split_ms"]
     assert row["received"] > 0 and row["consumer_heap"] is True
-    assert row["node_heap"].startswith(("freed buffers kept", "the environment's")), row["node_heap"]
+    assert row["node_heap"] == "glibc defaults (BEVPOOL_HEAP_TUNING=0)", row["node_heap"]
+    assert row["node_env"] == "BEVPOOL_HEAP_TUNING=0" and row["launch_phases_us"] is None
     try:
         from rclpy.experimental import EventsExecutor  # noqa: F401
         assert row["executor"] == "events"
