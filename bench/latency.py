@@ -285,10 +285,25 @@ def role_subscriber(args) -> int:
         Path(args.record).write_text(json.dumps({"received": received, **state,
                                                  "diagnostics": diagnostics[-1][1] if diagnostics else {},
                                                  "diagnostics_mid": diagnostics[len(diagnostics) // 2][1]
-                                                 if diagnostics else {}}))
+                                                 if diagnostics else {},
+                                                 "drops_over_time": drops_over_time(diagnostics)}))
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
+
+
+def drops_over_time(diagnostics: list) -> list:
+    """When the node's drop counters grew: [seconds since its first status, {counter: growth}] for
+    each status that saw some (drops at the start, e.g. while templates are learnt, differ in kind from
+    drops spread over a run)."""
+    out, last = [], {}
+    for t, values in diagnostics:
+        now = {k: int(v) for k, v in values.items() if k.startswith(("dropped_", "sync_")) and str(v).isdigit()}
+        grew = {k: v - last.get(k, 0) for k, v in now.items() if v > last.get(k, 0)}
+        if grew:
+            out.append([round((t - diagnostics[0][0]) / 1e9, 2), grew])
+        last = now
+    return out
 
 
 # --- orchestration -------------------------------------------------------------------------------
@@ -607,6 +622,9 @@ def render_md(res: dict) -> str:
         *(["", f"The node's launcher (hand-off core): {r['core_launch']}."] if r.get("core_launch") else []),
         *(["", f"The node's input hand-off mid-run: {res['input_handoff_mid_run']}."]
           if res.get("input_handoff_mid_run") else []),
+        *(["", "The node's drops as they came (s after its first status: counters grown): " + "; ".join(
+            f"{t:.1f} s: " + ", ".join(f"{k} {v}" for k, v in grew.items()) for t, grew in res["drops_over_time"])
+            + "."] if res.get("drops_over_time") else []),
         *(["", "The core launcher's launches by phase (mean us, wall / thread CPU; --launch-profile, over "
                f"{r['launch_phases_us']['launches']} launches): " + ", ".join(
                    f"{k[:-8]} {r['launch_phases_us'][k]:.1f} / {r['launch_phases_us'][k[:-8] + '_cpu_us']:.1f}"
@@ -866,6 +884,7 @@ def main(argv=None) -> int:
         "subscriber_last_error": sub.get("last_error", ""), "gpu_handoff": d.get("gpu_handoff"),
         "input_handoff": d.get("input_handoff"),  # the node's wake-up: first arrivals by way
         "input_handoff_mid_run": sub.get("diagnostics_mid", {}).get("input_handoff"),
+        "drops_over_time": sub.get("drops_over_time", []),
         "executor_profile_ms_per_set": [
             {"function": p["function"], "calls": p["calls"], "own_ms": round(p["own_s"] * 1e3 / received_n, 4),
              "cumulative_ms": round(p["cumulative_s"] * 1e3 / received_n, 4)}

@@ -115,3 +115,19 @@ def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     assert profile and all(p["own_ms"] >= 0 and p["calls"] > 0 for p in profile), profile
     assert profile == sorted(profile, key=lambda p: -p["own_ms"])
     assert "executor thread under cProfile" in out.with_suffix(".md").read_text()
+
+
+def test_the_latency_bench_says_when_the_nodes_drops_came():
+    """bench/latency.py keeps, from the node's /diagnostics, when each drop counter grew (drops at a
+    run's start, while templates are learnt, are not the same as drops spread over it)."""
+    sys.path[:0] = [str(REPO / "bench")]
+    from latency import drops_over_time
+
+    s = 1_000_000_000
+    statuses = [(5 * s, {"dropped_handoff_overwritten": "0", "sync_late": "0", "cameras": "6"}),
+                (6 * s, {"dropped_handoff_overwritten": "3", "sync_late": "0", "cameras": "6"}),
+                (7 * s, {"dropped_handoff_overwritten": "3", "sync_late": "0", "cameras": "6"}),
+                (9 * s, {"dropped_handoff_overwritten": "4", "sync_late": "2", "device": "cpu"})]
+    assert drops_over_time(statuses) == [[1.0, {"dropped_handoff_overwritten": 3}],
+                                         [4.0, {"dropped_handoff_overwritten": 1, "sync_late": 2}]]
+    assert drops_over_time([]) == []
