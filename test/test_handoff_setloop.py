@@ -352,6 +352,28 @@ def test_a_set_completed_on_another_thread_is_never_overtaken_by_the_loops_next(
     assert [s.stamp_ns for s in got["sets"]] == stamps and got["drops"] == []
 
 
+def test_a_delivery_that_fails_is_counted_and_the_loop_goes_on(setup):
+    """A delivery whose inline job fails (here: what comes back is not a job) is counted as an
+    internal error; the loop's thread lives on and delivers the next set."""
+    rig, cameras, producer, node, intake, got = setup
+    deliver = intake.deliver
+    intake.deliver = lambda camera_set, inline: "not a job"
+    t0 = time.time_ns() - 5_000_000_000
+
+    def one_set(k):
+        for cam in cameras:
+            for stream in STREAMS:
+                producer.announce(cam, stream, t0 + k * 100_000_000)
+
+    one_set(0)
+    assert wait_for(lambda: got["drops"]), got
+    assert got["drops"][0][0] == "internal_error" and "not callable" in got["drops"][0][1], got["drops"]
+    intake.deliver = deliver
+    one_set(1)
+    assert wait_for(lambda: len(got["sets"]) == 1), got
+    assert intake.thread.is_alive()
+
+
 def test_the_watchdog_names_a_set_loop_stuck_in_python(setup):
     """The loop's thread is idle while blocked in the core; handling what it handed over (here a set
     whose delivery hangs) for longer than the watchdog's timeout is a stall, named with its stack."""
