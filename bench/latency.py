@@ -292,6 +292,11 @@ def role_subscriber(args) -> int:
     return 0
 
 
+def name_values(items: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as a dict."""
+    return dict(item.partition("=")[::2] for item in items)
+
+
 def drops_over_time(diagnostics: list) -> list:
     """When the node's drop counters grew: [seconds since its first status, {counter: growth}] for
     each status that saw some (drops at the start, e.g. while templates are learnt, differ in kind from
@@ -432,15 +437,11 @@ def run_pipeline(args) -> dict:
               "diagnostics.latency_window": min(100000, args.frames + 10),
               "output.gpu_handoff": args.transport in HANDOFF_OUT,
               "input.handoff": "only" if args.transport == "handoff_both" else "none"}
-    for item in args.param:  # --param executor=single_threaded ...: node parameters (strings)
-        key, _, value = item.partition("=")
-        params[key] = value
+    params.update(name_values(args.param))  # --param executor=single_threaded ...: node parameters (strings)
     work = Path(tempfile.mkdtemp(prefix="bevpool_latency_"))
     log = open(work / "processes.log", "w+")
     node_env = dict(os.environ, PYTHONUNBUFFERED="1", BEVPOOL_NATIVE=args.native)  # its set loop too
-    for item in args.node_env:  # --node-env BEVPOOL_LAUNCH_WAIT=prewait: an experiment's switch
-        key, _, value = item.partition("=")
-        node_env[key] = value
+    node_env.update(name_values(args.node_env))  # --node-env BEVPOOL_LAUNCH_WAIT=prewait: an experiment's switch
     if args.profile_executor:  # ros/process.py: the spinning thread under cProfile, its statistics at exit
         node_env["BEVPOOL_PROFILE_EXECUTOR"] = str(work / "executor.prof")
     if args.launch_profile:  # handoff/native/launcher.cpp: its launches' phases, rewritten every 50

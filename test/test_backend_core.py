@@ -425,7 +425,7 @@ def test_worker_counts_a_backend_found_nan_as_non_finite():
 
 
 def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
-    """``run_or_submit`` (the hand-off signal thread): pooled in the calling thread when the
+    """``reserve_or_submit`` (the hand-off signal thread): pooled in the calling thread when the
     pooling thread is idle; queued while a set is pooled (inline or not), and the pooling thread
     takes it only once that set is done: the backend never runs two sets at once."""
     import threading
@@ -459,17 +459,22 @@ def test_an_idle_worker_pools_inline_a_busy_one_queues_and_never_two_at_once():
         frames = {cam.name: {"depth": (1, np.zeros((D_, H_, W_), np.float32)),
                              "feat": (1, np.zeros((H_, W_, rig.channels), np.float32))} for cam in rig.cameras}
         return CameraSet(frames, tuple(frames), (), 0.0, 0.0, True)
+
+    def pool_inline_or_queue(s):
+        job = worker.reserve_or_submit(s)
+        if job is not None:
+            job()
     try:
-        worker.run_or_submit(camera_set())
+        pool_inline_or_queue(camera_set())
         assert threads == [threading.current_thread().name]  # idle: pooled right here
         gate.clear()
-        caller = threading.Thread(target=lambda: worker.run_or_submit(camera_set()), name="signal")
+        caller = threading.Thread(target=lambda: pool_inline_or_queue(camera_set()), name="signal")
         caller.start()
         deadline = time.monotonic() + 30
         while len(threads) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert threads[-1] == "signal" and worker.busy
-        worker.run_or_submit(camera_set())  # busy: queued for the pooling thread
+        assert worker.reserve_or_submit(camera_set()) is None  # busy: queued for the pooling thread
         assert worker.queued == 1 and len(threads) == 2
         time.sleep(0.2)
         assert len(threads) == 2  # the pooling thread waits for the inline set

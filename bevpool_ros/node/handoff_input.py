@@ -174,7 +174,7 @@ class HandoffInputs:
             node, TensorHandoff, functools.partial(self.on_announcement, on_payload=on_payload),
             accepts=lambda m: m.camera in self.cameras and m.stream in STREAMS,
             on_bad=lambda detail: self.report.drop("bad_handoff", detail),
-            one_at_a_time=False,  # its own locks; a delivery may pool a set (run_or_submit)
+            one_at_a_time=False,  # its own locks; a delivery may pool a set (reserve_or_submit)
             defer=node.after_set,  # templates learnt after a set, not while the first arrives
             intake=self.intake)
         if self.intake is not None:

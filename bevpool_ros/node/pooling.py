@@ -145,7 +145,7 @@ class PoolingWorker:
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
-        with self._cv:  # and for a set pooled inline (run_or_submit) by another thread
+        with self._cv:  # and for a set pooled inline (reserve_or_submit) by another thread
             self._cv.wait_for(lambda: not self.busy, timeout)
 
     @property
@@ -199,13 +199,6 @@ class PoolingWorker:
                 self.on_drop("worker_busy", "pooling thread busy: oldest waiting set dropped")
             self._busy_changed()
             self._cv.notify()
-
-    def run_or_submit(self, camera_set: CameraSet) -> None:
-        """Pool ``camera_set`` in the calling thread when the pooling thread is idle with nothing
-        queued, else queue it (``reserve_or_submit``, then its job run at once)."""
-        job = self.reserve_or_submit(camera_set)
-        if job is not None:
-            job()
 
     def reserve_or_submit(self, camera_set: CameraSet) -> Callable[[], None] | None:
         """For the hand-off's set-loop and signal threads, whose sets are ready to pool: when the
@@ -351,7 +344,7 @@ class PoolingWorker:
     def _loop(self) -> None:
         name_this_thread()
         while True:
-            with self._cv:  # not while a set is pooled inline (run_or_submit): one pool at a time
+            with self._cv:  # not while a set is pooled inline (reserve_or_submit): one pool at a time
                 while self._running and (not self._queue or self.busy):
                     self._cv.wait(0.5)
                     self._hand_back_timers()
