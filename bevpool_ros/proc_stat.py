@@ -40,3 +40,21 @@ def thread_stats(pid: int | str = "self") -> list[Stat]:
     except OSError:
         return []
     return [s for s in (thread_stat(int(t), pid) for t in tids) if s is not None]
+
+
+def run_delays(pid: int | str = "self") -> dict[int, float]:
+    """Seconds each thread of process ``pid`` has spent runnable but waiting for a CPU so far
+    (``/proc/<pid>/task/<tid>/schedstat``, its second field): what a host too busy to run it denied
+    it. Empty where the kernel keeps no schedstat or the process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+                out[int(tid)] = int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass  # ended meanwhile
+    return out

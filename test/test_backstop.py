@@ -43,6 +43,44 @@ def test_a_stopped_node_or_a_late_judge_starts_the_clock_over():
     assert j.tick(66.5, 0.0, "S") != ""
 
 
+def test_time_the_host_did_not_run_the_node_is_not_silence_up_to_a_bound():
+    """A starved host (the node's threads runnable, waiting for a CPU) is no stuck node, as a pause is
+    not: the longest wait of one thread since the last beat is taken off the silence. A stuck node on
+    a starved host still ends, at STARVED_LIMIT times the limit."""
+    j = Judge(limit_s=6.0, now=0.0, delays={1: 2.0, 2: 0.5})
+    assert "no Python thread ran for 6.5 s" in j.tick(6.5, 0.0, "R", {1: 2.1, 2: 0.6})  # ran, and beat not
+    j = Judge(limit_s=6.0, now=0.0, delays={1: 2.0, 2: 0.5})
+    assert j.tick(10.1, 0.0, "R", {1: 11.0, 2: 0.7, 3: 0.2}) == ""  # 9 of its 10.1 s waiting: 1.1 s silent
+    line = j.tick(18.5, 0.0, "R", {1: 19.0, 2: 0.7})  # still waiting, but past 3 x 6 s
+    assert "no Python thread ran for 18.5 s (17.0 s of it waiting for a CPU" in line, line
+    j.heard(BEAT, 20.0, {1: 19.0})
+    assert j.tick(26.5, 0.0, "R", {1: 19.1, 4: 0.3}) != ""  # the wait counts from the last beat
+
+
+def test_run_delays_read_how_long_a_starved_thread_waited_for_a_cpu():
+    """Three busy processes share one CPU with a fourth: in 2 s it waits for that CPU about 1.5 s,
+    and its schedstat says so (ros/backstop.py judges a starved node by it)."""
+    from bevpool_ros.proc_stat import run_delays
+
+    if not run_delays():
+        pytest.skip("this kernel keeps no schedstat")
+    cpu = min(os.sched_getaffinity(0))
+    busy = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+            for _ in range(4)]
+    try:
+        time.sleep(0.5)  # all four pinned and spinning
+        before = run_delays(busy[0].pid)
+        time.sleep(2.0)
+        after = run_delays(busy[0].pid)
+        waited = max(after[t] - before.get(t, 0.0) for t in after)
+        assert waited >= 0.8, (before, after)
+        assert run_delays(2 ** 22 + 1) == {}
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
 def test_process_state_reads_a_stopped_process():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
