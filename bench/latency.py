@@ -73,6 +73,7 @@ RIG = ROOT / "config" / "rigs" / "nuscenes_bevdet_r50.yaml"
 TRANSPORTS = ("dds", "handoff_out", "handoff_both", "inprocess")
 HANDOFF_OUT = ("handoff_out", "handoff_both")  # the subscriber reads BevHandoff
 DRAIN_S = 2.0
+IDLE_S = 2.0  # the node's CPU time is sampled this long before the first set (its idle cost)
 READY_TIMEOUT_S = 40.0  # node start-up (kernel compile / autotune on a cold cache) + discovery
 
 
@@ -460,11 +461,14 @@ def run_pipeline(args) -> dict:
             print(log.read()[-4000:], file=sys.stderr)
             raise SystemExit(f"no {args.transport} grid publisher reached the subscriber "
                              f"in {READY_TIMEOUT_S:g} s (node log above)")
+        with CpuTrace(node.pid) as idle:  # the node up, no set yet: its timers, executor, watchdogs
+            time.sleep(IDLE_S)
         cpu_before, threads_before = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
-        pub = _child("publisher", args, str(work / "pub.json"), log)
-        pub.wait(args.frames / args.rate * 3 + 120)
-        time.sleep(DRAIN_S)  # grids still in flight reach the subscriber
-        cpu_after, threads_after = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
+        with CpuTrace(node.pid) as trace:
+            pub = _child("publisher", args, str(work / "pub.json"), log)
+            pub.wait(args.frames / args.rate * 3 + 120)
+            time.sleep(DRAIN_S)  # grids still in flight reach the subscriber
+            cpu_after, threads_after = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
         (work / "sub.json.stop").touch()
         sub.wait(30)
     finally:
@@ -484,6 +488,7 @@ def run_pipeline(args) -> dict:
             "node_cpu_s": None if None in (cpu_before, cpu_after) else cpu_after - cpu_before,
             "node_thread_cpu_s": {name: t - threads_before.get(name, 0.0) for name, t in threads_after.items()
                                   if t - threads_before.get(name, 0.0) > 0},
+            "node_cpu_trace": trace.samples, "node_idle_cpu": idle_cpu(idle.samples),
             "timeline": json.loads(timelines[-1].read_text()) if timelines else None,
             "executor_profile": executor_profile(work / "executor.prof"),
             "launch_profile": json.loads((work / "launch_profile.json").read_text())
@@ -515,6 +520,75 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
     for stat in thread_stats(pid):
         out[stat.name] = out.get(stat.name, 0.0) + stat.cpu_s
     return out
+
+
+class CpuTrace:
+    """The node's CPU time sampled every ``period_s`` by a thread of the bench (reading /proc costs
+    the bench, not the node): ``samples`` [(CLOCK_MONOTONIC ns, process s, {thread name: s})], the
+    clock the publisher stamps its sends with, so a window of sets can be cut out of it."""
+
+    def __init__(self, pid: int, period_s: float = 0.2):
+        import threading
+
+        self.pid, self.period_s, self.samples = pid, period_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="cpu-trace", daemon=True)
+
+    def sample(self) -> None:
+        cpu = cpu_seconds(self.pid)
+        if cpu is not None:
+            self.samples.append((time.monotonic_ns(), cpu, thread_cpu_seconds(self.pid)))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self.sample()
+
+    def __enter__(self) -> "CpuTrace":
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sample()
+
+
+def steady_cpu_per_set(samples: list, sent_ns, warmup: int) -> dict | None:
+    """The node's CPU time per set while sets flow (ms): from the first sample after the publisher
+    sent its set ``warmup`` to the last sample before it sent its last, over the sets it sent in
+    between; the node's start-up on the first sets (rings mapped, graphs captured, templates
+    learnt) is left out, and so is the drain. None when the run is too short for two samples."""
+    sent = sorted(sent_ns)
+    if len(sent) <= warmup + 1:
+        return None
+    start, end = sent[warmup], sent[-1]
+    inside = [s for s in samples if start <= s[0] <= end]
+    if len(inside) < 2:
+        return None
+    (t0, cpu0, threads0), (t1, cpu1, threads1) = inside[0], inside[-1]
+    sets = sum(1 for t in sent if t0 < t <= t1)
+    if not sets:
+        return None
+    by_thread = {name: round((v - threads0.get(name, 0.0)) * 1e3 / sets, 3) for name, v in threads1.items()
+                 if v - threads0.get(name, 0.0) > 0}
+    return {"ms_per_set": (cpu1 - cpu0) * 1e3 / sets, "sets": sets, "seconds": (t1 - t0) * 1e-9,
+            "by_thread": dict(sorted(by_thread.items(), key=lambda kv: -kv[1])[:8])}
+
+
+def idle_cpu(samples: list) -> dict | None:
+    """The node's CPU time per second (ms) over ``samples`` taken while no set came (its timers,
+    executor and watchdogs alone), overall and by thread."""
+    if len(samples) < 2:
+        return None
+    (t0, cpu0, threads0), (t1, cpu1, threads1) = samples[0], samples[-1]
+    seconds = (t1 - t0) * 1e-9
+    if seconds <= 0:
+        return None
+    by_thread = {name: round((v - threads0.get(name, 0.0)) * 1e3 / seconds, 2) for name, v in threads1.items()
+                 if v - threads0.get(name, 0.0) > 0}
+    return {"ms_per_s": (cpu1 - cpu0) * 1e3 / seconds, "seconds": seconds,
+            "by_thread": dict(sorted(by_thread.items(), key=lambda kv: -kv[1])[:8])}
 
 
 def node_cpu_per_set(run: dict, received: int) -> float | None:
@@ -603,8 +677,12 @@ def render_md(res: dict) -> str:
         f"{r['gpu_device_p99_ms']:.3f} |",
         f"| its wait for the GPU (submitted -> done, minus the above) | {r['gpu_wait_p50_ms']:.3f} | | "
         f"{r['gpu_wait_p99_ms']:.3f} |",
-        f"| the node's CPU time per set (user + sys, /proc; all its threads) | "
+        f"| the node's CPU time per set (user + sys, /proc; all its threads; the whole run, start-up included) | "
         f"{_ms(r['node_cpu_ms_per_set'])} | | |",
+        f"| the same while sets flow (after the warm-up sets, before the drain) | "
+        f"{_ms((r.get('node_cpu_steady') or {}).get('ms_per_set'))} | | |",
+        f"| the node idle before the first set (ms of CPU per second) | "
+        f"{_ms((r.get('node_idle_cpu') or {}).get('ms_per_s'))} | | |",
         "",
         f"GPU load: {r['gpu_load']}" + (f" (another process, {r['gpu_load_steps_per_s']:.1f} steps/s)"
                                         if r.get("gpu_load_steps_per_s") else "") + f"; MPS: {r['mps']}.",
@@ -638,6 +716,11 @@ def render_md(res: dict) -> str:
         "",
         "The node's CPU time per set by thread (ms, /proc/<pid>/task): " + (", ".join(
             f"{k} {v:.3f}" for k, v in r.get("node_thread_cpu_ms_per_set", {}).items()) or "n/a") + ".",
+        "",
+        "The same while sets flow: " + (", ".join(
+            f"{k} {v:.3f}" for k, v in (r.get("node_cpu_steady") or {}).get("by_thread", {}).items()) or "n/a")
+        + "; idle (ms per s): " + (", ".join(
+            f"{k} {v:.2f}" for k, v in (r.get("node_idle_cpu") or {}).get("by_thread", {}).items()) or "n/a") + ".",
     ]
     return "\n".join(lines) + "\n"
 
@@ -863,6 +946,8 @@ def main(argv=None) -> int:
            "e2e_datagrams_p50_ms": e2e_datagrams[50], "e2e_datagrams_p99_ms": e2e_datagrams[99],
            "launched_by_core": int(d.get("launched_by_core", 0)), "core_launch": d.get("handoff_core_launch"),
            "node_thread_cpu_ms_per_set": dict(list(thread_ms.items())[:8]),
+           "node_cpu_steady": steady_cpu_per_set(run.get("node_cpu_trace", []), run["sent"].values(), args.warmup),
+           "node_idle_cpu": run.get("node_idle_cpu"),
            **handoff_stage_fields(args, run, measured)}
     res = {
         "row": row, "backend_requested": args.backend, "cameras": 6, "rate_hz": args.rate,

@@ -110,6 +110,10 @@ def test_latency_bench_splits_a_dds_set_at_the_processes(tmp_path):
     # the node's CPU time per set, from /proc: something, and less than a set's period
     assert 0 < row["node_cpu_ms_per_set"] < 100, row["node_cpu_ms_per_set"]
     assert "the node's CPU time per set" in out.with_suffix(".md").read_text()
+    # the same while sets flow (the 20 after the warm-up, sampled every 0.2 s), and the node idle before them
+    steady, idle = row["node_cpu_steady"], row["node_idle_cpu"]
+    assert 0 < steady["ms_per_set"] < 100 and 0 < steady["sets"] <= 20 and steady["seconds"] > 0.5, steady
+    assert 0 < idle["ms_per_s"] < 1000 and idle["seconds"] >= 1.5 and idle["by_thread"], idle
     # the executor thread's functions by own CPU time: the node's callbacks run there
     profile = res["executor_profile_ms_per_set"]
     assert profile and all(p["own_ms"] >= 0 and p["calls"] > 0 for p in profile), profile
@@ -131,3 +135,27 @@ def test_the_latency_bench_says_when_the_nodes_drops_came():
     assert drops_over_time(statuses) == [[1.0, {"dropped_handoff_overwritten": 3}],
                                          [4.0, {"dropped_handoff_overwritten": 1, "sync_late": 2}]]
     assert drops_over_time([]) == []
+
+
+def test_the_steady_cpu_per_set_leaves_out_the_start_and_the_drain():
+    """The node's CPU time per set while sets flow is cut between the samples inside the publisher's
+    sends after the warm-up: a start-up second of CPU before them and a drain after do not count."""
+    sys.path[:0] = [str(REPO / "bench")]
+    from latency import idle_cpu, steady_cpu_per_set
+
+    ms = 1_000_000
+    sent = [100 * ms * i for i in range(1, 31)]  # 30 sets at 10 Hz: 0.1 .. 3.0 s
+    # 1 s of start-up CPU by 0.5 s, then 2 ms per 100 ms, then another second after the last send
+    samples = [(0, 0.0, {"main": 0.0})]
+    samples += [(t * ms, 1.0 + 0.02 * (t - 500) / 1000, {"main": 0.5, "loop": 0.5 + 0.02 * (t - 500) / 1000})
+                for t in range(500, 3001, 200)]
+    samples.append((3500 * ms, 2.5, {"main": 1.5, "loop": 1.0}))
+    steady = steady_cpu_per_set(samples, sent, warmup=5)
+    # the window 0.6 .. 3.0 s: its first and last samples at 0.7 and 2.9 s, 22 sets sent in (0.7, 2.9]
+    assert steady["sets"] == 22 and abs(steady["seconds"] - 2.2) < 1e-9
+    assert abs(steady["ms_per_set"] - 2.0) < 1e-9 and steady["by_thread"] == {"loop": 2.0}
+    assert steady_cpu_per_set(samples, sent[:5], warmup=5) is None  # no set after the warm-up
+    assert steady_cpu_per_set(samples[:1], sent, warmup=5) is None  # no two samples inside
+    idle = idle_cpu([(0, 1.0, {"main": 1.0, "dds": 0.0}), (2000 * ms, 1.01, {"main": 1.004, "dds": 0.006})])
+    assert abs(idle["ms_per_s"] - 5.0) < 1e-9 and idle["by_thread"] == {"dds": 3.0, "main": 2.0}
+    assert idle_cpu([]) is None
