@@ -463,12 +463,10 @@ def run_pipeline(args) -> dict:
                              f"in {READY_TIMEOUT_S:g} s (node log above)")
         with CpuTrace(node.pid) as idle:  # the node up, no set yet: its timers, executor, watchdogs
             time.sleep(IDLE_S)
-        cpu_before, threads_before = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
-        with CpuTrace(node.pid) as trace:
+        with CpuTrace(node.pid) as trace:  # from the publisher's start to the drain's end
             pub = _child("publisher", args, str(work / "pub.json"), log)
             pub.wait(args.frames / args.rate * 3 + 120)
             time.sleep(DRAIN_S)  # grids still in flight reach the subscriber
-            cpu_after, threads_after = cpu_seconds(node.pid), thread_cpu_seconds(node.pid)
         (work / "sub.json.stop").touch()
         sub.wait(30)
     finally:
@@ -485,9 +483,7 @@ def run_pipeline(args) -> dict:
     timelines = sorted((work / "timeline").glob("timeline_*.json")) if args.split else []
     return {"sent": dict(pubrec["sent"]), "first": dict(pubrec.get("first", [])), "sub": subrec, "pub": pubrec,
             "node_rc": node_rc, "log_tail": log_tail,
-            "node_cpu_s": None if None in (cpu_before, cpu_after) else cpu_after - cpu_before,
-            "node_thread_cpu_s": {name: t - threads_before.get(name, 0.0) for name, t in threads_after.items()
-                                  if t - threads_before.get(name, 0.0) > 0},
+            **dict(zip(("node_cpu_s", "node_thread_cpu_s"), trace.whole_run() or (None, {}))),
             "node_cpu_trace": trace.samples, "node_idle_cpu": idle_cpu(idle.samples),
             "timeline": json.loads(timelines[-1].read_text()) if timelines else None,
             "executor_profile": executor_profile(work / "executor.prof"),
@@ -531,27 +527,43 @@ class CpuTrace:
         import threading
 
         self.pid, self.period_s, self.samples = pid, period_s, []
+        self.started = self.ended = False  # the node was read at the trace's start, at its end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="cpu-trace", daemon=True)
 
-    def sample(self) -> None:
+    def sample(self) -> bool:
         cpu = cpu_seconds(self.pid)
         if cpu is not None:
             self.samples.append((time.monotonic_ns(), cpu, thread_cpu_seconds(self.pid)))
+        return cpu is not None
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period_s):
             self.sample()
 
     def __enter__(self) -> "CpuTrace":
-        self.sample()
+        self.started = self.sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(5)
-        self.sample()
+        self.ended = self.sample()
+
+    def whole_run(self) -> tuple[float, dict] | None:
+        """cpu_between the first and the last sample; None unless the node was there at both ends."""
+        return cpu_between(self.samples[0], self.samples[-1]) if self.started and self.ended else None
+
+
+def cpu_between(a, b) -> tuple[float, dict[str, float]]:
+    """The node's CPU seconds from sample ``a`` to ``b`` (CpuTrace): overall, and by thread (those that ran)."""
+    by_thread = {name: v - a[2].get(name, 0.0) for name, v in b[2].items() if v - a[2].get(name, 0.0) > 0}
+    return b[1] - a[1], by_thread
+
+
+def _top_threads(by_thread: dict, per: float, digits: int) -> dict:
+    return {k: round(v * 1e3 / per, digits) for k, v in sorted(by_thread.items(), key=lambda kv: -kv[1])[:8]}
 
 
 def steady_cpu_per_set(samples: list, sent_ns, warmup: int) -> dict | None:
@@ -562,33 +574,26 @@ def steady_cpu_per_set(samples: list, sent_ns, warmup: int) -> dict | None:
     sent = sorted(sent_ns)
     if len(sent) <= warmup + 1:
         return None
-    start, end = sent[warmup], sent[-1]
-    inside = [s for s in samples if start <= s[0] <= end]
+    inside = [s for s in samples if sent[warmup] <= s[0] <= sent[-1]]
     if len(inside) < 2:
         return None
-    (t0, cpu0, threads0), (t1, cpu1, threads1) = inside[0], inside[-1]
-    sets = sum(1 for t in sent if t0 < t <= t1)
+    a, b = inside[0], inside[-1]
+    sets = sum(1 for t in sent if a[0] < t <= b[0])
     if not sets:
         return None
-    by_thread = {name: round((v - threads0.get(name, 0.0)) * 1e3 / sets, 3) for name, v in threads1.items()
-                 if v - threads0.get(name, 0.0) > 0}
-    return {"ms_per_set": (cpu1 - cpu0) * 1e3 / sets, "sets": sets, "seconds": (t1 - t0) * 1e-9,
-            "by_thread": dict(sorted(by_thread.items(), key=lambda kv: -kv[1])[:8])}
+    cpu, by_thread = cpu_between(a, b)
+    return {"ms_per_set": cpu * 1e3 / sets, "sets": sets, "seconds": (b[0] - a[0]) * 1e-9,
+            "by_thread": _top_threads(by_thread, sets, 3)}
 
 
 def idle_cpu(samples: list) -> dict | None:
     """The node's CPU time per second (ms) over ``samples`` taken while no set came (its timers,
     executor and watchdogs alone), overall and by thread."""
-    if len(samples) < 2:
+    if len(samples) < 2 or samples[-1][0] <= samples[0][0]:
         return None
-    (t0, cpu0, threads0), (t1, cpu1, threads1) = samples[0], samples[-1]
-    seconds = (t1 - t0) * 1e-9
-    if seconds <= 0:
-        return None
-    by_thread = {name: round((v - threads0.get(name, 0.0)) * 1e3 / seconds, 2) for name, v in threads1.items()
-                 if v - threads0.get(name, 0.0) > 0}
-    return {"ms_per_s": (cpu1 - cpu0) * 1e3 / seconds, "seconds": seconds,
-            "by_thread": dict(sorted(by_thread.items(), key=lambda kv: -kv[1])[:8])}
+    seconds = (samples[-1][0] - samples[0][0]) * 1e-9
+    cpu, by_thread = cpu_between(samples[0], samples[-1])
+    return {"ms_per_s": cpu * 1e3 / seconds, "seconds": seconds, "by_thread": _top_threads(by_thread, seconds, 2)}
 
 
 def node_cpu_per_set(run: dict, received: int) -> float | None:

@@ -33,28 +33,28 @@ def thread_stat(tid: int, pid: int | str = "self") -> Stat | None:
     return read_stat(f"/proc/{pid}/task/{tid}/stat")
 
 
-def thread_stats(pid: int | str = "self") -> list[Stat]:
-    """Every thread of process ``pid`` that is still there."""
+def _thread_ids(pid: int | str) -> list[int]:
+    """Process ``pid``'s threads now (none: it is gone)."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return []
-    return [s for s in (thread_stat(int(t), pid) for t in tids) if s is not None]
+
+
+def thread_stats(pid: int | str = "self") -> list[Stat]:
+    """Every thread of process ``pid`` that is still there."""
+    return [s for s in (thread_stat(t, pid) for t in _thread_ids(pid)) if s is not None]
 
 
 def run_delays(pid: int | str = "self") -> dict[int, float]:
     """Seconds each thread of process ``pid`` has spent runnable but waiting for a CPU so far
     (``/proc/<pid>/task/<tid>/schedstat``, its second field): what a host too busy to run it denied
     it. Empty where the kernel keeps no schedstat or the process is gone."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return {}
     out = {}
-    for tid in tids:
+    for tid in _thread_ids(pid):
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                out[int(tid)] = int(f.read().split()[1]) / 1e9
+                out[tid] = int(f.read().split()[1]) / 1e9
         except (OSError, IndexError, ValueError):
             pass  # ended meanwhile
     return out
